@@ -1,0 +1,26 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/loadlab: pyproject.toml
+	$(PY) -m venv $(VENV)
+	# torch first, pinned: the CPU wheel is on this machine's disk; anything newer downloads gigabytes.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[server,dev]'
+	touch $@
+
+venv: $(BIN)/loadlab
+
+# Debian packages the tests start for real: a Prometheus server and headless Chromium.
+system-deps:
+	@command -v prometheus >/dev/null && command -v chromium >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus chromium)
+
+demo: venv
+	$(BIN)/python -m loadlab.demo
+
+test: venv system-deps
+	$(BIN)/python -m pytest -q
+
+.PHONY: venv system-deps demo test

@@ -1,0 +1,7 @@
+"""`loadlab timeline`: placeholder until its owner implements it."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the CLI."""

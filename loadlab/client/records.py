@@ -1,0 +1,71 @@
+"""The client's output: one RequestRecord per request, failed ones included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ErrorCategory(str, Enum):
+    """Why a request failed. Each failure is counted in exactly one category."""
+
+    NONE = ""
+    CONNECT = "connect"            # refused / unreachable / DNS
+    TIMEOUT = "timeout"            # per-request timeout, including a stalled stream
+    HTTP_401 = "http_401"          # bad or missing API key
+    HTTP_404 = "http_404"          # unknown model or path
+    HTTP_429 = "http_429"          # server queue full / rate limited
+    HTTP_4XX = "http_4xx"          # any other client error
+    HTTP_5XX = "http_5xx"
+    NOT_SSE = "not_sse"            # 200 but the body is not an event stream
+    MALFORMED = "malformed_event"  # an event that is not valid JSON / has an unexpected shape
+    DISCONNECT = "disconnect"      # stream ended without [DONE] or a finish_reason
+    STREAM_ERROR = "stream_error"  # server sent {"error": ...} inside the stream
+    CLIENT = "client_error"        # an unexpected exception in the client itself
+
+
+@dataclass
+class RequestRecord:
+    """Everything measured about one request. Times are epoch seconds (see loadlab.clock); NaN = never happened.
+
+    TTFT counts from `scheduled_time` in open loop (avoids coordinated omission) and from
+    `send_time` in closed loop; both variants are derivable from this record.
+    """
+
+    request_id: str
+    worker: str                      # which load-generator process (host:pid or locust client id)
+    step: int                        # index of the load step (0 when there are no steps)
+    warmup: bool                     # warm-up requests are stored but excluded from results
+    api: str                         # "chat" | "completions"
+    scheduled_time: float            # when the request was due (open loop) or picked up (closed loop)
+    send_time: float                 # when the HTTP request was written
+    first_token_time: float          # first event carrying non-empty content
+    end_time: float                  # last event (or the failure)
+    token_times: list[float] = field(default_factory=list)  # arrival time of every content event
+    prompt_tokens: int = -1          # usage.prompt_tokens (-1: server did not say)
+    completion_tokens: int = -1      # usage.completion_tokens
+    client_tokens: int = 0           # content events counted by the client
+    input_tokens: int = 0            # the workload's intended prompt length
+    max_tokens: int = 0              # requested output length
+    finish_reason: str = ""
+    status: int = 0                  # HTTP status (0: no response)
+    error: str = ""                  # ErrorCategory value; "" = success
+    error_detail: str = ""           # short text, for humans
+    conversation: str = ""
+    turn: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ""
+
+
+@dataclass
+class StepInfo:
+    """One load step of a run (a run without steps has one step, index 0)."""
+
+    index: int
+    label: str                       # e.g. "concurrency=8" or "rate=5"
+    mode: str                        # "closed" | "open"
+    target: float                    # users (closed) or requests/s (open)
+    start_time: float                # epoch seconds
+    end_time: float = float("nan")

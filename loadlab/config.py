@@ -1,0 +1,71 @@
+"""The configuration of one run: built from a TOML scenario file, overridden by CLI flags.
+
+It is written (minus secrets) into run.json, so a run folder says how it was produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class LengthDist:
+    """A token-length distribution: fixed | uniform | normal | lognormal (clipped to [min, max])."""
+
+    kind: str = "fixed"
+    mean: float = 128          # fixed value, or the mean (normal, lognormal)
+    std: float = 0             # normal / lognormal spread (lognormal: std of the length, not of log)
+    min: int = 1
+    max: int = 4096            # uniform draws from [min, max]
+
+
+@dataclass
+class WorkloadConfig:
+    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn."""
+
+    kind: str = "synthetic"
+    input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
+    dataset: str = ""          # path of a ShareGPT-format JSON file (kind = sharegpt)
+    num_prefixes: int = 4      # shared_prefix: N distinct prefixes ...
+    prefix_len: int = 512      # ... of this many tokens ...
+    suffixes_per_prefix: int = 8  # ... times M suffixes
+    turns: int = 3             # multiturn: turns per conversation
+    seed: int = 0
+
+
+@dataclass
+class RunConfig:
+    """Everything `loadlab run` needs. Exactly one of `concurrency` / `rate` is non-empty."""
+
+    url: str = ""
+    model: str = ""
+    api: str = "chat"                          # chat | completions
+    api_key: str = field(default="", repr=False)  # never written to disk
+    concurrency: list[int] = field(default_factory=list)  # closed loop: one step per value
+    rate: list[float] = field(default_factory=list)       # open loop (req/s): one step per value
+    arrival: str = "poisson"                   # poisson | constant | gamma
+    burstiness: float = 1.0                    # gamma shape; 1.0 = Poisson, < 1 burstier
+    think_time: LengthDist | None = None       # closed loop think time, seconds (None = none)
+    duration: float = 0.0                      # stop after this many seconds (0 = no limit)
+    requests: int = 0                          # stop after this many requests (0 = no limit)
+    step_duration: float = 0.0                 # seconds per step when there are several steps
+    warmup_requests: int = 0                   # first N requests (per step) excluded from results
+    timeout: float = 300.0                     # per-request timeout, seconds (covers stalls)
+    processes: int = 1                         # local load-generator processes
+    out: str = ""                              # run folder
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    server_metrics: str | None = ""            # "" = <url>/metrics, None = off
+    metrics_interval: float = 1.0
+    prometheus: str = ""                       # Prometheus server URL ("" = off)
+    prometheus_selector: str = ""
+    gpu: bool = True                           # sample NVML when available
+    gpu_interval: float = 0.25
+    nccl_inspector_dir: str = ""
+    server_pid: int = 0                        # sample this process's CPU when on the same host
+
+    def to_dict(self) -> dict:
+        """The config as stored in run.json: everything but secrets."""
+        d = asdict(self)
+        d.pop("api_key")
+        return d

@@ -1,0 +1,26 @@
+"""What the workload hands the client: one request to send."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestSpec:
+    """One request, independent of the API flavour.
+
+    `prompt` is used by the completions API; `messages` (OpenAI chat format) by the chat API.
+    A workload fills both so either API can be driven; `input_tokens` is the intended prompt
+    length in the server's tokens (approximate for text data sets).
+    """
+
+    prompt: str
+    messages: list[dict[str, str]]
+    max_tokens: int
+    input_tokens: int
+    # Pin the output length: the client sends min_tokens=max_tokens and ignore_eos=True.
+    pin_output: bool = True
+    # Multi-turn conversations: the conversation id and turn number (0-based), else None.
+    conversation: str | None = None
+    turn: int | None = None
+    extra_body: dict[str, object] = field(default_factory=dict)

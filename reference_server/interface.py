@@ -1,0 +1,43 @@
+"""The contract between the serving engine and the HTTP API.
+
+The API turns an OpenAI request into token ids and SamplingParams, calls
+`AsyncEngine.generate(...)` and streams the TokenOutputs it yields. The engine owns the
+scheduler, the KV cache, the model and the Prometheus registry that `/metrics` serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one request's output. Validated by the API before it reaches the engine."""
+
+    max_tokens: int = 16
+    min_tokens: int = 0              # EOS is suppressed until this many tokens
+    ignore_eos: bool = False         # EOS is never sampled
+    temperature: float = 1.0         # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0                   # 0 = off
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TokenOutput:
+    """One generated token, as the engine yields it."""
+
+    token_id: int
+    text: str                        # this token's text ("" when it is EOS or cut by a stop string)
+    finish_reason: str | None = None  # "stop" | "length" | "abort" on the last output, else None
+    prompt_tokens: int = 0
+    output_tokens: int = 0           # tokens generated so far, this one included
+
+
+class QueueFull(Exception):
+    """The waiting queue holds --max-waiting requests: the API answers 429."""
+
+
+class EngineDead(Exception):
+    """The engine loop has stopped: the API answers 503."""

@@ -1,0 +1,89 @@
+"""Start real processes for tests and end them by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until GET url answers 200; fail early if proc exits."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
+
+
+class Proc:
+    """A subprocess that is ended (by its PID) when the context exits."""
+
+    def __init__(self, args: list[str], ready_url: str | None = None, timeout: float = 60.0,
+                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.args = args
+        self.ready_url = ready_url
+        self.timeout = timeout
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Proc":
+        out = open(self.log, "wb") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=out,
+                                     stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL)
+        if self.ready_url:
+            try:
+                wait_http(self.ready_url, self.timeout, self.proc)
+            except Exception:
+                self.stop()
+                raise
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """Signal the process (by PID), wait, escalate to SIGKILL; return its exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        os.kill(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(5)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def loadlab(*args: str, timeout: float = 300.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the `loadlab` console script to completion and capture its output."""
+    return subprocess.run([str(BIN / "loadlab"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
