@@ -1,0 +1,48 @@
+"""What every Locust user of a loadlab run reads from `environment.loadlab`, and loadlab's events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from locust.event import EventHook, Events
+
+from loadlab.client.records import StepInfo
+from loadlab.clock import ClockAnchor, process_anchor
+from loadlab.config import RunConfig
+
+
+@dataclass
+class ClientContext:
+    """Per-process state of a run, set on `environment.loadlab` before users start.
+
+    In distributed runs the master sends the config and each step to the workers, which update
+    their own context; users read `step` at every request, so a step change takes effect at once.
+    """
+
+    config: RunConfig
+    worker: str                          # this process's id, e.g. "host:pid"
+    worker_index: int = 0
+    worker_count: int = 1
+    step: StepInfo | None = None
+    anchor: ClockAnchor = field(default_factory=process_anchor)
+
+    def rate_share(self) -> float:
+        """This process's share of the open-loop rate: independent Poisson streams sum to Poisson(R)."""
+        if self.step is None or self.step.mode != "open":
+            return 0.0
+        return self.step.target / max(1, self.worker_count)
+
+
+def add_loadlab_events(events: Events) -> Events:
+    """Add loadlab's event hooks to a Locust Events object (idempotent).
+
+    - `llm_request(record: RequestRecord)`: fired once per finished request (failed ones too),
+      in the process that measured it; in distributed runs, also on the master for shipped records.
+    - `llm_step(step: StepInfo)`: fired when a load step begins.
+    Locust's own `request` event is fired once per HTTP request (never per token), so Locust's
+    request counts stay honest.
+    """
+    for name in ("llm_request", "llm_step"):
+        if not hasattr(events, name):
+            setattr(events, name, EventHook())
+    return events
