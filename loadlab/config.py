@@ -32,6 +32,9 @@ class WorkloadConfig:
     suffixes_per_prefix: int = 8  # ... times M suffixes
     turns: int = 3             # multiturn: turns per conversation
     seed: int = 0
+    # sharegpt: max_tokens = the dataset answer's length; False draws it from output_len instead.
+    # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.
+    output_from_dataset: bool = True
 
 
 @dataclass

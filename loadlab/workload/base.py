@@ -1,0 +1,47 @@
+"""The Workload interface the load generator drives, and a helper shared by the workload kinds."""
+
+from __future__ import annotations
+
+import random
+import threading
+from abc import ABC, abstractmethod
+
+from loadlab.config import WorkloadConfig
+from loadlab.errors import UserError
+from loadlab.workload.spec import RequestSpec
+
+APIS = ("chat", "completions")
+
+
+class Workload(ABC):
+    """A seeded source of requests: the same config and seed give the same sequence of requests.
+
+    `next_request` may be called from many greenlets or threads: a lock serialises the draws so the
+    sequence stays reproducible. The work under the lock is pure computation, so it never waits.
+    """
+
+    def __init__(self, cfg: WorkloadConfig, api: str) -> None:
+        if api not in APIS:
+            raise UserError(f"unknown api {api!r} (use one of {', '.join(APIS)})")
+        self.cfg = cfg
+        self.api = api
+        self.rng = random.Random(cfg.seed)
+        self._lock = threading.Lock()
+
+    def next_request(self) -> RequestSpec:
+        """The next request to send."""
+        with self._lock:
+            return self._next()
+
+    def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:
+        """Called after every request with the text it received; single-turn kinds ignore it."""
+
+    @abstractmethod
+    def _next(self) -> RequestSpec:
+        """Draw the next request (called under the lock)."""
+
+
+def single_turn(prompt: str, max_tokens: int, input_tokens: int, pin_output: bool = True) -> RequestSpec:
+    """A one-message request, usable by both the chat and the completions API."""
+    return RequestSpec(prompt=prompt, messages=[{"role": "user", "content": prompt}],
+                       max_tokens=max_tokens, input_tokens=input_tokens, pin_output=pin_output)

@@ -1,0 +1,123 @@
+"""Token-length distributions: parse them from short strings and draw lengths from them.
+
+Forms accepted by `parse_length`:
+    "128" or "fixed:128"            always 128
+    "uniform:MIN:MAX"               integers drawn evenly from [MIN, MAX]
+    "normal:MEAN:STD[:MIN:MAX]"     normal, rounded and clipped
+    "lognormal:MEAN:STD[:MIN:MAX]"  log-normal whose length (not log-length) has this mean and std
+Unless given, the clip range of normal/lognormal is [1, max(4096, MEAN + 6 STD)].
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from loadlab.config import LengthDist
+from loadlab.errors import UserError
+
+KINDS = ("fixed", "uniform", "normal", "lognormal")
+_DEFAULT_MAX = LengthDist().max
+
+
+def parse_length(text: str) -> LengthDist:
+    """Parse a length distribution such as "uniform:64:256"; UserError when it is not one."""
+    return _parse(text, whole=True)
+
+
+def parse_seconds(text: str) -> LengthDist:
+    """Parse a duration distribution in seconds (think time): same forms, fractions allowed, >= 0."""
+    return _parse(text, whole=False)
+
+
+def _parse(text: str, whole: bool) -> LengthDist:
+    text = str(text).strip()
+    parts = text.split(":")
+    kind = parts[0] if len(parts) > 1 else "fixed"
+    args = parts[1:] if len(parts) > 1 else parts
+    if kind not in KINDS:
+        raise UserError(f"unknown length distribution {kind!r} in {text!r} (use one of {', '.join(KINDS)})")
+    try:
+        values = [float(a) for a in args]
+    except ValueError:
+        raise UserError(f"bad length distribution {text!r}: numbers expected after '{kind}:'") from None
+    if any(not math.isfinite(v) for v in values):
+        raise UserError(f"bad length distribution {text!r}: numbers must be finite")
+
+    if kind == "fixed":
+        _expect(text, values, 1, "fixed:N")
+        n = _bound(text, values[0], whole)
+        return LengthDist(kind="fixed", mean=n, std=0, min=n, max=n)
+    if kind == "uniform":
+        _expect(text, values, 2, "uniform:MIN:MAX")
+        lo, hi = _bound(text, values[0], whole), _bound(text, values[1], whole)
+        if lo > hi:
+            raise UserError(f"bad length distribution {text!r}: MIN is larger than MAX")
+        return LengthDist(kind="uniform", mean=(lo + hi) / 2, std=0, min=lo, max=hi)
+
+    # normal / lognormal
+    if len(values) not in (2, 4):
+        raise UserError(f"bad length distribution {text!r}: expected {kind}:MEAN:STD or {kind}:MEAN:STD:MIN:MAX")
+    mean, std = values[0], values[1]
+    if mean <= 0 or std < 0:
+        raise UserError(f"bad length distribution {text!r}: MEAN must be > 0 and STD >= 0")
+    if len(values) == 4:
+        lo, hi = _bound(text, values[2], whole), _bound(text, values[3], whole)
+        if lo > hi:
+            raise UserError(f"bad length distribution {text!r}: MIN is larger than MAX")
+    else:
+        lo, hi = (1 if whole else 0), max(_DEFAULT_MAX, math.ceil(mean + 6 * std))
+    return LengthDist(kind=kind, mean=mean, std=std, min=lo, max=hi)
+
+
+def sample_length(d: LengthDist, rng: random.Random) -> int:
+    """Draw one length from `d`, rounded and clipped to [d.min, d.max] and never below 1."""
+    if d.kind == "uniform":
+        value = rng.randint(int(d.min), int(d.max))
+    else:
+        value = _draw(d, rng)
+    return max(1, int(d.min), min(int(d.max), round(value)))
+
+
+def sample_seconds(d: LengthDist, rng: random.Random) -> float:
+    """Draw one duration in seconds from `d` (see `parse_seconds`), clipped to [d.min, d.max]."""
+    value = rng.uniform(d.min, d.max) if d.kind == "uniform" else _draw(d, rng)
+    return max(0.0, d.min, min(d.max, value))
+
+
+def _draw(d: LengthDist, rng: random.Random) -> float:
+    if d.kind == "fixed":
+        value = d.mean
+    elif d.kind == "normal":
+        value = rng.gauss(d.mean, d.std)
+    elif d.kind == "lognormal":
+        # Choose the underlying normal so that the length itself has the requested mean and std.
+        sigma2 = math.log1p((d.std / d.mean) ** 2)
+        value = rng.lognormvariate(math.log(d.mean) - sigma2 / 2, math.sqrt(sigma2))
+    else:
+        raise UserError(f"unknown length distribution {d.kind!r} (use one of {', '.join(KINDS)})")
+    return value
+
+
+def format_length(d: LengthDist) -> str:
+    """The short string form of `d` (the inverse of `parse_length`), for logs and reports."""
+    if d.kind == "fixed":
+        return f"fixed:{d.mean:g}"
+    if d.kind == "uniform":
+        return f"uniform:{d.min:g}:{d.max:g}"
+    return f"{d.kind}:{d.mean:g}:{d.std:g}:{d.min:g}:{d.max:g}"
+
+
+def _expect(text: str, values: list[float], count: int, form: str) -> None:
+    if len(values) != count:
+        raise UserError(f"bad length distribution {text!r}: expected {form}")
+
+
+def _bound(text: str, value: float, whole: bool) -> float:
+    if not whole:
+        if value < 0:
+            raise UserError(f"bad duration distribution {text!r}: seconds must be >= 0")
+        return value
+    if value != int(value) or value < 1:
+        raise UserError(f"bad length distribution {text!r}: lengths must be whole numbers >= 1")
+    return int(value)

@@ -1,0 +1,191 @@
+"""Scenario files: a TOML file that maps key for key onto RunConfig (and its [workload] table).
+
+    url = "http://127.0.0.1:8000"
+    model = "m"
+    concurrency = [1, 8, 32]        # or: rate = [1, 5] with arrival = "poisson"
+    step_duration = 10
+    [workload]
+    kind = "synthetic"
+    input_len = "uniform:64:256"    # length distributions use parse_length's forms
+    output_len = "128"
+
+CLI flags then override the file through `apply_overrides`. Both go through one converter driven
+by the dataclass field types, so a new RunConfig/WorkloadConfig field works without code here.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from loadlab.config import LengthDist, RunConfig, WorkloadConfig
+from loadlab.errors import UserError
+from loadlab.workload import WORKLOADS
+from loadlab.workload.arrivals import KINDS as ARRIVALS
+from loadlab.workload.base import APIS
+from loadlab.workload.distributions import parse_length, parse_seconds
+
+# LengthDist fields measured in seconds rather than tokens.
+_SECONDS_FIELDS = {"think_time"}
+# A field that turns off when its partner is set explicitly (see WorkloadConfig.output_from_dataset).
+_IMPLIED_OFF = {"output_len": "output_from_dataset"}
+
+
+def load_scenario(path: str | Path) -> RunConfig:
+    """Read a TOML scenario file into a RunConfig; UserError naming the key on any mistake."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"scenario file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read scenario file {path}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"scenario file {path} is not valid TOML: {e}") from None
+    try:
+        cfg = _build(RunConfig, data, prefix="")
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+    check(cfg, complete=False)
+    return cfg
+
+
+def apply_overrides(cfg: RunConfig, **flags: Any) -> RunConfig:
+    """A copy of `cfg` with every flag that is not None set. A flag names a RunConfig field or a
+    WorkloadConfig field (e.g. `concurrency=[4]`, `input_len="uniform:8:64"`, `seed=3`)."""
+    cfg = copy.deepcopy(cfg)
+    run_fields = _fields(RunConfig)
+    workload_fields = _fields(WorkloadConfig)
+    given = {name: value for name, value in flags.items() if value is not None}
+    for name, value in given.items():
+        if name in run_fields:
+            _set(cfg, name, value, run_fields[name], prefix="")
+        elif name in workload_fields:
+            _set(cfg.workload, name, value, workload_fields[name], prefix="workload.")
+        else:
+            raise UserError(f"unknown setting {name!r}")
+    _imply(cfg.workload, set(given))
+    check(cfg, complete=False)
+    return cfg
+
+
+def check(cfg: RunConfig, complete: bool = True) -> None:
+    """Cross-field checks; with `complete`, also that the config is ready to run (url, load shape)."""
+    if cfg.api not in APIS:
+        raise UserError(f"api must be one of {', '.join(APIS)}, got {cfg.api!r}")
+    if cfg.arrival not in ARRIVALS:
+        raise UserError(f"arrival must be one of {', '.join(ARRIVALS)}, got {cfg.arrival!r}")
+    if cfg.workload.kind not in WORKLOADS:
+        raise UserError(f"workload.kind must be one of {', '.join(WORKLOADS)}, got {cfg.workload.kind!r}")
+    if cfg.concurrency and cfg.rate:
+        raise UserError("set either concurrency or rate, not both")
+    if any(c < 1 for c in cfg.concurrency):
+        raise UserError("concurrency values must be >= 1")
+    if any(not (r > 0 and math.isfinite(r)) for r in cfg.rate):
+        raise UserError("rate values must be > 0")
+    if cfg.burstiness <= 0:
+        raise UserError("burstiness must be > 0")
+    for name in ("duration", "requests", "step_duration", "warmup_requests"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"{name} must be >= 0")
+    if cfg.timeout <= 0 or cfg.processes < 1:
+        raise UserError("timeout must be > 0 and processes >= 1")
+    if cfg.workload.kind == "sharegpt" and not cfg.workload.dataset:
+        raise UserError("workload.dataset (a ShareGPT JSON file) is needed for kind = 'sharegpt'")
+    if complete:
+        if not cfg.url:
+            raise UserError("no url: set url in the scenario file or pass --url")
+        if not (cfg.concurrency or cfg.rate):
+            raise UserError("no load: set concurrency or rate")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    """A `cls` dataclass from a TOML table: unknown keys and wrong types raise UserError."""
+    fields = _fields(cls)
+    obj = cls()
+    for key, value in data.items():
+        if key not in fields:
+            raise UserError(f"unknown key {prefix + key!r} (known: {', '.join(sorted(fields))})")
+        _set(obj, key, value, fields[key], prefix)
+    if cls is WorkloadConfig:
+        _imply(obj, set(data))
+    return obj
+
+
+def _imply(workload: WorkloadConfig, given: set[str]) -> None:
+    for name, off in _IMPLIED_OFF.items():
+        if name in given and off not in given:
+            setattr(workload, off, False)
+
+
+def _set(obj: Any, name: str, value: Any, hint: Any, prefix: str) -> None:
+    setattr(obj, name, _convert(prefix + name, value, hint))
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _convert(key: str, value: Any, hint: Any) -> Any:
+    """`value` (from TOML or a CLI flag) as the type `hint`, or UserError naming `key`."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        # `X | None`: false (TOML has no null) or "off" switches the setting off.
+        if value is False or value == "off":
+            return None
+        return _convert(key, value, next(a for a in args if a is not type(None)))
+    if hint is LengthDist:
+        if isinstance(value, LengthDist):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise UserError(f"{key} must be a distribution string such as \"uniform:64:256\"")
+        parse = parse_seconds if key.rsplit(".", 1)[-1] in _SECONDS_FIELDS else parse_length
+        try:
+            return parse(str(value))
+        except UserError as e:
+            raise UserError(f"{key}: {e}") from None
+    if hint is WorkloadConfig:
+        if isinstance(value, WorkloadConfig):
+            return value
+        if not isinstance(value, dict):
+            raise UserError(f"{key} must be a table ([{key}])")
+        return _build(WorkloadConfig, value, prefix=key + ".")
+    if typing.get_origin(hint) is list:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        elif not isinstance(value, (list, tuple)):
+            value = [value]
+        return [_convert(key, v, args[0]) for v in value]
+    return _scalar(key, value, hint)
+
+
+def _scalar(key: str, value: Any, hint: type) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"{key} must be true or false, got {value!r}")
+    if hint in (int, float) and not isinstance(value, bool):
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                pass
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            if hint is float:
+                return float(value)
+            if value == int(value):
+                return int(value)
+        kind = "a whole number" if hint is int else "a number"
+        raise UserError(f"{key} must be {kind}, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise UserError(f"{key} must be a string, got {value!r}")
+    raise UserError(f"{key}: cannot set a setting of type {hint}")
