@@ -22,6 +22,7 @@ class ErrorCategory(str, Enum):
     DISCONNECT = "disconnect"      # stream ended without [DONE] or a finish_reason
     STREAM_ERROR = "stream_error"  # server sent {"error": ...} inside the stream
     CLIENT = "client_error"        # an unexpected exception in the client itself
+    ABORTED = "aborted"            # still in flight when the run was stopped (Ctrl-C, drain limit)
 
 
 @dataclass
