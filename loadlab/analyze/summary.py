@@ -1,0 +1,406 @@
+"""The numbers of a run, per load step and overall: latency distributions, throughput, errors,
+achieved vs target load, token-count checks and the client self-check.
+
+Definitions (kept in docs/metrics.md; change both together):
+- TTFT: first content event − the request's start. The start is the scheduled time in open loop
+  (no coordinated omission) and the send time in closed loop; TTFT from the send time is kept too.
+- E2E: last event − start. ITL: every gap between consecutive content events of all requests.
+- TPOT: (E2E − TTFT) / (output tokens − 1) per request; per-user speed: output tokens / (E2E − TTFT).
+- Output tokens: usage.completion_tokens, the client's own count when the server gave none.
+Latencies are reported over successful, non-warm-up requests; rates over the step's window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlab.analyze.stats import Distribution, percentile
+from loadlab.client.records import StepInfo
+from loadlab.collect.samples import Coverage
+from loadlab.errors import UserError
+from loadlab.store.meta import json_safe
+from loadlab.store.reader import RunData
+
+# Client self-check: above these the load generator, not the server, may be what was measured.
+CLIENT_CPU_P90_MAX = 0.6        # cores, p90 of one load-generator process's CPU use
+START_DELAY_P99_MAX = 0.010     # s, open loop: p99 of send − scheduled time
+LOOP_LAG_P99_MAX = 0.010        # s, p99 of the client's event-loop lag samples
+MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
+MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
+MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
+
+
+@dataclass
+class Slo:
+    """Latency objectives in milliseconds (None = no objective). A request meets the SLO when it
+    succeeded and TTFT, TPOT, E2E and every one of its inter-token gaps are within them."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Slo":
+        """Parse `ttft=500,itl=50` (milliseconds). Raises UserError on anything else."""
+        known = {f.name.removesuffix("_ms"): f.name for f in fields(cls)}
+        values: dict[str, float] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = item.partition("=")
+            key = key.strip().lower()
+            if not sep or key not in known:
+                raise UserError(f"bad SLO '{item}': expected NAME=MILLISECONDS with NAME in {', '.join(known)}")
+            try:
+                ms = float(value)
+            except ValueError:
+                raise UserError(f"bad SLO '{item}': '{value.strip()}' is not a number of milliseconds") from None
+            if not ms > 0:
+                raise UserError(f"bad SLO '{item}': must be a positive number of milliseconds")
+            values[known[key]] = ms
+        if not values:
+            raise UserError(f"bad SLO '{text}': give at least one of {', '.join(known)}")
+        return cls(**values)
+
+
+@dataclass
+class TokenCheck:
+    """Successful requests whose token counts disagree (counts of requests)."""
+
+    usage_missing: int = 0      # no usage.completion_tokens from the server (client count used)
+    usage_mismatch: int = 0     # usage.completion_tokens != content events counted by the client
+    over_max_tokens: int = 0    # more output tokens than max_tokens: the cap was not honoured
+    under_max_tokens: int = 0   # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
+
+
+@dataclass
+class ClientCheck:
+    """Whether the load generator itself may have limited the measurement, and why."""
+
+    limited: bool = False
+    reasons: list[str] = field(default_factory=list)
+    values: dict[str, float] = field(default_factory=dict)   # the measured figures the checks used
+
+
+@dataclass
+class StepSummary:
+    """One load step (or, with index -1, the whole run). Latencies in seconds, rates per second."""
+
+    index: int
+    label: str
+    mode: str                   # closed | open | mixed (overall of a run with both)
+    target: float               # users (closed) or requests/s (open); NaN for overall of several steps
+    start_time: float
+    end_time: float
+    window: float               # seconds the rates are computed over (warm-up excluded)
+    sent: int                   # non-warm-up requests
+    succeeded: int
+    failed: int
+    warmup: int                 # warm-up requests, stored but excluded from everything here
+    errors: dict[str, int]      # failed requests by ErrorCategory value
+    requests_per_s: float       # succeeded / window
+    output_tokens: int          # of succeeded requests
+    output_tokens_per_s: float
+    ttft: Distribution          # from scheduled time (open loop) or send time (closed loop)
+    ttft_from_send: Distribution
+    itl: Distribution
+    tpot: Distribution
+    e2e: Distribution
+    user_tokens_per_s: Distribution   # per-user speed, one value per request
+    start_delay: Distribution   # send − scheduled time
+    achieved: float             # closed: concurrency by Little's law; open: sent requests/s
+    achieved_ratio: float       # achieved / target
+    tokens: TokenCheck
+    client: ClientCheck
+    goodput: float | None = None    # requests/s meeting every SLO (None: no SLO given)
+    slo_met: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StepSummary":
+        """Read back one entry of summary.json."""
+        kw = {k: (math.nan if v is None and k not in ("goodput", "slo_met") else v) for k, v in d.items()}
+        for k in ("ttft", "ttft_from_send", "itl", "tpot", "e2e", "user_tokens_per_s", "start_delay"):
+            kw[k] = Distribution.from_dict(d[k])
+        kw["tokens"] = TokenCheck(**d["tokens"])
+        kw["client"] = ClientCheck(**d["client"])
+        return cls(**kw)
+
+
+@dataclass
+class RunSummary:
+    """What summary.json holds: every step, the whole run, coverage and the client self-check."""
+
+    path: str
+    status: str                 # running (cut off) | finished | interrupted
+    cut_off: bool
+    started_at: float
+    ended_at: float
+    steps: list[StepSummary]
+    overall: StepSummary
+    client: ClientCheck         # any step limited; reasons name the step
+    coverage: list[Coverage]
+    slo: Slo | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def client_limited(self) -> bool:
+        return self.client.limited
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (NaN as null), written to summary.json."""
+        return json_safe({**asdict(self), "client_limited": self.client.limited})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunSummary":
+        """Read back summary.json."""
+        return cls(
+            path=d["path"], status=d["status"], cut_off=d["cut_off"],
+            started_at=_num(d["started_at"]), ended_at=_num(d["ended_at"]),
+            steps=[StepSummary.from_dict(s) for s in d["steps"]],
+            overall=StepSummary.from_dict(d["overall"]),
+            client=ClientCheck(**d["client"]),
+            coverage=[Coverage(**c) for c in d["coverage"]],
+            slo=Slo(**d["slo"]) if d.get("slo") else None,
+            warnings=list(d.get("warnings", [])),
+        )
+
+
+def _num(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
+def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
+    """Compute the summary of a run folder's data (finished or cut off)."""
+    steps = _steps_of(run)
+    mode_of = {s.index: s.mode for s in steps}
+    requests = _per_request(run.requests, mode_of)
+    measured = requests[~requests["warmup"]]
+    client_samples = _client_samples(run.samples)
+    think_time = bool(run.meta.config.get("think_time"))
+
+    step_summaries = []
+    for step in steps:
+        in_step = requests[requests["step"] == step.index]
+        window = _window(step, in_step)
+        step_summaries.append(_summarize(
+            in_step, step.index, step.label, step.mode, step.target, window, slo,
+            _client_check(in_step, step, window, client_samples, think_time)))
+
+    overall_window = (min((s.start_time for s in step_summaries), default=math.nan),
+                      max((s.end_time for s in step_summaries), default=math.nan),
+                      sum(s.window for s in step_summaries))
+    modes = {s.mode for s in steps}
+    single = step_summaries[0] if len(step_summaries) == 1 else None
+    overall = _summarize(
+        requests, -1, "overall", modes.pop() if len(modes) == 1 else "mixed",
+        single.target if single else math.nan, overall_window, slo,
+        _merge_checks(step_summaries))
+    if not single:
+        overall.achieved = overall.achieved_ratio = math.nan   # one target per step, none for the run
+
+    warnings = list(run.warnings)
+    if len(measured) == 0:
+        warnings.append("no measured requests (all warm-up, or none recorded)")
+    return RunSummary(path=str(run.path), status=run.meta.status, cut_off=run.meta.cut_off,
+                      started_at=run.meta.started_at, ended_at=run.meta.ended_at,
+                      steps=step_summaries, overall=overall, client=overall.client,
+                      coverage=list(run.meta.coverage), slo=slo, warnings=warnings)
+
+
+def _steps_of(run: RunData) -> list[StepInfo]:
+    """The steps from run.json, plus any step index that only appears in the records."""
+    steps = list(run.meta.steps)
+    known = {s.index for s in steps}
+    config = run.meta.config
+    mode = "open" if config.get("rate") else "closed"
+    targets = config.get("rate") or config.get("concurrency") or []
+    for index in sorted(set(int(i) for i in run.requests["step"].unique()) - known):
+        target = float(targets[index]) if index < len(targets) else math.nan
+        steps.append(StepInfo(index=index, label=f"step {index}", mode=mode, target=target,
+                              start_time=math.nan))
+    if not steps:
+        steps.append(StepInfo(index=0, label="step 0", mode=mode, target=math.nan, start_time=math.nan))
+    return sorted(steps, key=lambda s: s.index)
+
+
+def _per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
+    """The records plus the per-request metrics (seconds; NaN where undefined)."""
+    df = requests.copy()
+    df["ok"] = df["error"].fillna("") == ""
+    open_loop = df["step"].map(mode_of).eq("open")
+    df["start"] = np.where(open_loop, df["scheduled_time"], df["send_time"])
+    df["ttft"] = df["first_token_time"] - df["start"]
+    df["ttft_from_send"] = df["first_token_time"] - df["send_time"]
+    df["e2e"] = df["end_time"] - df["start"]
+    df["start_delay"] = df["send_time"] - df["scheduled_time"]
+    df["out_tokens"] = np.where(df["completion_tokens"] >= 0, df["completion_tokens"], df["client_tokens"])
+    decode = df["end_time"] - df["first_token_time"]    # E2E − TTFT
+    df["tpot"] = decode / (df["out_tokens"] - 1).where(df["out_tokens"] > 1)
+    df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
+    df["gaps"] = [np.diff(np.asarray(t, dtype=float)) if t is not None else np.empty(0)
+                  for t in df["token_times"]]
+    return df
+
+
+def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]:
+    """(start, end, seconds) the step's rates are measured over.
+
+    Starts at the step's start, or at the first measured request's scheduled time when warm-up
+    requests came first; ends at the step's end, or at its last request's end when the run was
+    cut off before the step ended.
+    """
+    measured = in_step[~in_step["warmup"]]
+    start = step.start_time
+    if math.isnan(start) or in_step["warmup"].any():
+        first = measured["scheduled_time"].min() if len(measured) else math.nan
+        start = first if math.isnan(start) else max(start, first)
+    end = step.end_time
+    if math.isnan(end):
+        end = in_step["end_time"].max() if len(in_step) else math.nan
+    seconds = end - start if not (math.isnan(start) or math.isnan(end)) else 0.0
+    return float(start), float(end), max(float(seconds), 0.0)
+
+
+def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: float,
+               window: tuple[float, float, float], slo: Slo | None, client: ClientCheck) -> StepSummary:
+    start, end, seconds = window
+    measured = df[~df["warmup"]]
+    ok = measured[measured["ok"]]
+    failed = measured[~measured["ok"]]
+
+    def per_s(n: float) -> float:
+        return n / seconds if seconds > 0 else math.nan
+
+    gaps = np.concatenate(list(ok["gaps"])) if len(ok) else np.empty(0)
+    output_tokens = int(ok["out_tokens"].sum())
+    achieved = _achieved(measured, mode, per_s)
+    summary = StepSummary(
+        index=index, label=label, mode=mode, target=float(target), start_time=start, end_time=end,
+        window=seconds, sent=len(measured), succeeded=len(ok), failed=len(failed),
+        warmup=int(df["warmup"].sum()),
+        errors={str(k): int(v) for k, v in failed["error"].value_counts().sort_index().items()},
+        requests_per_s=per_s(len(ok)), output_tokens=output_tokens,
+        output_tokens_per_s=per_s(output_tokens),
+        ttft=Distribution.of(ok["ttft"].to_numpy(), "s"),
+        ttft_from_send=Distribution.of(ok["ttft_from_send"].to_numpy(), "s"),
+        itl=Distribution.of(gaps, "s"),
+        tpot=Distribution.of(ok["tpot"].to_numpy(), "s"),
+        e2e=Distribution.of(ok["e2e"].to_numpy(), "s"),
+        user_tokens_per_s=Distribution.of(ok["user_tokens_per_s"].to_numpy(), "tok/s"),
+        start_delay=Distribution.of(measured["start_delay"].to_numpy(), "s"),
+        achieved=achieved,
+        achieved_ratio=achieved / target if target and target > 0 else math.nan,
+        tokens=_token_check(ok), client=client)
+    if slo is not None:
+        summary.slo_met = int(_meets(ok, slo).sum())
+        summary.goodput = per_s(summary.slo_met)
+    return summary
+
+
+def _achieved(measured: pd.DataFrame, mode: str, per_s) -> float:
+    """Closed loop: Little's law, finished requests/s × mean E2E. Open loop: requests sent per second."""
+    if mode == "open":
+        return per_s(len(measured))
+    e2e = measured["e2e"].to_numpy(dtype=float)
+    e2e = e2e[np.isfinite(e2e)]
+    return per_s(len(e2e)) * float(e2e.mean()) if e2e.size else math.nan
+
+
+def _token_check(ok: pd.DataFrame) -> TokenCheck:
+    capped = ok["max_tokens"] > 0
+    has_usage = ok["completion_tokens"] >= 0
+    return TokenCheck(
+        usage_missing=int((~has_usage).sum()),
+        usage_mismatch=int((has_usage & (ok["completion_tokens"] != ok["client_tokens"])).sum()),
+        over_max_tokens=int((capped & (ok["out_tokens"] > ok["max_tokens"])).sum()),
+        under_max_tokens=int((capped & (ok["out_tokens"] < ok["max_tokens"])).sum()))
+
+
+def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
+    """Which successful requests meet every objective (an undefined metric, e.g. the TPOT of a
+    one-token answer, cannot miss)."""
+    met = pd.Series(True, index=ok.index)
+    for column, limit_ms in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2e", slo.e2e_ms)):
+        if limit_ms is not None:
+            met &= ~(ok[column] > limit_ms / 1000)
+    if slo.itl_ms is not None:
+        worst_gap = ok["gaps"].map(lambda g: g.max() if g.size else 0.0)
+        met &= worst_gap <= slo.itl_ms / 1000
+    return met
+
+
+def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
+    client = samples[samples["source"] == "client"].copy()
+    labels = {text: json.loads(text) if text else {} for text in client["labels"].unique()}
+    client["worker"] = client["labels"].map(lambda text: labels[text].get("worker", ""))
+    return client
+
+
+def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, float, float],
+                  client_samples: pd.DataFrame, think_time: bool) -> ClientCheck:
+    """Run the self-check over one step's requests and the client samples of its window."""
+    check = ClientCheck()
+    start, end, _ = window
+
+    def flag(name: str, value: float, limit: float, text: str) -> None:
+        check.values[name] = value
+        if value > limit:
+            check.limited = True
+            check.reasons.append(text)
+
+    in_window = client_samples[(client_samples["time"] >= start) & (client_samples["time"] <= end)]
+    cpu = in_window[in_window["signal"] == "client_cpu"]
+    if len(cpu):
+        per_worker = cpu.groupby("worker")["value"].apply(lambda v: percentile(v.to_numpy(), 90))
+        worst = str(per_worker.idxmax())
+        flag("client_cpu_p90", float(per_worker.max()), CLIENT_CPU_P90_MAX,
+             f"client CPU p90 {per_worker.max():.2f} cores in process {worst or '?'} "
+             f"(> {CLIENT_CPU_P90_MAX}): timings are delayed by the client")
+    lag = in_window[in_window["signal"] == "client_loop_lag"]["value"].to_numpy()
+    if lag.size:
+        p99 = percentile(lag, 99)
+        flag("client_loop_lag_p99", p99, LOOP_LAG_P99_MAX,
+             f"client event-loop lag p99 {p99 * 1000:.1f} ms (> {LOOP_LAG_P99_MAX * 1000:.0f} ms)")
+
+    measured = in_step[~in_step["warmup"]]
+    if step.mode == "open" and len(measured):
+        p99 = percentile(measured["start_delay"].to_numpy(), 99)
+        flag("start_delay_p99", p99, START_DELAY_P99_MAX,
+             f"open-loop start delay p99 {p99 * 1000:.1f} ms (> {START_DELAY_P99_MAX * 1000:.0f} ms): "
+             "requests left later than scheduled")
+
+    finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
+    seconds = window[2]
+    if finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0:
+        if step.mode == "open":
+            achieved = len(measured) / seconds
+            check.values["achieved_rate_ratio"] = achieved / step.target
+            if achieved < MIN_RATE_RATIO * step.target:
+                check.limited = True
+                check.reasons.append(f"achieved {achieved:.2f} req/s < {MIN_RATE_RATIO} × requested "
+                                     f"{step.target:g} req/s")
+        elif not think_time:  # with think time, users are idle by design
+            achieved = _achieved(measured, "closed", lambda n: n / seconds)
+            check.values["achieved_concurrency_ratio"] = achieved / step.target
+            if achieved < MIN_CONCURRENCY_RATIO * step.target:
+                check.limited = True
+                check.reasons.append(f"achieved concurrency {achieved:.2f} < {MIN_CONCURRENCY_RATIO} × "
+                                     f"{step.target:g} users")
+    return check
+
+
+def _merge_checks(steps: list[StepSummary]) -> ClientCheck:
+    """The whole run's check: limited if any step is; reasons and values name their step."""
+    merged = ClientCheck()
+    for s in steps:
+        merged.limited |= s.client.limited
+        prefix = f"{s.label}: " if len(steps) > 1 else ""
+        merged.reasons += [prefix + r for r in s.client.reasons]
+        for name, value in s.client.values.items():
+            merged.values[f"{s.label}/{name}" if len(steps) > 1 else name] = value
+    return merged

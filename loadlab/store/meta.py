@@ -1,0 +1,94 @@
+"""run.json: what a run was (config, versions, host, clock anchors, steps) and how it ended."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadlab.client.records import StepInfo
+from loadlab.clock import ClockAnchor
+from loadlab.collect.samples import Coverage
+
+FORMAT = "loadlab-run/1"
+RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
+
+
+@dataclass
+class RunMeta:
+    """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
+
+    status: str                                   # running | finished | interrupted
+    config: dict[str, Any]                        # RunConfig.to_dict()
+    versions: dict[str, str]
+    host: dict[str, Any]
+    anchor: ClockAnchor                           # of the run process
+    worker_anchors: dict[str, ClockAnchor] = field(default_factory=dict)
+    started_at: float = math.nan
+    ended_at: float = math.nan
+    steps: list[StepInfo] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+    format: str = FORMAT
+
+    @property
+    def cut_off(self) -> bool:
+        """True when the run never reached its end (killed): status is still `running`."""
+        return self.status == RUNNING
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; NaN becomes null so any JSON reader accepts it."""
+        return json_safe({
+            "format": self.format,
+            "status": self.status,
+            "config": self.config,
+            "versions": self.versions,
+            "host": self.host,
+            "anchors": self.anchor.to_dict(),
+            "worker_anchors": {w: a.to_dict() for w, a in self.worker_anchors.items()},
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "steps": [asdict(s) for s in self.steps],
+            "coverage": [asdict(c) for c in self.coverage],
+        })
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunMeta":
+        """Parse run.json's content (KeyError/TypeError/ValueError on a malformed one)."""
+        return cls(
+            format=d.get("format", FORMAT),
+            status=d["status"],
+            config=d.get("config") or {},
+            versions=d.get("versions") or {},
+            host=d.get("host") or {},
+            anchor=ClockAnchor(**d["anchors"]),
+            worker_anchors={w: ClockAnchor(**a) for w, a in (d.get("worker_anchors") or {}).items()},
+            started_at=_num(d.get("started_at")),
+            ended_at=_num(d.get("ended_at")),
+            steps=[StepInfo(**{**s, "end_time": _num(s.get("end_time"))}) for s in d.get("steps") or []],
+            coverage=[Coverage(**c) for c in d.get("coverage") or []],
+        )
+
+
+def _num(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def json_safe(value: Any) -> Any:
+    """Replace NaN/inf floats by None, recursively (json.dumps would write non-standard `NaN`)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to a temporary file and rename it over `path`: readers see the old or the new file, whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(json_safe(data), indent=2) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,94 @@
+"""Read a run folder back: run.json plus every whole part of both tables.
+
+Works on a finished run and on one cut off mid-run (kill -9): parts are only ever renamed into
+place whole, so whatever is there is usable; a part that still fails to read is skipped with a
+warning rather than losing the rest of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loadlab.errors import UserError
+from loadlab.store.meta import RunMeta
+from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
+
+log = logging.getLogger(__name__)
+
+RUN_JSON = "run.json"
+SUMMARY_JSON = "summary.json"
+REQUESTS_DIR = "requests"
+SAMPLES_DIR = "samples"
+PART_GLOB = "part-*.parquet"
+
+
+@dataclass
+class RunData:
+    """A run folder in memory. `requests` has RequestRecord's columns; `samples` the long-form samples."""
+
+    path: Path
+    meta: RunMeta
+    requests: pd.DataFrame
+    samples: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)   # parts skipped, cut-off run, ...
+
+
+def load_run(folder: str | Path) -> RunData:
+    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder."""
+    path = Path(folder)
+    meta = read_meta(path)
+    warnings: list[str] = []
+    if meta.cut_off:
+        warnings.append("run.json still says 'running': the run was cut off; using the data it left")
+    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings)
+    samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings)
+    for w in warnings:
+        log.warning("%s: %s", path, w)
+    return RunData(path=path, meta=meta, requests=requests, samples=samples, warnings=warnings)
+
+
+def read_meta(folder: Path) -> RunMeta:
+    """Parse folder/run.json, or raise UserError saying why this is not a run folder."""
+    run_json = folder / RUN_JSON
+    if not folder.is_dir():
+        raise UserError(f"not a run folder: {folder} does not exist or is not a directory")
+    if not run_json.is_file():
+        raise UserError(f"not a run folder: {folder} has no {RUN_JSON}")
+    try:
+        return RunMeta.from_dict(json.loads(run_json.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+
+
+def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
+    tables = []
+    for part in sorted(folder.glob(PART_GLOB)):
+        try:
+            table = pq.read_table(part)
+            # Columns added to the schema after this part was written come back as nulls.
+            tables.append(table.cast(_schema_of(table, schema)))
+        except Exception as e:  # a damaged part must not cost the rest of the run
+            warnings.append(f"skipped unreadable part {part.name}: {type(e).__name__}: {e}")
+    if not tables:
+        return schema.empty_table().to_pandas()
+    table = pa.concat_tables(tables, promote_options="default")
+    return _with_all_columns(table, schema).to_pandas()
+
+
+def _schema_of(table: pa.Table, schema: pa.Schema) -> pa.Schema:
+    """The part's own columns, typed as the current schema says (unknown columns keep their type)."""
+    return pa.schema([schema.field(n) if n in schema.names else table.schema.field(n) for n in table.column_names])
+
+
+def _with_all_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(len(table), f.type))
+    return table
