@@ -1,0 +1,206 @@
+"""Collective (NCCL) time from NVIDIA's NCCL Inspector profiler plugin, and its share of step time.
+
+The Inspector (NCCL 2.23+, `NCCL_PROFILER_PLUGIN=.../libnccl-profiler-inspector.so`,
+`NCCL_INSPECTOR_ENABLE=1`, `NCCL_INSPECTOR_DUMP_DIR=<dir>`) appends one JSON object per line to
+`<dir>/<hostname>-pid<pid>.log`: `header` (communicator `id`, `rank`, `n_ranks`, `nnodes`),
+`metadata` (`dump_timestamp_us`, `hostname`, `pid`) and `coll_perf` (`coll`, `coll_sn`,
+`coll_msg_size_bytes`, `coll_exec_time_us`, `coll_algobw_gbs`, `coll_busbw_gbs`, and with
+`NCCL_INSPECTOR_DUMP_VERBOSE=1` an `event_trace_ts` with kernel start/stop times).
+
+Its dump thread writes only the LAST collective each communicator completed since the previous
+dump, so a record stands for `coll_sn - previous coll_sn` collectives of that communicator:
+collective seconds are estimated as exec time x that gap (exact when the dump interval is
+shorter than the gap between collectives).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadlab.clock import now
+from loadlab.collect.poller import PollingCollector
+from loadlab.collect.samples import Coverage, Sample
+
+INSPECTOR_PATTERNS = ("*.log", "*.jsonl")
+
+
+@dataclass
+class CollectiveRecord:
+    """One Inspector record: the latest collective of one communicator on one rank."""
+
+    end_time: float        # epoch seconds: kernel stop (verbose) or the dump time
+    coll: str              # AllReduce, AllGather, ReduceScatter, Broadcast, Send, Recv, ...
+    comm: str
+    rank: int
+    n_ranks: int
+    seq: int               # coll_sn: the communicator's collective sequence number
+    exec_seconds: float
+    msg_bytes: float
+    busbw_bytes_per_s: float
+
+    @classmethod
+    def parse(cls, line: str) -> "CollectiveRecord":
+        """Parse one JSON line; ValueError/KeyError/TypeError when it is not an Inspector record."""
+        d = json.loads(line)
+        header, meta, perf = d["header"], d["metadata"], d["coll_perf"]
+        stops = [k["kernel_stop_ts"] for k in (perf.get("event_trace_ts") or {}).get("kernel_events", [])
+                 if k.get("kernel_stop_ts")]
+        end_us = max(stops) if stops else meta["dump_timestamp_us"]
+        return cls(end_time=float(end_us) / 1e6, coll=str(perf["coll"]), comm=str(header["id"]),
+                   rank=int(header["rank"]), n_ranks=int(header["n_ranks"]), seq=int(perf["coll_sn"]),
+                   exec_seconds=float(perf["coll_exec_time_us"]) / 1e6,
+                   msg_bytes=float(perf["coll_msg_size_bytes"]),
+                   busbw_bytes_per_s=float(perf.get("coll_busbw_gbs", 0.0)) * 1e9)
+
+
+class _Tail:
+    """Reads the complete lines appended to a file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.lineno = 0
+
+    def new_lines(self) -> list[tuple[int, str]]:
+        with open(self.path, "rb") as f:
+            if self.path.stat().st_size < self.offset:  # truncated or replaced: start over
+                self.offset, self.partial = 0, b""
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        *complete, self.partial = (self.partial + data).split(b"\n")
+        out = []
+        for raw in complete:
+            self.lineno += 1
+            if raw.strip():
+                out.append((self.lineno, raw.decode("utf-8", errors="replace")))
+        return out
+
+
+class NcclInspectorCollector(PollingCollector):
+    """Source "nccl": tails Inspector files under `directory` (recursively).
+
+    Per record: `collective_time` (seconds), `collective_bytes`, `collective_busbw` (bytes/s)
+    and `collective_calls` (collectives the record stands for), labels coll, rank, comm, n_ranks.
+    Per interval and rank: `collective_seconds` (estimated collective time in the interval).
+    Malformed lines are counted, reported once and skipped.
+    """
+
+    source = "nccl"
+
+    def __init__(self, directory: str, interval: float = 1.0) -> None:
+        super().__init__(interval)
+        self.directory = Path(directory)
+        self.malformed = 0
+        self.records = 0
+        self._tails: dict[Path, _Tail] = {}
+        self._last_seq: dict[tuple[str, int], int] = {}
+        self._ranks: set[int] = set()
+
+    def poll(self) -> list[Sample]:
+        samples: list[Sample] = []
+        seconds: dict[int, float] = defaultdict(float)
+        for path in self._files():
+            tail = self._tails.setdefault(path, _Tail(path))
+            for lineno, line in tail.new_lines():
+                try:
+                    rec = CollectiveRecord.parse(line)
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    self.malformed += 1
+                    self.note_error(f"malformed NCCL Inspector line {path}:{lineno} skipped ({type(e).__name__})")
+                    continue
+                self.records += 1
+                calls = self._calls(rec)
+                seconds[rec.rank] += rec.exec_seconds * calls
+                labels = {"coll": rec.coll, "rank": str(rec.rank), "comm": rec.comm, "n_ranks": str(rec.n_ranks)}
+                for signal, value in (("collective_time", rec.exec_seconds), ("collective_bytes", rec.msg_bytes),
+                                      ("collective_busbw", rec.busbw_bytes_per_s), ("collective_calls", calls)):
+                    samples.append(Sample(rec.end_time, self.source, signal, float(value), dict(labels)))
+        self._ranks.update(seconds)
+        t = now()
+        for rank in sorted(self._ranks):  # zeros too: an idle interval is a measurement
+            samples.append(Sample(t, self.source, "collective_seconds", seconds.get(rank, 0.0), {"rank": str(rank)}))
+        return samples
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted({p for pattern in INSPECTOR_PATTERNS for p in self.directory.rglob(pattern) if p.is_file()})
+
+    def _calls(self, rec: CollectiveRecord) -> int:
+        """How many collectives this record stands for (gap in the sequence numbers)."""
+        key = (rec.comm, rec.rank)
+        prev = self._last_seq.get(key)
+        self._last_seq[key] = rec.seq
+        return rec.seq - prev if prev is not None and rec.seq > prev else 1
+
+    def coverage(self) -> Coverage:
+        cov = super().coverage()
+        if self.malformed:
+            cov.failed_samples = self.malformed
+        if not self.records and not cov.error and cov.ok_samples:
+            cov.error = f"no NCCL Inspector records found under {self.directory}"
+        return cov
+
+
+# -- collective time as a share of step time ------------------------------------------------
+
+def _increase(values: list[float]) -> float:
+    """Increase of a cumulative counter over ordered values, across resets (like PromQL)."""
+    total = 0.0
+    for prev, cur in zip(values, values[1:]):
+        total += cur - prev if cur >= prev else cur
+    return total
+
+
+def _totals_by_rank(samples: list[Sample]) -> dict[str, float]:
+    """Total per rank of a set of series: per-interval `collective_seconds` samples are summed,
+    cumulative histogram series (`..._sum`, `..._count`) contribute their increase."""
+    series: dict[tuple, list[Sample]] = defaultdict(list)
+    for s in samples:
+        if "le" not in s.labels:  # histogram buckets are not totals
+            series[(s.signal, tuple(sorted(s.labels.items())))].append(s)
+    totals: dict[str, float] = defaultdict(float)
+    for (signal, _), group in series.items():
+        group.sort(key=lambda s: s.time)
+        rank = group[0].labels.get("rank", "")
+        values = [s.value for s in group]
+        totals[rank] += sum(values) if signal == "collective_seconds" else _increase(values)
+    return totals
+
+
+def _mean_over_ranks(samples: list[Sample]) -> float:
+    # Ranks run their collectives and steps side by side: per-step figures are means over ranks.
+    totals = _totals_by_rank(samples)
+    return sum(totals.values()) / len(totals) if totals else math.nan
+
+
+def _collective_seconds(samples: list[Sample]) -> float:
+    return _mean_over_ranks([s for s in samples if s.signal == "collective_seconds"
+                             or (s.signal.startswith("collective") and s.signal.endswith("_sum"))])
+
+
+def collective_seconds_per_step(samples: list[Sample], step_time_samples: list[Sample]) -> float:
+    """Collective seconds per engine step; NaN when either side is missing.
+
+    `samples`: NCCL `collective_seconds` samples, or a server's collective-time histogram
+    (its `collective..._sum` series; other signals are ignored). `step_time_samples`: a step-time histogram (its `..._count` series
+    counts steps). Pass the samples of the window of interest (e.g. the steady state).
+    """
+    steps = _mean_over_ranks([s for s in step_time_samples if s.signal.endswith("_count")])
+    return _collective_seconds(samples) / steps if steps > 0 else math.nan
+
+
+def collective_share(samples: list[Sample], step_time_samples: list[Sample]) -> float:
+    """Share (0..1) of step time spent in collectives; NaN when either side is missing.
+
+    Same inputs as `collective_seconds_per_step`; step time is the increase of the step-time
+    histogram's `..._sum` (the reference server's `loadlab_server_step_seconds`).
+    """
+    step_seconds = _mean_over_ranks([s for s in step_time_samples if s.signal.endswith("_sum")])
+    return _collective_seconds(samples) / step_seconds if step_seconds > 0 else math.nan
