@@ -25,6 +25,7 @@ class ClientContext:
     worker_count: int = 1
     step: StepInfo | None = None
     anchor: ClockAnchor = field(default_factory=process_anchor)
+    in_flight: int = 0                   # requests sent and not yet finished here (users keep it)
 
     def rate_share(self) -> float:
         """This process's share of the open-loop rate: independent Poisson streams sum to Poisson(R)."""
@@ -39,10 +40,12 @@ def add_loadlab_events(events: Events) -> Events:
     - `llm_request(record: RequestRecord)`: fired once per finished request (failed ones too),
       in the process that measured it; in distributed runs, also on the master for shipped records.
     - `llm_step(step: StepInfo)`: fired when a load step begins.
+    - `llm_worker_anchor(worker: str, anchor: ClockAnchor)`: fired on a master when a worker
+      process joins, with that worker's clock anchor (for run.json's `worker_anchors`).
     Locust's own `request` event is fired once per HTTP request (never per token), so Locust's
     request counts stay honest.
     """
-    for name in ("llm_request", "llm_step"):
+    for name in ("llm_request", "llm_step", "llm_worker_anchor"):
         if not hasattr(events, name):
             setattr(events, name, EventHook())
     return events
