@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.stats import Distribution, percentile
-from loadlab.client.records import StepInfo
+from loadlab.client.records import ErrorCategory, StepInfo
 from loadlab.collect.samples import Coverage
 from loadlab.errors import UserError
 from loadlab.store.meta import json_safe
@@ -98,11 +98,12 @@ class StepSummary:
     start_time: float
     end_time: float
     window: float               # seconds the rates are computed over (warm-up excluded)
-    sent: int                   # non-warm-up requests
+    sent: int                   # non-warm-up requests: succeeded + failed + aborted
     succeeded: int
-    failed: int
+    failed: int                 # failed requests, aborted ones not included
+    aborted: int                # still in flight when the run was stopped: not the server's failure
     warmup: int                 # warm-up requests, stored but excluded from everything here
-    errors: dict[str, int]      # failed requests by ErrorCategory value
+    errors: dict[str, int]      # failed requests by ErrorCategory value (aborted not included)
     requests_per_s: float       # succeeded / window
     output_tokens: int          # of succeeded requests
     output_tokens_per_s: float
@@ -271,7 +272,8 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
     start, end, seconds = window
     measured = df[~df["warmup"]]
     ok = measured[measured["ok"]]
-    failed = measured[~measured["ok"]]
+    aborted = measured["error"] == ErrorCategory.ABORTED.value
+    failed = measured[~measured["ok"] & ~aborted]
 
     def per_s(n: float) -> float:
         return n / seconds if seconds > 0 else math.nan
@@ -282,6 +284,7 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
     summary = StepSummary(
         index=index, label=label, mode=mode, target=float(target), start_time=start, end_time=end,
         window=seconds, sent=len(measured), succeeded=len(ok), failed=len(failed),
+        aborted=int(aborted.sum()),
         warmup=int(df["warmup"].sum()),
         errors={str(k): int(v) for k, v in failed["error"].value_counts().sort_index().items()},
         requests_per_s=per_s(len(ok)), output_tokens=output_tokens,

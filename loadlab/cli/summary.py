@@ -1,7 +1,46 @@
-"""`loadlab summary`: placeholder until its owner implements it."""
+"""`loadlab summary DIR`: recompute a run folder's summary and print it (table or JSON)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
+from rich.console import Console
+
+WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
+
+
+def summary(
+    folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms for goodput, e.g. ttft=500,itl=50,tpot=40,e2e=5000."),
+    write: bool = typer.Option(False, "--write", help="Also rewrite DIR/summary.json with this summary."),
+) -> None:
+    """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""
+    from loadlab.analyze.summary import Slo, summarize
+    from loadlab.report.console import print_summary
+    from loadlab.store.meta import write_json_atomic
+    from loadlab.store.reader import SUMMARY_JSON, load_run
+
+    objectives = Slo.parse(slo) if slo is not None else None
+    run = load_run(folder)
+    result = summarize(run, objectives)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if write:
+        write_json_atomic(folder / SUMMARY_JSON, result.to_dict())
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=WIDE)
+        print_summary(result, console)
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to the CLI."""
+    app.command()(summary)

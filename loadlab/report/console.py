@@ -1,0 +1,102 @@
+"""The run summary in the terminal: one table row per step, errors, and the client self-check."""
+
+from __future__ import annotations
+
+import math
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from loadlab.analyze.stats import Distribution
+from loadlab.analyze.summary import RunSummary, StepSummary
+
+DASH = "–"
+
+
+def print_summary(summary: RunSummary, console: Console) -> None:
+    """Print the summary of one run: table, errors, token checks, coverage, CLIENT-LIMITED warning."""
+    console.print(_steps_table(summary))
+    for line in _notes(summary):
+        console.print(line)
+    if summary.client.limited:
+        reasons = "\n".join(f"• {r}" for r in summary.client.reasons)
+        console.print(Panel(Text(reasons), title="CLIENT-LIMITED", title_align="left", style="bold red",
+                            subtitle="results measure the load generator, not only the server"))
+
+
+def _steps_table(summary: RunSummary) -> Table:
+    status = summary.status if not summary.cut_off else "CUT OFF (still 'running')"
+    table = Table(title=f"{summary.path} [{status}]", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 0, 0, 1), pad_edge=False,
+                  caption="TTFT/ITL/TPOT/E2E: ms, p50/p90/p99 over successful requests; warm-up excluded",
+                  caption_justify="left")
+    table.add_column("step", overflow="fold")
+    for header in ("sent/ok/\nfail", "req/s", "out\ntok/s", "TTFT", "ITL", "TPOT", "E2E",
+                   "tok/s per\nuser p50", "achieved/\ntarget"):
+        table.add_column(header, justify="right", overflow="fold")
+    if summary.slo is not None:
+        table.add_column("goodput\nreq/s", justify="right", overflow="fold")
+    rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
+    for step in rows:
+        cells = [step.label, _counts(step), _num(step.requests_per_s), _num(step.output_tokens_per_s),
+                 _ms(step.ttft), _ms(step.itl), _ms(step.tpot), _ms(step.e2e),
+                 _num(step.user_tokens_per_s.p50), _achieved(step)]
+        if summary.slo is not None:
+            cells.append(_num(step.goodput))
+        table.add_row(*cells, style="bold" if step.index < 0 else None)
+    return table
+
+
+def _notes(summary: RunSummary) -> list[Text]:
+    """The lines under the table: errors, aborted requests, token checks, coverage, warnings."""
+    o = summary.overall
+    notes: list[Text] = []
+    if o.errors:
+        errors = ", ".join(f"{category} {count}" for category, count in o.errors.items())
+        notes.append(Text(f"errors: {errors}", style="red"))
+    if o.aborted:
+        notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
+    checks = [(o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
+              (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),
+              (o.tokens.usage_mismatch, "requests where usage.completion_tokens differs from the events counted"),
+              (o.tokens.usage_missing, "requests without usage (the client's count was used)")]
+    notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
+    if summary.coverage:
+        parts = [f"{c.source} " + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed"
+                                   + (f" ({c.error})" if c.error else "")) for c in summary.coverage]
+        notes.append(Text("collectors: " + "; ".join(parts)))
+    if summary.slo is not None:
+        slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in vars(summary.slo).items() if v)
+        every_gap = " (ITL: every gap of the request)" if summary.slo.itl_ms else ""
+        notes.append(Text(f"goodput: successful requests/s with {slo}{every_gap}"))
+    notes += [Text(f"warning: {w}", style="yellow") for w in summary.warnings]
+    return notes
+
+
+def _counts(step: StepSummary) -> str:
+    text = f"{step.sent}/{step.succeeded}/{step.failed}"
+    return text + (f" +{step.aborted} aborted" if step.aborted else "")
+
+
+def _achieved(step: StepSummary) -> str:
+    if math.isnan(step.achieved):
+        return DASH
+    return f"{_num(step.achieved)}/{step.target:g}"   # users (closed) or req/s (open), as the label says
+
+
+def _num(value: float | None) -> str:
+    """Three significant figures or so: enough to compare steps, short enough for one line."""
+    if value is None or math.isnan(value):
+        return DASH
+    if abs(value) >= 99.95:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 0.995 else f"{value:.2f}"
+
+
+def _ms(d: Distribution) -> str:
+    if d.count == 0:
+        return DASH
+    return "/".join(_num(v * 1000) for v in (d.p50, d.p90, d.p99))
