@@ -1,0 +1,168 @@
+"""Canonical signal names, and the tables that map each server's metric names onto them.
+
+Analysis code only knows the canonical names (documented in docs/signals.md), so a verdict
+reads the same whether the server was vLLM, SGLang, TGI, TensorRT-LLM or the reference server.
+A metric absent from these tables keeps its raw name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Canonical signals from serving engines. Histograms become one sample per bucket (label `le`)
+# plus `<signal>_sum` and `<signal>_count`.
+REQUESTS_RUNNING = "requests_running"      # gauge: requests in the running batch
+REQUESTS_WAITING = "requests_waiting"      # gauge: requests queued, not yet scheduled
+KV_USAGE = "kv_usage"                      # gauge: KV-cache blocks in use, 0..1
+PREEMPTIONS = "preemptions"                # counter: requests preempted / retracted
+PROMPT_TOKENS = "prompt_tokens"            # counter: prefill tokens processed
+GENERATION_TOKENS = "generation_tokens"    # counter: tokens generated
+TOKENS_PER_STEP = "tokens_per_step"        # histogram: tokens carried by one engine step
+BATCH_SIZE = "batch_size"                  # histogram (or gauge): sequences in one engine step
+TTFT = "ttft"                              # histogram, seconds
+ITL = "itl"                                # histogram, seconds
+E2E = "e2e"                                # histogram, seconds
+QUEUE_TIME = "queue_time"                  # histogram, seconds
+PREFILL_TIME = "prefill_time"              # histogram, seconds
+DECODE_TIME = "decode_time"                # histogram, seconds
+STEP_TIME = "step_time"                    # histogram, seconds (label `phase` when known)
+COLLECTIVE_TIME = "collective_time"        # histogram, seconds of collectives per step
+
+# GPU signals, ratios 0..1. The NVML collector (loadlab.collect.gpu, `GpuReading`) owns their
+# full list; these are the ones DCGM exporter series map onto, named as NVML's.
+GPU_UTIL = "gpu_util"                      # share of time at least one kernel ran
+GPU_MEM_UTIL = "gpu_mem_util"              # share of time device memory was read or written
+GPU_MEM_USED = "gpu_mem_used"              # bytes
+GPU_SM_ACTIVE = "gpu_sm_active"
+GPU_SM_OCCUPANCY = "gpu_sm_occupancy"
+GPU_TENSOR_ACTIVE = "gpu_tensor_active"
+GPU_DRAM_ACTIVE = "gpu_dram_active"
+GPU_GR_ENGINE_ACTIVE = "gpu_gr_engine_active"  # DCGM only
+
+
+@dataclass(frozen=True)
+class SignalMapping:
+    """A raw metric name's canonical signal; `scale` converts its unit (e.g. percent -> 0..1)."""
+
+    signal: str
+    scale: float = 1.0
+
+
+def _table(pairs: dict[str, str]) -> dict[str, SignalMapping]:
+    return {raw: SignalMapping(signal) for raw, signal in pairs.items()}
+
+
+# Keys are metric family names as exposed: counters without the `_total` that prometheus_client
+# appends, histograms without `_bucket`/`_sum`/`_count` (see `canonical_name`).
+VLLM = _table({
+    "vllm:num_requests_running": REQUESTS_RUNNING,
+    "vllm:num_requests_waiting": REQUESTS_WAITING,
+    "vllm:kv_cache_usage_perc": KV_USAGE,              # a fraction despite the name
+    "vllm:gpu_cache_usage_perc": KV_USAGE,             # older name
+    "vllm:num_preemptions": PREEMPTIONS,
+    "vllm:prompt_tokens": PROMPT_TOKENS,
+    "vllm:generation_tokens": GENERATION_TOKENS,
+    "vllm:iteration_tokens_total": TOKENS_PER_STEP,    # a histogram whose name ends in _total
+    "vllm:time_to_first_token_seconds": TTFT,
+    "vllm:inter_token_latency_seconds": ITL,
+    "vllm:time_per_output_token_seconds": ITL,         # older name
+    "vllm:e2e_request_latency_seconds": E2E,
+    "vllm:request_queue_time_seconds": QUEUE_TIME,
+    "vllm:request_prefill_time_seconds": PREFILL_TIME,
+    "vllm:request_decode_time_seconds": DECODE_TIME,
+})
+
+SGLANG = _table({
+    "sglang:num_running_reqs": REQUESTS_RUNNING,
+    "sglang:num_queue_reqs": REQUESTS_WAITING,
+    "sglang:token_usage": KV_USAGE,
+    # The counter; `sglang:num_retracted_reqs` is a per-batch gauge and keeps its raw name.
+    "sglang:num_retracted_requests": PREEMPTIONS,
+    "sglang:prompt_tokens": PROMPT_TOKENS,
+    "sglang:generation_tokens": GENERATION_TOKENS,
+    "sglang:time_to_first_token_seconds": TTFT,
+    "sglang:inter_token_latency_seconds": ITL,
+    "sglang:e2e_request_latency_seconds": E2E,
+    "sglang:queue_time_seconds": QUEUE_TIME,
+})
+
+TGI = _table({
+    "tgi_batch_current_size": REQUESTS_RUNNING,
+    "tgi_queue_size": REQUESTS_WAITING,
+    "tgi_request_queue_duration": QUEUE_TIME,
+    # Per request mean, not per gap: the closest TGI has to an inter-token latency.
+    "tgi_request_mean_time_per_token_duration": ITL,
+    "tgi_request_duration": E2E,
+    "tgi_batch_forward_duration": STEP_TIME,           # label method="prefill"|"decode"
+})
+
+# trtllm-serve exposes `trtllm_*`; some front ends (Dynamo) re-export them as `trtllm:*`.
+_TRTLLM = {
+    "num_requests_running": REQUESTS_RUNNING,
+    "num_requests_waiting": REQUESTS_WAITING,
+    "kv_cache_utilization": KV_USAGE,
+    "time_to_first_token_seconds": TTFT,
+    "time_per_output_token_seconds": ITL,
+    "e2e_request_latency_seconds": E2E,
+    "request_queue_time_seconds": QUEUE_TIME,
+    "iteration_latency_seconds": STEP_TIME,
+}
+TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items() for sep in ("_", ":")})
+
+# The bundled reference server speaks vLLM's names plus these engine-internal histograms.
+REFERENCE = _table({
+    "loadlab_server_step_seconds": STEP_TIME,          # label phase="prefill"|"decode"|"mixed"
+    "loadlab_server_batch_size": BATCH_SIZE,
+    "loadlab_server_tokens_per_step": TOKENS_PER_STEP,
+    "loadlab_server_collective_seconds": COLLECTIVE_TIME,
+})
+
+# dcgm-exporter, as scraped by a Prometheus server. Profiling fields are already 0..1.
+DCGM = {
+    "DCGM_FI_DEV_GPU_UTIL": SignalMapping(GPU_UTIL, scale=0.01),      # percent
+    "DCGM_FI_DEV_MEM_COPY_UTIL": SignalMapping(GPU_MEM_UTIL, scale=0.01),  # percent
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": SignalMapping(GPU_GR_ENGINE_ACTIVE),
+    "DCGM_FI_PROF_SM_ACTIVE": SignalMapping(GPU_SM_ACTIVE),
+    "DCGM_FI_PROF_SM_OCCUPANCY": SignalMapping(GPU_SM_OCCUPANCY),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": SignalMapping(GPU_TENSOR_ACTIVE),
+    "DCGM_FI_PROF_DRAM_ACTIVE": SignalMapping(GPU_DRAM_ACTIVE),
+    "DCGM_FI_DEV_FB_USED": SignalMapping(GPU_MEM_USED, scale=1024 * 1024),  # MiB
+}
+
+SERVER_FAMILIES: dict[str, dict[str, SignalMapping]] = {
+    "vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "trtllm": TRTLLM, "reference": REFERENCE,
+}
+ALL_MAPPINGS: dict[str, SignalMapping] = {
+    raw: m for table in (*SERVER_FAMILIES.values(), DCGM) for raw, m in table.items()
+}
+
+# Sample-name suffixes of counters and histograms, and what they become on the canonical name.
+_SUFFIXES = {"_bucket": "", "_sum": "_sum", "_count": "_count", "_total": ""}
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """Where one raw sample lands: its signal name and the factor applied to its value."""
+
+    signal: str
+    scale: float = 1.0
+    known: bool = True
+
+
+def canonical_name(sample_name: str) -> Canonical:
+    """Map one exposed sample name (e.g. `vllm:e2e_request_latency_seconds_bucket`).
+
+    Unknown names come back unchanged with `known=False`.
+    """
+    mapping = ALL_MAPPINGS.get(sample_name)
+    if mapping is not None:
+        return Canonical(mapping.signal, mapping.scale)
+    for suffix, canonical_suffix in _SUFFIXES.items():
+        if sample_name.endswith(suffix):
+            mapping = ALL_MAPPINGS.get(sample_name[: -len(suffix)])
+            if mapping is not None:
+                # Histogram sums are in the metric's own unit; counts are never scaled.
+                scale = 1.0 if canonical_suffix == "_count" else mapping.scale
+                return Canonical(mapping.signal + canonical_suffix, scale)
+    return Canonical(sample_name, known=False)
+

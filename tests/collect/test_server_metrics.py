@@ -1,0 +1,177 @@
+"""ServerMetricsCollector: scrapes /metrics in the background, maps names, survives bad sources."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from loadlab.clock import now
+from loadlab.collect.samples import Sample
+from loadlab.collect.server_metrics import ServerMetricsCollector, metrics_url
+from loadlab.errors import UserError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+class MetricsPages:
+    """What the test server answers, per path: (status, body). Changeable while it runs."""
+
+    def __init__(self, pages: dict[str, tuple[int, str]]) -> None:
+        self.pages = pages
+        self.hits: dict[str, int] = {}
+
+
+@contextmanager
+def metrics_server(pages: dict[str, tuple[int, str]]) -> Iterator[tuple[str, MetricsPages]]:
+    """A real HTTP server on a free loopback port serving `pages`; yields its base URL."""
+    state = MetricsPages(pages)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.hits[self.path] = state.hits.get(self.path, 0) + 1
+            status, body = state.pages.get(self.path, (404, "not found"))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class Collected:
+    """A sink that keeps every batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Sample]] = []
+
+    def __call__(self, samples: list[Sample]) -> None:
+        self.batches.append(samples)
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [s for b in self.batches for s in b]
+
+
+def run_collector(collector: ServerMetricsCollector, seconds: float) -> Collected:
+    sink = Collected()
+    collector.start(sink)
+    time.sleep(seconds)
+    collector.stop()
+    return sink
+
+
+VLLM_TEXT = (FIXTURES / "vllm.txt").read_text()
+
+
+def test_scrapes_periodically_with_canonical_names_and_run_clock_times():
+    with metrics_server({"/metrics": (200, VLLM_TEXT)}) as (url, state):
+        t0 = now()
+        sink = run_collector(ServerMetricsCollector(f"{url}/metrics", interval=0.2), 1.1)
+        t1 = now()
+    # One scrape at start, about one per 0.2 s, one at stop; wide bounds for a loaded CI box.
+    assert 3 <= len(sink.batches) <= 9
+    times = sorted({s.time for s in sink.samples})
+    assert len(times) == len(sink.batches)
+    assert t0 <= times[0] and times[-1] <= t1
+    batch = sink.batches[0]
+    assert {s.source for s in batch} == {"server"}
+    running = [s for s in batch if s.signal == "requests_running"]
+    assert [s.value for s in running] == [12.0]
+    assert state.hits["/metrics"] == len(sink.batches)
+
+
+def test_histograms_are_kept_as_buckets_sum_and_count():
+    with metrics_server({"/metrics": (200, VLLM_TEXT)}) as (url, _):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10)
+        batch = collector.poll()
+    ttft = {s.labels["le"]: s.value for s in batch if s.signal == "ttft"}
+    assert ttft == {"0.001": 0, "0.1": 60, "0.5": 110, "+Inf": 120}
+    assert all("le" not in s.labels for s in batch if s.signal in ("ttft_sum", "ttft_count"))
+    assert [s.value for s in batch if s.signal == "ttft_count"] == [120]
+    assert [s.value for s in batch if s.signal == "ttft_sum"] == [12.5]
+
+
+def test_coverage_counts_scrapes():
+    with metrics_server({"/metrics": (200, VLLM_TEXT)}) as (url, _):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=0.2)
+        sink = run_collector(collector, 0.5)
+    cov = collector.coverage()
+    assert cov.source == "server" and cov.enabled
+    assert cov.ok_samples == len(sink.batches) and cov.failed_samples == 0 and cov.error == ""
+
+
+def test_unreachable_source_is_reported_once_and_counted(caplog):
+    with metrics_server({}) as (url, _):
+        pass  # the server is gone: its port refuses connections now
+    collector = ServerMetricsCollector(f"{url}/metrics", interval=0.1)
+    with caplog.at_level(logging.WARNING):
+        sink = run_collector(collector, 0.6)
+    cov = collector.coverage()
+    assert sink.samples == []
+    assert cov.ok_samples == 0 and cov.failed_samples >= 3
+    assert "refused" in cov.error.lower() or "urlerror" in cov.error.lower()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+
+
+def test_malformed_text_is_a_failed_scrape_and_the_collector_goes_on(caplog):
+    with metrics_server({"/metrics": (200, "<html>this is not metrics</html>")}) as (url, state):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=0.1)
+        sink = Collected()
+        with caplog.at_level(logging.WARNING):
+            collector.start(sink)
+            time.sleep(0.35)
+            state.pages["/metrics"] = (200, VLLM_TEXT)   # the server recovers
+            time.sleep(0.35)
+            collector.stop()
+    cov = collector.coverage()
+    assert cov.failed_samples >= 1 and cov.ok_samples >= 1
+    assert "not Prometheus text" in cov.error
+    assert any(s.signal == "kv_usage" for s in sink.samples)
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+
+
+def test_http_error_is_a_failed_scrape():
+    with metrics_server({"/metrics": (500, "boom")}) as (url, _):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=0.1)
+        run_collector(collector, 0.25)
+    assert collector.coverage().failed_samples >= 1
+    assert "500" in collector.coverage().error
+
+
+def test_falls_back_to_tensorrt_llm_path_on_404():
+    trt = (FIXTURES / "trtllm.txt").read_text()
+    with metrics_server({"/prometheus/metrics": (200, trt)}) as (url, _):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10,
+                                           fallback_urls=(f"{url}/prometheus/metrics",))
+        batch = collector.poll()
+    assert collector.url.endswith("/prometheus/metrics")
+    assert any(s.signal == "kv_usage" and s.value == 0.97 for s in batch)
+
+
+def test_metrics_url_from_api_url():
+    assert metrics_url("http://h:8000/v1") == "http://h:8000/metrics"
+    assert metrics_url("https://h/v1/", "/prometheus/metrics") == "https://h/prometheus/metrics"
+    with pytest.raises(UserError):
+        metrics_url("localhost:8000")
+    with pytest.raises(UserError):
+        ServerMetricsCollector("ftp://h/metrics")
