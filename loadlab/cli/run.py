@@ -1,7 +1,138 @@
-"""`loadlab run`: placeholder until its owner implements it."""
+"""`loadlab run`: load-test an OpenAI-compatible endpoint and write a run folder.
+
+Settings come from an optional scenario file (-c), then the flags, which override it.
+A run that completes exits 0 even when requests failed (the failures are in the report);
+bad input exits 2 with a one-line error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
 
 import typer
+
+API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")
+WIDE = 160
+EXIT_INTERRUPTED = 130
+
+
+def run(
+    url: Optional[str] = typer.Option(None, "--url", help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
+    api: Optional[str] = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    scenario: Optional[Path] = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests/s, or steps such as 1,5,10."),
+    arrival: Optional[str] = typer.Option(None, "--arrival", help="Open-loop arrivals: poisson | constant | gamma."),
+    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
+    think_time: Optional[str] = typer.Option(None, "--think-time", help="Closed-loop pause between a user's requests, seconds (a distribution, e.g. uniform:0:2)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Seconds to run (per step when there are several and no --step-duration)."),
+    requests: Optional[int] = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
+    step_duration: Optional[float] = typer.Option(None, "--step-duration", help="Seconds per step."),
+    warmup_requests: Optional[int] = typer.Option(None, "--warmup-requests", help="First N requests of each step, excluded from results."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (covers stalled streams; default 300)."),
+    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
+    workload: Optional[str] = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
+    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64."),
+    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed."),
+    server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="Server /metrics URL or path (default <url>/metrics)."),
+    no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus server URL to query during the run."),
+    selector: Optional[str] = typer.Option(None, "--selector", help="Prometheus label selector, e.g. job=\"vllm\"."),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
+    nccl_inspector_dir: Optional[str] = typer.Option(None, "--nccl-inspector-dir", help="Folder the NCCL Inspector plugin writes to."),
+    server_pid: Optional[int] = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
+) -> None:
+    """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value."""
+    import locust  # noqa: F401  (gevent monkey-patching must come before the other imports)
+    from rich.console import Console
+
+    from loadlab.client.runloop import run_load
+    from loadlab.config import RunConfig
+    from loadlab.errors import UserError
+    from loadlab.workload import make_workload
+    from loadlab.workload.scenario import apply_overrides, check, load_scenario
+
+    cfg = load_scenario(scenario) if scenario is not None else RunConfig()
+    if concurrency is not None:
+        cfg.rate = []          # a flag chooses the load model over the file's
+    if rate is not None:
+        cfg.concurrency = []
+    cfg = apply_overrides(
+        cfg, url=url, model=model, api=api, concurrency=concurrency, rate=rate, arrival=arrival,
+        burstiness=burstiness, think_time=think_time, duration=duration, requests=requests,
+        step_duration=step_duration, warmup_requests=warmup_requests, timeout=timeout,
+        processes=processes, kind=workload, input_len=input_len, output_len=output_len,
+        dataset=dataset, seed=seed, server_metrics=server_metrics, prometheus=prometheus,
+        prometheus_selector=selector, nccl_inspector_dir=nccl_inspector_dir, server_pid=server_pid)
+    if no_server_metrics:
+        cfg.server_metrics = None
+    if no_gpu:
+        cfg.gpu = False
+    check(cfg, complete=True)
+    if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
+        raise UserError(f"dataset file not found: {cfg.workload.dataset}")
+    make_workload(cfg.workload, cfg.api)   # fails here, not mid-run, on a bad data set
+    cfg.api_key = api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
+    if not cfg.model:
+        cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
+    folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    cfg.out = str(folder)
+
+    console = Console(stderr=True)
+    console.print(f"loadlab run -> {folder}  ({cfg.url}, model {cfg.model}, api {cfg.api})", highlight=False)
+    outcome = run_load(cfg, folder, console)
+    print_final_summary(folder)
+    if outcome.status == "interrupted":
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def discover_model(url: str, api_key: str, timeout: float) -> str:
+    """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from loadlab.client.stream import split_url
+    from loadlab.errors import UserError
+
+    base, prefix = split_url(url)
+    request = urllib.request.Request(f"{base}{prefix}/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            models = json.loads(r.read())["data"]
+        return str(models[0]["id"])
+    except urllib.error.HTTPError as e:
+        raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass --model") from None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise UserError(f"cannot discover the model from {base}{prefix}/models ({reason}); pass --model") from None
+
+
+def print_final_summary(folder: Path) -> None:
+    """The summary table of the finished run, on stdout."""
+    from rich.console import Console
+
+    from loadlab.analyze.summary import summarize
+    from loadlab.report.console import print_summary
+    from loadlab.store.run_folder import load_run
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=WIDE)
+    print_summary(summarize(load_run(folder)), console)
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to the CLI."""
+    app.command()(run)

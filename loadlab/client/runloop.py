@@ -1,0 +1,212 @@
+"""Drive one run: load steps, stop conditions, the run folder, the live display and the self-check.
+
+The same loop drives a LocalRunner (one process) or a MasterRunner (`--processes N`): it only
+calls runner.start/stop/quit, sets `environment.loadlab.step` and listens to `llm_request`.
+
+Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and/or until its
+`--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
+DEFAULT_STEP_SECONDS. After the last step no new request starts; requests in flight get up to the
+per-request timeout to finish, then are aborted (counted, category "aborted").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gevent
+from locust.env import Environment
+from rich.console import Console
+
+from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck
+from loadlab.client.stream import Endpoint
+from loadlab.client.users import ClosedLoopUser, OpenLoopUser, in_flight
+from loadlab.clock import ClockAnchor, now, process_anchor
+from loadlab.collect import build_collectors
+from loadlab.config import RunConfig
+from loadlab.report.live import LiveDisplay, LiveStats
+from loadlab.store.run_folder import RunWriter
+
+DEFAULT_STEP_SECONDS = 60.0
+_TICK_S = 0.25           # how often the loop checks stop conditions and redraws
+_RATE_WINDOW_S = 5.0     # tokens/s on screen: over the last few seconds
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step to run: its label and target, and when it ends."""
+
+    index: int
+    label: str
+    mode: str                 # "closed" | "open"
+    target: float             # users or requests/s
+    seconds: float            # 0: no time limit (ends by request count)
+    requests: int             # finished requests (warm-up included) that end it; 0: no count limit
+
+
+def plan_steps(config: RunConfig) -> list[StepPlan]:
+    """The steps of a run: one per --concurrency / --rate value."""
+    mode = "closed" if config.concurrency else "open"
+    values: list[float] = list(config.concurrency or config.rate)
+    if len(values) > 1:
+        seconds = config.step_duration or config.duration
+    else:
+        seconds = config.duration or config.step_duration
+    if not seconds and not config.requests:
+        seconds = DEFAULT_STEP_SECONDS
+    requests = config.requests + config.warmup_requests if config.requests else 0
+    name = "concurrency" if mode == "closed" else "rate"
+    return [StepPlan(i, f"{name}={v:g}", mode, float(v), seconds, requests) for i, v in enumerate(values)]
+
+
+@dataclass
+class Tally:
+    """Running counts over the records this process receives (the only process, or the master)."""
+
+    done: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    per_step: dict[int, int] = field(default_factory=dict)
+    recent_tokens: deque = field(default_factory=deque)         # (end time, tokens)
+    recent_start_delays: deque = field(default_factory=lambda: deque(maxlen=200))
+
+    def add(self, rec: RequestRecord) -> None:
+        self.done += 1
+        self.per_step[rec.step] = self.per_step.get(rec.step, 0) + 1
+        if not rec.ok:
+            self.errors += 1
+        tokens = rec.completion_tokens if rec.completion_tokens >= 0 else rec.client_tokens
+        self.output_tokens += tokens
+        self.recent_tokens.append((rec.end_time, tokens))
+        if math.isfinite(rec.send_time):
+            self.recent_start_delays.append(rec.send_time - rec.scheduled_time)
+
+    def tokens_per_s(self, t: float) -> float:
+        while self.recent_tokens and self.recent_tokens[0][0] < t - _RATE_WINDOW_S:
+            self.recent_tokens.popleft()
+        return sum(n for _, n in self.recent_tokens) / _RATE_WINDOW_S
+
+    def start_delay_p99(self) -> float:
+        delays = sorted(self.recent_start_delays)
+        return delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else 0.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: str               # "finished" | "interrupted"
+    folder: Path
+    requests: int
+    errors: int
+
+
+def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
+    """Run the load the config describes, writing the run folder; returns how it ended."""
+    Endpoint.from_config(config)   # validates url and api before anything starts
+    plans = plan_steps(config)
+    anchor = process_anchor()
+    collectors = build_collectors(config)
+    writer = RunWriter(folder, config, anchor)
+    writer.start_autoflush(1.0)
+
+    env, runner = _start_environment(config, plans[0].mode, anchor)
+    tally = Tally()
+
+    def on_record(record: RequestRecord, **_: object) -> None:
+        writer.add_requests([record])
+        tally.add(record)
+
+    env.events.llm_request.add_listener(on_record)
+    env.events.llm_worker_anchor.add_listener(
+        lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
+    selfcheck = SelfCheck(env.loadlab.worker)
+    selfcheck.start(writer.add_samples)
+    for c in collectors:
+        c.start(writer.add_samples)
+
+    status = "finished"
+    started = time.perf_counter()
+    with LiveDisplay(console) as live:
+        def show(label: str) -> None:
+            live.update(LiveStats(elapsed=time.perf_counter() - started, step_label=label,
+                                  in_flight=in_flight(env), done=tally.done, errors=tally.errors,
+                                  output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
+                                  warning=_warning(selfcheck, tally, plans[0].mode)))
+        try:
+            for plan in plans:
+                _run_step(plan, env, runner, writer, tally, show, len(plans))
+        except KeyboardInterrupt:
+            status = "interrupted"
+        # No new requests from here; those in flight get the per-request timeout (none on Ctrl-C).
+        env.stop_timeout = 0 if status == "interrupted" else config.timeout
+        try:
+            stopper = gevent.spawn(runner.stop)
+            while not stopper.ready():
+                show("stopping")
+                stopper.join(_TICK_S)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            env.stop_timeout = 0
+            runner.stop()
+        runner.quit()
+        show("done")
+
+    selfcheck.stop()
+    for c in collectors:
+        c.stop()
+    writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()])
+    return RunOutcome(status, Path(folder), tally.done, tally.errors)
+
+
+def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
+    user = ClosedLoopUser if mode == "closed" else OpenLoopUser
+    env = Environment(user_classes=[user], host=Endpoint.from_config(config).base_url)
+    add_loadlab_events(env.events)
+    env.loadlab = ClientContext(config=config, worker=f"{socket.gethostname()}:{os.getpid()}",
+                                worker_count=config.processes, anchor=anchor)
+    if config.processes > 1:
+        from loadlab.client.distributed import start_master_with_workers
+
+        runner = start_master_with_workers(env, config.processes)
+    else:
+        runner = env.create_local_runner()
+        env.events.init.fire(environment=env, runner=runner, web_ui=None)
+    return env, runner
+
+
+def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally: Tally,
+              show, step_count: int) -> None:
+    info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
+                    start_time=now())
+    env.loadlab.step = info
+    writer.begin_step(info)
+    env.events.llm_step.fire(step=info)
+    users = int(plan.target) if plan.mode == "closed" else env.loadlab.worker_count
+    if plan.mode == "closed" or plan.index == 0:
+        # Spawn everyone within ~0.1 s; the open-loop schedulers keep running across steps.
+        runner.start(users, spawn_rate=max(10.0, users * 10.0))
+    label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
+    start = time.perf_counter()
+    while True:
+        show(label)
+        if plan.seconds and time.perf_counter() - start >= plan.seconds:
+            break
+        if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
+            break
+        gevent.sleep(_TICK_S)
+    writer.end_step(plan.index, now())
+
+
+def _warning(selfcheck: SelfCheck, tally: Tally, mode: str) -> str:
+    reasons = selfcheck.warnings()
+    if mode == "open":
+        p99 = tally.start_delay_p99()
+        if p99 > START_DELAY_LIMIT_S:
+            reasons.append(f"start delay p99 {p99 * 1000:.0f} ms > {START_DELAY_LIMIT_S * 1000:.0f} ms")
+    return "client-limited? " + "; ".join(reasons) if reasons else ""

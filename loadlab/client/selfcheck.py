@@ -1,0 +1,92 @@
+"""The load generator watching itself: a CPU-starved client measures its own delays, not the server's.
+
+Two signals per process, stored as samples with source "client" and label `worker`:
+- `client_cpu`: cores this process used over the last second;
+- `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms.
+Timing error grows fast once a gevent process passes ~60-70% of a core, long before Locust's own
+90% warning, hence the lower thresholds below (the summary applies the same ones).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+
+import gevent
+
+from loadlab.clock import now
+from loadlab.collect.host import ProcessCpu
+from loadlab.collect.samples import Coverage, Sample, SampleSink
+
+CPU_LIMIT_CORES = 0.6        # per process
+LAG_LIMIT_S = 0.010          # loop lag p99
+START_DELAY_LIMIT_S = 0.010  # open-loop start delay p99
+_PROBE_S = 0.1
+
+
+class SelfCheck:
+    """Samples this process's CPU every `interval` seconds and its event-loop lag every 100 ms."""
+
+    source = "client"
+
+    def __init__(self, worker: str, interval: float = 1.0) -> None:
+        self.worker = worker
+        self.interval = interval
+        self._cpu = ProcessCpu(os.getpid())
+        self._pending: list[Sample] = []
+        self._greenlets: list[gevent.Greenlet] = []
+        self._sink: SampleSink | None = None
+        self._count = 0
+        self.last_cpu = 0.0
+        self.recent_lags: deque[float] = deque(maxlen=100)   # the last ~10 s of probes
+
+    def start(self, sink: SampleSink) -> None:
+        """Start sampling in background greenlets; returns at once."""
+        self._sink = sink
+        self._cpu.sample()   # primes the CPU counter
+        self._greenlets = [gevent.spawn(self._probe_lag), gevent.spawn(self._sample_cpu)]
+
+    def stop(self) -> None:
+        """Stop sampling and hand over what is pending."""
+        gevent.killall(self._greenlets)
+        self._flush()
+
+    def coverage(self) -> Coverage:
+        return Coverage(source=self.source, enabled=True, ok_samples=self._count)
+
+    def warnings(self) -> list[str]:
+        """Why the client may be limiting the measurement right now (empty when it is fine)."""
+        found = []
+        if self.last_cpu > CPU_LIMIT_CORES:
+            found.append(f"client CPU {self.last_cpu:.2f} cores > {CPU_LIMIT_CORES}")
+        if self.recent_lags:
+            lags = sorted(self.recent_lags)
+            p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+            if p99 > LAG_LIMIT_S:
+                found.append(f"event-loop lag p99 {p99 * 1000:.0f} ms > {LAG_LIMIT_S * 1000:.0f} ms")
+        return found
+
+    def _probe_lag(self) -> None:
+        while True:
+            t0 = time.perf_counter()
+            gevent.sleep(_PROBE_S)
+            lag = max(0.0, time.perf_counter() - t0 - _PROBE_S)
+            self.recent_lags.append(lag)
+            self._pending.append(self._sample("client_loop_lag", lag))
+
+    def _sample_cpu(self) -> None:
+        while True:
+            gevent.sleep(self.interval)
+            self.last_cpu = self._cpu.sample()
+            self._pending.append(self._sample("client_cpu", self.last_cpu))
+            self._flush()
+
+    def _sample(self, signal: str, value: float) -> Sample:
+        return Sample(now(), self.source, signal, value, {"worker": self.worker})
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch and self._sink is not None:
+            self._count += len(batch)
+            self._sink(batch)

@@ -1,0 +1,135 @@
+"""Reading OpenAI-style server-sent events cheaply, one line at a time.
+
+Full JSON decoding of every event is the main client cost at high token rates, so a content
+event is recognised by a byte scan; only the events that carry something we must read exactly
+(a finish reason, usage, an error) are decoded in full.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DONE = b"[DONE]"
+
+# Keys whose non-empty string value makes an event a token: chat delta content, reasoning
+# content (two spellings in the wild), completions text.
+_CONTENT_KEYS = (b'"content":', b'"reasoning_content":', b'"reasoning":', b'"text":')
+# An event that may end the stream or carry counts: decoded in full.
+# ("usage": null rides on every chunk of some servers: only an object is worth decoding.)
+_DECODE_MARKERS = (b'"usage":{', b'"usage": {', b'"error":', b'"finish_reason":"', b'"finish_reason": "')
+
+
+class MalformedEvent(ValueError):
+    """An event that is not a JSON object or does not have the shape of a completion chunk."""
+
+
+class StreamErrorEvent(Exception):
+    """The server sent `{"error": ...}` inside the stream."""
+
+
+@dataclass
+class Event:
+    """What one `data:` event told us. `content` is True when it carried a non-empty token."""
+
+    content: bool = False
+    done: bool = False
+    finish_reason: str = ""
+    prompt_tokens: int = -1
+    completion_tokens: int = -1
+
+
+_EMPTY = Event()
+
+
+def line_kind(line: bytes) -> str:
+    """Classify one raw SSE line: "data", "blank", "other" (comment / event / id / retry) or "invalid"."""
+    if line.startswith(b"data:"):
+        return "data"
+    if not line.strip():
+        return "blank"
+    if line.startswith((b":", b"event:", b"id:", b"retry:")):
+        return "other"
+    return "invalid"
+
+
+def parse_data(line: bytes) -> Event:
+    """Interpret one `data:` line. Raises MalformedEvent or StreamErrorEvent."""
+    payload = line[5:].strip()
+    if payload == DONE:
+        return Event(done=True)
+    if not (payload.startswith(b"{") and payload.endswith(b"}")):
+        raise MalformedEvent(_short(payload))
+    if any(marker in payload for marker in _DECODE_MARKERS):
+        return _decode(payload)
+    if _has_content(payload):
+        return Event(content=True)
+    return _EMPTY
+
+
+def _has_content(payload: bytes) -> bool:
+    for key in _CONTENT_KEYS:
+        i = payload.find(key)
+        while i >= 0:
+            j = i + len(key)
+            # skip the optional space json.dumps puts after the colon
+            if payload[j:j + 1] == b" ":
+                j += 1
+            # a string value that is not empty: opening quote, then anything but the closing quote
+            if payload[j:j + 1] == b'"' and payload[j + 1:j + 2] not in (b'"', b""):
+                return True
+            i = payload.find(key, j)
+    return False
+
+
+def _decode(payload: bytes) -> Event:
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        raise MalformedEvent(_short(payload)) from None
+    if not isinstance(obj, dict):
+        raise MalformedEvent(_short(payload))
+    if "error" in obj:
+        err = obj["error"]
+        message = err.get("message", "") if isinstance(err, dict) else err
+        raise StreamErrorEvent(str(message)[:200])
+    event = Event()
+    choices = obj.get("choices") or []
+    if not isinstance(choices, list):
+        raise MalformedEvent(_short(payload))
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise MalformedEvent(_short(payload))
+        delta = choice.get("delta") or {}
+        text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") \
+            or delta.get("reasoning")
+        if text:
+            event.content = True
+        if choice.get("finish_reason"):
+            event.finish_reason = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        event.prompt_tokens = _int(usage.get("prompt_tokens"))
+        event.completion_tokens = _int(usage.get("completion_tokens"))
+    return event
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else -1
+
+
+def _short(payload: bytes) -> str:
+    return payload[:80].decode("utf-8", "replace")
+
+
+def event_text(line: bytes) -> str:
+    """The token text of one content `data:` line (decoded in full: used only where text matters)."""
+    try:
+        obj = json.loads(line[5:])
+    except ValueError:
+        return ""
+    parts = []
+    for choice in obj.get("choices") or []:
+        delta = choice.get("delta") or {}
+        parts.append(choice.get("text") or delta.get("content") or "")
+    return "".join(parts)

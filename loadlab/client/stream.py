@@ -1,0 +1,270 @@
+"""One streaming request, timed token by token: the core of the load generator.
+
+The response is read line by line from geventhttpclient's response (`readline` returns as soon
+as a line is complete; Locust's iter_lines waits for ~1 KB and delays every event). Each event is
+timed with time.perf_counter() the moment its line returns and converted to epoch seconds
+through the process's clock anchor. Every failure ends in exactly one ErrorCategory.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+from gevent import GreenletExit
+from geventhttpclient.client import HTTPClient
+from geventhttpclient.response import HTTPParseError
+
+from loadlab.client.records import ErrorCategory, RequestRecord
+from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
+from loadlab.clock import ClockAnchor
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.workload.spec import RequestSpec
+
+API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+_CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL,
+                   errno.EHOSTDOWN}
+_NAN = math.nan
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how every request of a run is sent; built once per process from the RunConfig."""
+
+    base_url: str              # scheme://host:port, what the HTTP client pool is keyed by
+    path: str                  # e.g. /v1/chat/completions
+    api: str
+    model: str
+    timeout: float
+    api_key: str = ""
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> "Endpoint":
+        """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
+        base_url, prefix = split_url(config.url)
+        if config.api not in API_PATHS:
+            raise UserError(f"unknown --api {config.api!r} (use chat or completions)")
+        return cls(base_url=base_url, path=prefix + API_PATHS[config.api], api=config.api,
+                   model=config.model, timeout=config.timeout, api_key=config.api_key)
+
+    def headers(self, request_id: str) -> dict[str, str]:
+        """Request headers; the API key travels only here, never into a record or a file."""
+        h = {"Content-Type": "application/json", "Accept": "text/event-stream",
+             "X-Request-Id": request_id}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """`http://host:port[/v1]` -> ("http://host:port", "/v1"); UserError for anything else."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"bad --url {url!r}: expected http://host:port or https://host:port")
+    try:
+        parts.port
+    except ValueError:
+        raise UserError(f"bad --url {url!r}: the port is not a number") from None
+    path = parts.path.rstrip("/")
+    prefix = path if path.endswith("/v1") else path + "/v1"
+    return f"{parts.scheme}://{parts.netloc}", prefix
+
+
+def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
+    """The JSON body of one streaming request."""
+    body: dict[str, object] = {"model": endpoint.model, "stream": True,
+                               "stream_options": {"include_usage": True},
+                               "max_tokens": spec.max_tokens}
+    if endpoint.api == "chat":
+        body["messages"] = spec.messages
+    else:
+        body["prompt"] = spec.prompt
+    if spec.pin_output:
+        body["min_tokens"] = spec.max_tokens
+        body["ignore_eos"] = True
+    body.update(spec.extra_body)
+    return json.dumps(body).encode()
+
+
+@dataclass
+class StreamResult:
+    """A finished request: its record and what Locust's `request` event needs."""
+
+    record: RequestRecord
+    response_bytes: int
+    text: str = ""             # the answer, collected only for conversations (the next turn needs it)
+    aborted: bool = False      # the greenlet was killed (run stopping): the caller re-raises
+
+
+class _Failure(Exception):
+    def __init__(self, category: ErrorCategory, detail: str) -> None:
+        super().__init__(detail)
+        self.category = category
+        self.detail = detail
+
+
+def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, request_id: str,
+                   scheduled: float, anchor: ClockAnchor, *, worker: str, step: int,
+                   warmup: bool) -> StreamResult:
+    """Send one streaming request and time every event; never raises (GreenletExit is reported).
+
+    `scheduled` is the perf_counter() reading when the request was due; the per-request timeout
+    counts from the send and covers a stream that stalls midway.
+    """
+    rec = RequestRecord(request_id=request_id, worker=worker, step=step, warmup=warmup,
+                        api=endpoint.api, scheduled_time=anchor.to_wall(scheduled),
+                        send_time=_NAN, first_token_time=_NAN, end_time=_NAN,
+                        input_tokens=spec.input_tokens, max_tokens=spec.max_tokens,
+                        conversation=spec.conversation or "",
+                        turn=spec.turn if spec.turn is not None else -1)
+    perf_times: list[float] = []
+    # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.
+    content_lines: list[bytes] | None = [] if spec.conversation is not None else None
+    nbytes = 0
+    aborted = False
+    resp = None
+    timer = gevent.Timeout(endpoint.timeout)
+    send = time.perf_counter()
+    end = send
+    try:
+        timer.start()
+        try:
+            resp = http.request("POST", endpoint.path, body=build_body(spec, endpoint),
+                                headers=endpoint.headers(request_id))
+        except (HTTPParseError, ConnectionResetError, BrokenPipeError) as e:
+            raise _Failure(ErrorCategory.DISCONNECT, f"closed before the response: {e}") from None
+        except OSError as e:
+            if isinstance(e, socket.gaierror) or e.errno in _CONNECT_ERRNOS:
+                raise _Failure(ErrorCategory.CONNECT, str(e)) from None
+            raise
+        rec.status = resp.status_code
+        if rec.status != 200:
+            raise _http_failure(resp)
+        nbytes = _read_events(resp, rec, perf_times, content_lines)
+        end = time.perf_counter()
+    except gevent.Timeout as e:
+        end = time.perf_counter()
+        if e is not timer:
+            raise
+        _fail(rec, ErrorCategory.TIMEOUT, f"no complete response within {endpoint.timeout:g} s")
+    except _Failure as f:
+        end = time.perf_counter()
+        _fail(rec, f.category, f.detail)
+    except GreenletExit:
+        end = time.perf_counter()
+        aborted = True
+        _fail(rec, ErrorCategory.ABORTED, "stopped with the run")
+    except (TimeoutError, socket.timeout):
+        end = time.perf_counter()
+        _fail(rec, ErrorCategory.TIMEOUT, "network timeout")
+    except (HTTPParseError, ConnectionError) as e:
+        end = time.perf_counter()
+        _fail(rec, ErrorCategory.DISCONNECT, f"connection broke mid-stream: {e}")
+    except Exception as e:  # a bug or an unforeseen failure: counted, the run goes on
+        end = time.perf_counter()
+        _fail(rec, ErrorCategory.CLIENT, f"{type(e).__name__}: {e}"[:200])
+    finally:
+        timer.close()
+        if resp is not None:
+            # An unfinished body closes the socket instead of returning it dirty to the pool.
+            resp.release()
+    rec.send_time = anchor.to_wall(send)
+    rec.end_time = anchor.to_wall(end)
+    if perf_times:
+        rec.token_times = [anchor.to_wall(t) for t in perf_times]
+        rec.first_token_time = rec.token_times[0]
+    rec.client_tokens = len(perf_times)
+    text = "".join(event_text(line) for line in content_lines) if content_lines else ""
+    return StreamResult(rec, nbytes, text, aborted)
+
+
+def _read_events(resp, rec: RequestRecord, perf_times: list[float],
+                 content_lines: list[bytes] | None) -> int:
+    """Read the event stream to its end, appending each token's arrival time (and, when
+    `content_lines` is a list, each content line). Returns the bytes read."""
+    readline = resp.readline
+    now = time.perf_counter
+    nbytes = 0
+    seen_event = False
+    done = False
+    while True:
+        line = readline(b"\n")
+        t = now()
+        if not line:
+            break
+        nbytes += len(line)
+        if line.startswith(b"data:"):
+            seen_event = True
+            try:
+                event = parse_data(line)
+            except MalformedEvent as e:
+                raise _Failure(ErrorCategory.MALFORMED, f"malformed event: {e}") from None
+            except StreamErrorEvent as e:
+                raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
+            if event.content:
+                perf_times.append(t)
+                if content_lines is not None:
+                    content_lines.append(line)
+            if event.finish_reason:
+                rec.finish_reason = event.finish_reason
+            if event.completion_tokens >= 0:
+                rec.completion_tokens = event.completion_tokens
+                rec.prompt_tokens = event.prompt_tokens
+            if event.done:
+                done = True
+            continue
+        kind = line_kind(line)
+        if kind == "invalid":
+            if not seen_event:
+                ctype = resp.get("content-type", "")
+                raise _Failure(ErrorCategory.NOT_SSE, f"not an event stream (content-type {ctype!r})")
+            raise _Failure(ErrorCategory.MALFORMED, f"not an SSE line: {line[:60]!r}")
+    if not seen_event:
+        ctype = resp.get("content-type", "")
+        raise _Failure(ErrorCategory.NOT_SSE, f"no events in the body (content-type {ctype!r})")
+    # A body that ended cleanly with a finish_reason is complete even if the server skips [DONE].
+    if not done and not rec.finish_reason:
+        raise _Failure(ErrorCategory.DISCONNECT, "stream ended without [DONE] or a finish_reason")
+    return nbytes
+
+
+def _http_failure(resp) -> _Failure:
+    status = resp.status_code
+    try:
+        text = resp.read()[:300].decode("utf-8", "replace")
+    except Exception:  # the error body is only for humans
+        text = ""
+    detail = f"HTTP {status}: {_error_message(text)}"
+    if status == 401:
+        return _Failure(ErrorCategory.HTTP_401, detail)
+    if status == 404:
+        return _Failure(ErrorCategory.HTTP_404, detail)
+    if status == 429:
+        return _Failure(ErrorCategory.HTTP_429, detail)
+    if 400 <= status < 500:
+        return _Failure(ErrorCategory.HTTP_4XX, detail)
+    if status >= 500:
+        return _Failure(ErrorCategory.HTTP_5XX, detail)
+    return _Failure(ErrorCategory.NOT_SSE, detail)  # 1xx/2xx/3xx other than 200: no stream
+
+
+def _error_message(text: str) -> str:
+    try:
+        err = json.loads(text).get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", ""))[:200]
+    except (ValueError, AttributeError):
+        pass
+    return text.strip()[:200]
+
+
+def _fail(rec: RequestRecord, category: ErrorCategory, detail: str) -> None:
+    rec.error = category.value
+    rec.error_detail = detail[:200]

@@ -1,0 +1,211 @@
+"""loadlab's Locust users: closed loop (one request at a time per user) and open loop (a scheduler).
+
+Users read everything from `environment.loadlab` (a ClientContext) and report each finished
+request twice: once through Locust's own `request` event (so Locust's counts stay honest: one
+entry per request, never per token) and once through `llm_request` with the full record. That is
+all a worker process needs, so the same users run unchanged locally or on distributed workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from collections import defaultdict
+
+import gevent
+from gevent.lock import BoundedSemaphore
+from gevent.pool import Group
+from geventhttpclient.url import URL
+from locust import task
+from locust.contrib.fasthttp import FastHttpUser
+from locust.env import Environment
+from locust.user.users import LOCUST_STATE_STOPPING
+
+from loadlab.client.context import ClientContext
+from loadlab.client.records import StepInfo
+from loadlab.client.stream import Endpoint, StreamResult, stream_request
+from loadlab.workload import make_workload
+from loadlab.workload.arrivals import arrival_gaps
+from loadlab.workload.distributions import sample_seconds
+from loadlab.workload.spec import RequestSpec
+
+# Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their
+# start delay grows, which the self-check reports as client-limited).
+OPEN_LOOP_MAX_IN_FLIGHT = 1024
+_IDLE_S = 0.05   # how often an idle user looks for a new step / budget
+
+
+class RequestFailed(Exception):
+    """What Locust's statistics see for a failed request: its error category."""
+
+
+class ProcessState:
+    """What all users of one process share: the endpoint, the workload, request budgets, counters."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        ctx = self.ctx
+        self.endpoint = Endpoint.from_config(ctx.config)
+        self.workload = make_workload(ctx.config.workload, ctx.config.api)
+        self.in_flight = 0             # requests sent here and not finished yet
+        self.cap_waits = 0             # open-loop arrivals that found every slot taken
+        self._issued: dict[int, int] = defaultdict(int)
+        self._ids = itertools.count()
+
+    @property
+    def ctx(self) -> ClientContext:
+        # Read afresh each time: in distributed runs the context may be replaced by an update.
+        return self.environment.loadlab
+
+    def claim(self, step: int) -> bool | None:
+        """Take the next request of `step`: True if it is a warm-up request, False if measured,
+        None when this process's share of --requests (plus warm-up) for the step is used up."""
+        cfg = self.ctx.config
+        n = self._issued[step]
+        warmup = self._share(cfg.warmup_requests)
+        if cfg.requests and n >= warmup + self._share(cfg.requests):
+            return None
+        self._issued[step] = n + 1
+        return n < warmup
+
+    def _share(self, total: int) -> int:
+        # Split a count over processes: the first `total % count` processes take one more.
+        count, index = max(1, self.ctx.worker_count), self.ctx.worker_index
+        return total // count + (1 if index < total % count else 0)
+
+    def next_id(self) -> str:
+        return f"{self.ctx.worker}-{next(self._ids)}"
+
+
+def process_state(environment: Environment) -> ProcessState:
+    """The ProcessState of this environment, made on first use from `environment.loadlab`."""
+    state = getattr(environment, "loadlab_state", None)
+    if state is None:
+        state = ProcessState(environment)
+        environment.loadlab_state = state
+    return state
+
+
+def in_flight(environment: Environment) -> int:
+    """Requests in flight in this process (0 where no user has run, e.g. on a master)."""
+    state = getattr(environment, "loadlab_state", None)
+    return state.in_flight if state is not None else 0
+
+
+class LLMUser(FastHttpUser):
+    """Common part: an HTTP pool sized for the user's in-flight requests, and one request's life."""
+
+    abstract = True
+    max_in_flight = 1
+
+    def __init__(self, environment: Environment) -> None:
+        self.state = process_state(environment)
+        timeout = self.state.endpoint.timeout
+        # Read by FastHttpUser.__init__: the pool must never make a request wait for a socket.
+        self.concurrency = self.max_in_flight
+        self.network_timeout = timeout
+        self.connection_timeout = min(timeout, 10.0)
+        super().__init__(environment)
+        self.http = self.client.client.clientpool.get_client(URL(self.state.endpoint.base_url))
+
+    def send_one(self, scheduled: float, step: int, warmup: bool) -> None:
+        """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill."""
+        state = self.state
+        spec = state.workload.next_request()
+        ctx = state.ctx
+        state.in_flight += 1
+        try:
+            result = stream_request(self.http, state.endpoint, spec, state.next_id(), scheduled,
+                                    ctx.anchor, worker=ctx.worker, step=step, warmup=warmup)
+        finally:
+            state.in_flight -= 1
+        self._report(spec, result)
+        if result.aborted:
+            raise gevent.GreenletExit
+
+    def _report(self, spec: RequestSpec, result: StreamResult) -> None:
+        rec = result.record
+        self.state.workload.complete(spec, result.text, rec.ok)
+        events = self.environment.events
+        events.request.fire(request_type="POST", name=self.state.endpoint.path,
+                            response_time=_ms(rec.end_time - rec.send_time),
+                            response_length=result.response_bytes,
+                            exception=None if rec.ok else RequestFailed(rec.error),
+                            context={})
+        events.llm_request.fire(record=rec)
+
+
+class ClosedLoopUser(LLMUser):
+    """One request at a time, then the think time (none unless --think-time is set)."""
+
+    def wait_time(self) -> float:
+        think = self.state.ctx.config.think_time
+        return sample_seconds(think, self._rng) if think is not None else 0.0
+
+    def on_start(self) -> None:
+        self._rng = random.Random(f"{self.state.ctx.config.workload.seed}-think-{id(self)}")
+
+    @task
+    def one_request(self) -> None:
+        step = self.state.ctx.step
+        warmup = None if step is None or step.mode != "closed" else self.state.claim(step.index)
+        if warmup is None:   # no closed-loop step running, or its budget is spent
+            gevent.sleep(_IDLE_S)
+            return
+        self.send_one(time.perf_counter(), step.index, warmup)
+
+
+class OpenLoopUser(LLMUser):
+    """A scheduler: draws arrival times and starts one greenlet per request at its time.
+
+    One such user runs per process and takes its share of the rate (ClientContext.rate_share).
+    Latency counts from the scheduled time, so a late start shows up instead of hiding.
+    """
+
+    max_in_flight = OPEN_LOOP_MAX_IN_FLIGHT
+
+    @task
+    def schedule(self) -> None:
+        ctx = self.state.ctx
+        requests = Group()
+        slots = BoundedSemaphore(self.max_in_flight)
+        rng = random.Random(f"{ctx.config.workload.seed}-arrivals-{ctx.worker_index}")
+        current: StepInfo | None = None
+        due = math.inf
+        gaps = iter(())
+        try:
+            while self._state != LOCUST_STATE_STOPPING:
+                step = ctx.step
+                if step is None or step.mode != "open":
+                    gevent.sleep(_IDLE_S)
+                    continue
+                if current is None or step.index != current.index:   # a new step: a new rate from now on
+                    current = step
+                    gaps = arrival_gaps(ctx.config.arrival, ctx.rate_share(), ctx.config.burstiness, rng)
+                    due = time.perf_counter() + next(gaps)
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    # Short naps, so a step change or a stop is seen even at a low rate.
+                    gevent.sleep(min(wait, _IDLE_S))
+                    continue
+                warmup = self.state.claim(step.index)
+                if warmup is None:
+                    due = math.inf
+                    continue
+                requests.spawn(self._arrival, slots, due, step.index, warmup)
+                due += next(gaps)
+            requests.join()   # drain: each request is bounded by the per-request timeout
+        finally:
+            requests.kill()
+
+    def _arrival(self, slots: BoundedSemaphore, due: float, step: int, warmup: bool) -> None:
+        if slots.locked():
+            self.state.cap_waits += 1
+        with slots:
+            self.send_one(due, step, warmup)
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1000.0 if math.isfinite(seconds) else 0.0
