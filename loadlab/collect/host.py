@@ -54,7 +54,7 @@ class HostCollector(PollingCollector):
             try:
                 self._procs[role] = ProcessCpu(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied) as e:
-                self.note_error(f"process {role} (pid {pid}) cannot be sampled: {type(e).__name__}")
+                self.note_error(f"process {role} (pid {pid}) cannot be sampled: {type(e).__name__}", always_log=True)
         psutil.cpu_percent(interval=None)  # primes the host-wide counter
         for proc in self._procs.values():
             proc.sample()
@@ -68,7 +68,7 @@ class HostCollector(PollingCollector):
                 cores = proc.sample()
             except (psutil.NoSuchProcess, psutil.AccessDenied) as e:
                 del self._procs[role]
-                self.note_error(f"process {role} (pid {proc.pid}) disappeared: {type(e).__name__}")
+                self.note_error(f"process {role} (pid {proc.pid}) disappeared: {type(e).__name__}", always_log=True)
                 continue
             samples.append(Sample(t, self.source, "process_cpu", cores, {"role": role, "pid": str(proc.pid)}))
         return samples

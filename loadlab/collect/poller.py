@@ -52,10 +52,13 @@ class PollingCollector:
         self._coverage.error = reason
         log.warning("%s", reason)
 
-    def note_error(self, message: str) -> None:
-        """Record a problem that does not stop sampling; only the first one is logged."""
-        if not self._coverage.error:
+    def note_error(self, message: str, always_log: bool = False) -> None:
+        """Record a problem that does not stop sampling: the coverage keeps the first one, and
+        only the first is logged unless `always_log` (for problems that can happen only once)."""
+        first = not self._coverage.error
+        if first:
             self._coverage.error = message
+        if first or always_log:
             log.warning("%s collector: %s", self.source, message)
 
     # -- the Collector protocol -------------------------------------------------------------

@@ -36,19 +36,24 @@ class NvmlBackend:
 
     name = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, nvml: Any = None) -> None:
+        """`nvml`: the pynvml module (default); tests without a GPU pass a stand-in."""
+        self._module = nvml
         self._gpus: list[_Gpu] = []
-        self._nvml: Any = None
+        self._nvml: Any = None   # set while open
         self.errors = 0  # transient per-query failures (the collector reports the count)
 
     def open(self) -> None:
-        import pynvml  # imported here: the module loads fine without a driver, init does not
+        if self._module is None:
+            import pynvml  # the module imports fine without a driver; nvmlInit() is what fails
 
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            gpu = _Gpu(index=i, handle=handle, uuid=self._text(pynvml.nvmlDeviceGetUUID(handle)))
+            self._module = pynvml
+        nv = self._module
+        nv.nvmlInit()
+        self._nvml = nv
+        for i in range(nv.nvmlDeviceGetCount()):
+            handle = nv.nvmlDeviceGetHandleByIndex(i)
+            gpu = _Gpu(index=i, handle=handle, uuid=self._text(nv.nvmlDeviceGetUUID(handle)))
             self._open_gpm(gpu)
             self._gpus.append(gpu)
 

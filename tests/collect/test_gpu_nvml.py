@@ -1,0 +1,194 @@
+"""NvmlBackend: every query guarded, rates from counters, GPM on Hopper+.
+
+Without a GPU here, NVML itself is stood in for by `FakeNvml` (pynvml's real constants,
+structs and error classes, canned device answers). The last test uses the real NVML and runs
+only where a GPU and driver are present.
+"""
+
+import time
+
+import pynvml
+import pytest
+
+from loadlab.collect.gpu import GpuCollector, NvmlBackend
+
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+class FakeNvml:
+    """GPU 0: Hopper-like (GPM, NVLink). GPU 1: older (no GPM, no NVLink, no power reading,
+    driver without the clock-events rename, PCIe byte counters instead)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.clock_us = 1_000_000      # field timestamps; tests move it forward
+        self.counters = {138: 0, 139: 0, 197: 0, 198: 0}
+        # Per call: NVLink TX +1 MiB, RX +2 MiB (counted in KiB); PCIe TX +5 MB, RX +10 MB (bytes).
+        self.steps = {138: 1024, 139: 2048, 197: 5_000_000, 198: 10_000_000}
+
+    def __getattr__(self, name):       # constants, structs, error classes
+        return getattr(pynvml, name)
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def nvmlInit(self): pass
+    def nvmlShutdown(self): pass
+    def nvmlDeviceGetCount(self): return 2
+    def nvmlDeviceGetHandleByIndex(self, i): return i
+    def nvmlDeviceGetUUID(self, h): return f"GPU-fake-{h}".encode()
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return pynvml.c_nvmlUtilization_t(gpu=97, memory=64)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return pynvml.c_nvmlMemory_t(total=80 * 2**30, free=10 * 2**30, used=70 * 2**30)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._count(f"power{h}")
+        if h == 1:
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        return 512_345
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        assert clock == pynvml.NVML_CLOCK_SM
+        return 1755
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        if h == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return 0x4 | 0x1
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x40
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for i, fid in enumerate(field_ids):
+            fid = fid[0] if isinstance(fid, tuple) else fid
+            v = values[i]
+            v.fieldId, v.timestamp, v.valueType = fid, self.clock_us, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            if h == 1 and fid in (138, 139):
+                v.nvmlReturn = NOT_SUPPORTED
+                continue
+            self.counters[fid] += self.steps[fid]
+            v.value.ullVal = self.counters[fid]
+        return values
+
+    def nvmlGpmQueryDeviceSupport(self, h):
+        return pynvml.c_nvmlGpmSupport_t(isSupportedDevice=1 if h == 0 else 0)
+
+    def nvmlGpmSampleAlloc(self):
+        return pynvml.c_nvmlGpmSample_t()
+
+    def nvmlGpmSampleFree(self, s):
+        self._count("gpm_free")
+
+    def nvmlGpmSampleGet(self, h, s):
+        self._count("gpm_sample")
+        return s
+
+    def nvmlGpmMetricsGet(self, request):
+        canned = {2: 61.0, 3: 23.0, 5: 18.0, 10: 74.0, 20: 50.0, 21: 100.0}  # percent, MiB/s
+        for i in range(request.numMetrics):
+            m = request.metrics[i]
+            m.value, m.nvmlReturn = canned[m.metricId], 0
+        return request
+
+
+def open_backend() -> tuple[NvmlBackend, FakeNvml]:
+    fake = FakeNvml()
+    backend = NvmlBackend(nvml=fake)
+    backend.open()
+    return backend, fake
+
+
+def test_basic_counters_are_converted_to_loadlab_units():
+    backend, _ = open_backend()
+    hopper = backend.read()[0]
+    assert (hopper.index, hopper.uuid) == (0, "GPU-fake-0")
+    assert hopper.util == 0.97 and hopper.mem_util == 0.64
+    assert hopper.mem_used == 70 * 2**30 and hopper.mem_total == 80 * 2**30
+    assert hopper.power == pytest.approx(512.345)
+    assert hopper.sm_clock == 1755 and hopper.clock_events == 0x5
+
+
+def test_gpm_metrics_become_ratios_and_bytes_per_second_on_hopper():
+    backend, _ = open_backend()
+    hopper = backend.read()[0]
+    assert hopper.sm_active == pytest.approx(0.61) and hopper.sm_occupancy == pytest.approx(0.23)
+    assert hopper.tensor_active == pytest.approx(0.18) and hopper.dram_active == pytest.approx(0.74)
+    assert hopper.pcie_tx == 50 * 2**20 and hopper.pcie_rx == 100 * 2**20
+
+
+def test_unsupported_queries_are_skipped_and_not_asked_again():
+    backend, fake = open_backend()
+    for _ in range(3):
+        older = backend.read()[1]
+        assert older.power is None and older.sm_active is None and older.nvlink_tx is None
+        assert older.util == 0.97                      # the rest of the GPU is still read
+    assert fake.calls["power1"] == 1                   # not supported: asked once only
+    assert older.clock_events == 0x40                  # fell back to the old "throttle" call
+    assert backend.errors == 0
+
+
+def test_rates_come_from_counter_deltas_and_the_first_read_has_none():
+    backend, fake = open_backend()
+    first = backend.read()
+    assert first[0].nvlink_tx is None and first[1].pcie_tx is None
+    fake.clock_us += 500_000
+    second = backend.read()
+    assert second[0].nvlink_tx == pytest.approx(2 * 2**20) and second[0].nvlink_rx == pytest.approx(4 * 2**20)
+    assert second[1].pcie_tx == pytest.approx(10e6) and second[1].pcie_rx == pytest.approx(20e6)
+
+
+def test_close_frees_gpm_samples():
+    backend, fake = open_backend()
+    backend.read()
+    backend.close()
+    assert fake.calls["gpm_free"] == 2
+
+
+def test_collector_over_fake_nvml_emits_gpm_and_decoded_clock_signals():
+    collector = GpuCollector(interval=0.05, backend=NvmlBackend(nvml=FakeNvml()))
+    got = []
+    collector.start(got.extend)
+    time.sleep(0.3)
+    collector.stop()
+    hopper = {s.signal: s.value for s in got if s.labels["gpu"] == "0"}
+    assert hopper["gpu_sm_active"] == pytest.approx(0.61)
+    assert hopper["gpu_clock_power_cap"] == 1.0 and hopper["gpu_clock_thermal"] == 0.0
+    assert collector.coverage().enabled and collector.coverage().error == ""
+
+
+def _nvml_works() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _nvml_works(), reason="no NVIDIA driver/GPU: NVML cannot initialise")
+def test_real_nvml_reads_every_gpu():
+    collector = GpuCollector(interval=0.2)
+    got = []
+    collector.start(got.extend)
+    time.sleep(1.5)
+    collector.stop()
+    assert collector.coverage().enabled, collector.coverage().error
+    gpus = {s.labels["gpu"] for s in got}
+    assert gpus and gpus == {str(i) for i in range(len(gpus))}
+    for gpu in gpus:
+        mine = {}
+        for s in got:
+            if s.labels["gpu"] == gpu:
+                mine.setdefault(s.signal, []).append(s.value)
+        assert all(0.0 <= v <= 1.0 for v in mine["gpu_util"] + mine["gpu_mem_util"])
+        assert 0 < max(mine["gpu_mem_used"]) <= mine["gpu_mem_total"][0]
+        assert min(mine["gpu_sm_clock"]) > 0
+        assert "gpu_clock_events" in mine
+        for ratio in ("gpu_sm_active", "gpu_sm_occupancy", "gpu_tensor_active", "gpu_dram_active"):
+            assert all(0.0 <= v <= 1.0 for v in mine.get(ratio, []))
