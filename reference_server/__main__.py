@@ -1,0 +1,114 @@
+"""`python -m reference_server`: serve the engine over the OpenAI-compatible HTTP API.
+
+Every EngineConfig field is a flag (`max_num_seqs` -> `--max-num-seqs`). Ready when GET /health
+answers 200; SIGINT/SIGTERM stop the HTTP server, then the engine (and its tensor-parallel ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from dataclasses import MISSING, fields
+
+from reference_server.config import EngineConfig
+
+FLAG_HELP = {
+    "preset": "model shape (a key of reference_server.model.PRESETS)",
+    "weights": "local safetensors file with Hugging Face tensor names (empty: seeded random weights)",
+    "device": "where the model runs",
+    "dtype": "weights and activations type",
+    "seed": "seed of the random weights",
+    "batching": "continuous batching, or static batches (the A/B baseline)",
+    "kv": "paged KV cache, or one contiguous slab per sequence (the A/B baseline)",
+    "max_model_len": "context window in tokens (0 = the preset's max position)",
+    "max_num_seqs": "most sequences running at once",
+    "max_num_batched_tokens": "token budget of one engine step",
+    "long_prefill_token_threshold": "cap on one prompt's share of a step (0 = no cap)",
+    "block_size": "tokens per KV-cache block",
+    "num_kv_blocks": "KV-cache blocks (0 = derive from --kv-memory-gb)",
+    "kv_memory_gb": "memory for the KV cache when --num-kv-blocks is 0",
+    "static_batch_timeout": "static batching: seconds to wait for a batch to fill",
+    "tensor_parallel": "ranks to shard the model over (torch.distributed)",
+    "max_waiting": "waiting-queue limit; beyond it requests get 429",
+    "model_name": "the model id clients see in /v1/models",
+}
+FLAG_CHOICES = {
+    "device": ["cpu", "cuda"],
+    "dtype": ["float32", "bfloat16", "float16"],
+    "batching": ["continuous", "static"],
+    "kv": ["paged", "contiguous"],
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: server flags, then one flag per EngineConfig field."""
+    from reference_server.model import PRESETS
+
+    choices = {**FLAG_CHOICES, "preset": sorted(PRESETS)}
+    parser = argparse.ArgumentParser(prog="python -m reference_server",
+                                     description="Serve the loadlab reference engine over an OpenAI-compatible API.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=8000, help="port to bind")
+    parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health, /metrics)")
+    parser.add_argument("--export-tokenizer", metavar="DIR", default=None,
+                        help="write the tokenizer as a Hugging Face folder to DIR and exit")
+    engine = parser.add_argument_group("engine")
+    for f in fields(EngineConfig):
+        default = f.default if f.default is not MISSING else None
+        engine.add_argument("--" + f.name.replace("_", "-"), type=type(default), default=default,
+                            choices=choices.get(f.name), help=FLAG_HELP[f.name])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, then export the tokenizer or serve until a signal; bad input is one line, exit 2."""
+    args = build_parser().parse_args(argv)
+    config = EngineConfig(**{f.name: getattr(args, f.name) for f in fields(EngineConfig)})
+    if args.export_tokenizer:
+        from reference_server.tokenizer import ByteTokenizer
+
+        print(ByteTokenizer().save_pretrained(args.export_tokenizer))
+        return 0
+    try:
+        asyncio.run(_serve(config, args.host, args.port, args.api_key))
+    except (ValueError, OSError) as e:  # a bad engine setting, a port already in use
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        return 130
+    return 0
+
+
+async def _serve(config: EngineConfig, host: str, port: int, api_key: str | None) -> None:
+    from aiohttp import web
+
+    from reference_server.api import build_app
+    from reference_server.engine import AsyncEngine
+
+    engine = AsyncEngine(config)
+    await engine.start()
+    # handler_cancellation: a client that disconnects cancels its handler at once, which aborts
+    # its sequences (instead of noticing only at the next write).
+    runner = web.AppRunner(build_app(engine, api_key), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=2.0)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"reference_server: serving {engine.model_name} on http://{host}:{port}", file=sys.stderr, flush=True)
+        await stop.wait()
+        print("reference_server: shutting down", file=sys.stderr, flush=True)
+    finally:
+        await engine.shutdown()  # ends open streams first, so the HTTP shutdown does not wait on them
+        await runner.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

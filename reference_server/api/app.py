@@ -1,0 +1,117 @@
+"""The aiohttp application: routes, API-key check and OpenAI-format errors."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from reference_server.api.errors import APIError, bad_request
+from reference_server.api.generation import respond
+from reference_server.api.requests import (ServedModel, parse_chat, parse_completion, parse_detokenize,
+                                           parse_tokenize)
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 2**20  # room for prompts far beyond any context window, so they get a clear 400
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPEN_PATHS = frozenset({"/health", "/metrics"})  # never behind the API key: probes and scrapers
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(engine: Any, api_key: str | None = None) -> web.Application:
+    """The OpenAI-compatible HTTP API in front of a started `AsyncEngine`."""
+    routes = _Routes(engine)
+    app = web.Application(middlewares=[_openai_errors, _api_key_check(api_key)], client_max_size=MAX_BODY_BYTES)
+    app.add_routes([
+        web.post("/v1/completions", routes.completions),
+        web.post("/v1/chat/completions", routes.chat_completions),
+        web.get("/v1/models", routes.models),
+        web.get("/health", routes.health),
+        web.get("/metrics", routes.metrics),
+        web.post("/tokenize", routes.tokenize),
+        web.post("/detokenize", routes.detokenize),
+    ])
+    return app
+
+
+class _Routes:
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        tokenizer = engine.tokenizer
+        self.model = ServedModel(name=engine.model_name, max_model_len=engine.max_model_len,
+                                 vocab_size=tokenizer.vocab_size, tokenizer=tokenizer)
+        self.created = int(time.time())
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await respond(request, self.engine, parse_completion(await _json(request), self.model), self.model.name)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await respond(request, self.engine, parse_chat(await _json(request), self.model), self.model.name)
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {"id": self.model.name, "object": "model", "created": self.created, "owned_by": "loadlab",
+                "root": self.model.name, "parent": None, "max_model_len": self.model.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.engine.healthy else 503)  # empty body, as vLLM
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.engine.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        tokens = parse_tokenize(await _json(request), self.model)
+        return web.json_response({"count": len(tokens), "max_model_len": self.model.max_model_len, "tokens": tokens})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        tokens = parse_detokenize(await _json(request), self.model)
+        return web.json_response({"prompt": self.model.tokenizer.decode(tokens)})
+
+
+async def _json(request: web.Request) -> Any:
+    """The request body as JSON, whatever Content-Type the client claimed."""
+    body = await request.read()
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # ValueError covers bad UTF-8 too
+        raise bad_request("The request body is not valid JSON.") from None
+
+
+@web.middleware
+async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves as `{"error": {...}}`: ours, aiohttp's (404, 405, 413) and unexpected ones."""
+    try:
+        return await handler(request)
+    except APIError as e:
+        return e.response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return APIError(e.status, e.reason or "error").response()
+    except ConnectionError:
+        raise
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return APIError(500, "Internal server error.").response()
+
+
+def _api_key_check(api_key: str | None) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    expected = f"Bearer {api_key}".encode("utf-8", "surrogatepass") if api_key else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if expected is not None and request.path not in OPEN_PATHS:
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
+            if not hmac.compare_digest(given, expected):
+                raise APIError(401, "Invalid or missing API key.", code="invalid_api_key")
+        return await handler(request)
+
+    return check

@@ -1,0 +1,97 @@
+"""The JSON OpenAI clients parse: streaming chunks, whole responses and usage."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from reference_server.api.requests import GenerationRequest
+from reference_server.interface import TokenOutput
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """OpenAI's usage object."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def sse(payload: dict[str, Any] | str) -> bytes:
+    """One server-sent event: `data: <json>` and a blank line."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+SSE_DONE = sse("[DONE]")  # exactly `data: [DONE]\n\n`: some clients compare the whole line
+
+
+class ResponseBuilder:
+    """Collects one request's tokens (one choice per prompt) and renders its chunks and response."""
+
+    def __init__(self, request: GenerationRequest, model_name: str) -> None:
+        self.chat = request.chat
+        self.include_usage = request.include_usage
+        self.continuous_usage = request.continuous_usage
+        self.id = ("chatcmpl-" if request.chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.model = model_name
+        choices = len(request.prompts)
+        self.prompt_tokens = [len(p) for p in request.prompts]
+        self.completion_tokens = [0] * choices
+        self.texts: list[list[str]] = [[] for _ in range(choices)]
+        self.finish_reasons: list[str | None] = [None] * choices
+        self._role_sent = [False] * choices
+
+    def add(self, index: int, out: TokenOutput) -> None:
+        """Record one token of choice `index`."""
+        self.completion_tokens[index] = out.output_tokens or self.completion_tokens[index] + 1
+        if out.text:
+            self.texts[index].append(out.text)
+        if out.finish_reason is not None:
+            self.finish_reasons[index] = out.finish_reason
+
+    def chunk(self, index: int, out: TokenOutput) -> dict[str, Any] | None:
+        """The stream chunk for a token just added; None when it carries neither text nor an end."""
+        if not out.text and out.finish_reason is None:
+            return None
+        if self.chat:
+            delta: dict[str, str] = {"content": out.text}
+            if not self._role_sent[index]:  # the role travels with the first real token, never alone
+                delta = {"role": "assistant", "content": out.text}
+                self._role_sent[index] = True
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": out.finish_reason}
+        else:
+            choice = {"index": index, "text": out.text, "logprobs": None, "finish_reason": out.finish_reason}
+        chunk = self._envelope(stream=True, choices=[choice])
+        if self.include_usage:  # OpenAI: null on every chunk but the last, unless continuous stats are asked
+            chunk["usage"] = (usage(self.prompt_tokens[index], self.completion_tokens[index])
+                              if self.continuous_usage else None)
+        return chunk
+
+    def usage_chunk(self) -> dict[str, Any]:
+        """The last chunk when include_usage is set: no choices, the whole request's usage."""
+        return {**self._envelope(stream=True, choices=[]), "usage": self.total_usage()}
+
+    def total_usage(self) -> dict[str, int]:
+        """Usage summed over all choices."""
+        return usage(sum(self.prompt_tokens), sum(self.completion_tokens))
+
+    def response(self) -> dict[str, Any]:
+        """The whole non-streaming response."""
+        choices = []
+        for index, (texts, reason) in enumerate(zip(self.texts, self.finish_reasons)):
+            text = "".join(texts)
+            if self.chat:
+                choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                                "logprobs": None, "finish_reason": reason})
+            else:
+                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": reason})
+        return {**self._envelope(stream=False, choices=choices), "usage": self.total_usage()}
+
+    def _envelope(self, stream: bool, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.chat:
+            kind = "chat.completion.chunk" if stream else "chat.completion"
+        else:
+            kind = "text_completion"  # the same for chunks and whole responses
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}

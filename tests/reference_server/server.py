@@ -1,0 +1,98 @@
+"""The reference server started once per test module, and the HTTP helpers its tests share."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.procs import Proc, free_port
+
+# The tiny preset on CPU with a short context: fast to start, and "too long" is cheap to reach.
+TEST_FLAGS = ("--preset", "tiny", "--device", "cpu", "--max-model-len", "256")
+MAX_MODEL_LEN = 256
+MODEL = "loadlab-reference"
+
+
+@dataclass
+class Server:
+    """A running reference server and helpers to talk to it."""
+
+    url: str
+    proc: Proc
+    api_key: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def post(self, path: str, body: Any, **kwargs: Any) -> requests.Response:
+        """POST a JSON body (or raw bytes/str as they are)."""
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        headers = {"Content-Type": "application/json", **self.headers(), **kwargs.pop("headers", {})}
+        return requests.post(self.url + path, data=data, headers=headers, timeout=60, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        headers = {**self.headers(), **kwargs.pop("headers", {})}
+        return requests.get(self.url + path, headers=headers, timeout=30, **kwargs)
+
+    def events(self, path: str, body: dict) -> list[str]:
+        """Stream a request; return the data of each SSE event ("[DONE]" last), checking the framing."""
+        response = self.post(path, {**body, "stream": True})
+        assert response.status_code == 200, response.text
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        return sse_data(response.content)
+
+    def metric(self, name: str) -> float:
+        """The value of one unlabelled-or-single-series sample on /metrics."""
+        text = requests.get(self.url + "/metrics", timeout=30).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name:
+                    return sample.value
+        raise KeyError(name)
+
+    def pool_is_whole(self, timeout: float = 2.0) -> bool:
+        """Whether, within timeout, no sequence runs or waits and every KV block is free again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            idle = (self.metric("vllm:kv_cache_usage_perc") == 0.0 and self.metric("vllm:num_requests_running") == 0
+                    and self.metric("vllm:num_requests_waiting") == 0)
+            if idle or time.monotonic() > deadline:
+                return idle
+            time.sleep(0.05)
+
+
+def sse_data(body: bytes) -> list[str]:
+    """The data of each event of an SSE body that must be nothing but `data: ...\\n\\n` events."""
+    assert body.endswith(b"data: [DONE]\n\n"), body[-200:]
+    events = body.decode().split("\n\n")
+    assert events[-1] == ""
+    assert all(e.startswith("data: ") and "\n" not in e for e in events[:-1]), body[:500]
+    data = [e[len("data: "):] for e in events[:-1]]
+    assert data.count("[DONE]") == 1
+    return data
+
+
+def chunks(data: list[str]) -> list[dict]:
+    """The JSON chunks of a stream (everything before [DONE])."""
+    return [json.loads(d) for d in data[:-1]]
+
+
+@contextmanager
+def start_server(log: Path, *flags: str, api_key: str | None = None) -> Iterator[Server]:
+    """Run `python -m reference_server` on a free port until the block ends."""
+    port = free_port()
+    args = [sys.executable, "-m", "reference_server", "--port", str(port), *TEST_FLAGS, *flags]
+    if api_key:
+        args += ["--api-key", api_key]
+    url = f"http://127.0.0.1:{port}"
+    with Proc(args, ready_url=url + "/health", timeout=120, log=log) as proc:
+        yield Server(url, proc, api_key)

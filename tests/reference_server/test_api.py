@@ -1,0 +1,263 @@
+"""The OpenAI-compatible HTTP API of the reference server, driven over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from reference_server.api import build_app
+from reference_server.config import EngineConfig
+from reference_server.engine import AsyncEngine
+from tests.reference_server.server import MAX_MODEL_LEN, MODEL, chunks, sse_data, start_server
+from tests.support.procs import free_port
+
+KEY = "test-key"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    # Two running + two waiting at most, so a small burst reaches the queue limit (429).
+    log = tmp_path_factory.mktemp("api") / "server.log"
+    with start_server(log, "--max-num-seqs", "2", "--max-waiting", "2", api_key=KEY) as s:
+        yield s
+
+
+def completion(server, **body):
+    response = server.post("/v1/completions", {"model": MODEL, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_error(response, status, param=None):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if param is not None:
+        assert error["param"] == param
+
+
+# ---- endpoints ---------------------------------------------------------------------------------
+
+def test_models_lists_the_served_model_with_root_and_context(server):
+    body = server.get("/v1/models").json()
+    assert body["object"] == "list"
+    card = body["data"][0]
+    assert {"id", "object", "created", "owned_by", "root", "max_model_len"} <= set(card)
+    assert card["id"] == card["root"] == MODEL and card["object"] == "model"
+    assert card["max_model_len"] == MAX_MODEL_LEN
+
+
+def test_health_and_metrics_stay_open_without_the_api_key(server):
+    health = server.get("/health", headers={"Authorization": ""})
+    assert health.status_code == 200 and health.content == b""
+    metrics = server.get("/metrics", headers={"Authorization": ""})
+    assert metrics.status_code == 200
+    assert metrics.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "vllm:num_requests_running" in metrics.text
+
+
+@pytest.mark.parametrize("authorization", ["", "Bearer wrong", KEY, f"Basic {KEY}"])
+def test_a_missing_or_wrong_api_key_is_401(server, authorization):
+    for path in ("/v1/models", "/v1/completions"):
+        response = server.post(path, {"prompt": "x"}, headers={"Authorization": authorization}) \
+            if path.endswith("completions") else server.get(path, headers={"Authorization": authorization})
+        assert_error(response, 401)
+
+
+def test_tokenize_and_detokenize_round_trip(server):
+    text = "héllo wörld"
+    tokens = server.post("/tokenize", {"prompt": text}).json()
+    assert tokens["tokens"] == list(text.encode()) and tokens["count"] == len(text.encode())
+    assert server.post("/detokenize", {"tokens": tokens["tokens"]}).json() == {"prompt": text}
+
+
+def test_unknown_paths_and_models_are_404(server):
+    assert_error(server.get("/v1/nothing"), 404)
+    assert_error(server.post("/v1/completions", {"model": "gpt-9", "prompt": "x"}), 404, "model")
+
+
+# ---- generation --------------------------------------------------------------------------------
+
+def test_completion_honours_max_tokens_and_reports_usage(server):
+    body = completion(server, prompt="Hello", max_tokens=7, ignore_eos=True)
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert len(choice["text"]) == 7  # every output token is one printable byte
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+
+
+def test_min_tokens_pins_the_output_length(server):
+    body = completion(server, prompt="Hi", max_tokens=9, min_tokens=9)
+    assert body["usage"]["completion_tokens"] == 9
+
+
+@pytest.mark.parametrize("prompt, prompt_tokens, choices", [
+    ("abc", 3, 1),
+    (["abc"], 3, 1),
+    ([97, 98, 99, 100], 4, 1),
+    ([[97, 98], [99]], 3, 2),
+    (["ab", "cde"], 5, 2),
+])
+def test_every_prompt_form_is_accepted(server, prompt, prompt_tokens, choices):
+    body = completion(server, prompt=prompt, max_tokens=3, ignore_eos=True)
+    assert [c["index"] for c in body["choices"]] == list(range(choices))
+    assert body["usage"]["prompt_tokens"] == prompt_tokens
+    assert body["usage"]["completion_tokens"] == 3 * choices
+
+
+def test_chat_completion_counts_the_templated_prompt(server):
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]
+    response = server.post("/v1/chat/completions", {"model": MODEL, "messages": messages,
+                                                     "max_completion_tokens": 4, "ignore_eos": True})
+    body = response.json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert len(body["choices"][0]["message"]["content"]) == 4
+    assert body["usage"]["prompt_tokens"] == server.post("/tokenize", {"messages": messages}).json()["count"]
+
+
+def test_max_completion_tokens_wins_over_max_tokens(server):
+    response = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                     "max_tokens": 9, "max_completion_tokens": 2, "ignore_eos": True})
+    assert response.json()["usage"]["completion_tokens"] == 2
+
+
+def test_stop_strings_end_the_output_before_the_stop(server):
+    greedy = dict(prompt="Once upon a time", max_tokens=30, temperature=0, ignore_eos=True)
+    text = completion(server, **greedy)["choices"][0]["text"]
+    stop = text[10:12]
+    body = completion(server, **greedy, stop=[stop, "never-there"])
+    assert body["choices"][0]["text"] == text[:text.find(stop)]
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_seeded_sampling_repeats(server):
+    sampled = dict(prompt="abc", max_tokens=12, temperature=1.0, top_p=0.9, top_k=50, seed=7, ignore_eos=True)
+    assert completion(server, **sampled)["choices"][0]["text"] == completion(server, **sampled)["choices"][0]["text"]
+
+
+def test_unknown_fields_are_ignored(server):
+    completion(server, prompt="x", max_tokens=1, logprobs=None, repetition_penalty=1.0, echo=False,
+               user="u", something_new={"a": [1]})
+
+
+# ---- streaming ---------------------------------------------------------------------------------
+
+def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(server):
+    data = server.events("/v1/completions", {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True,
+                                             "stream_options": {"include_usage": True}})
+    body = chunks(data)
+    token_chunks, usage_chunk = body[:-1], body[-1]
+    assert len(token_chunks) == 6
+    assert all(c["object"] == "text_completion" and len(c["choices"]) == 1 for c in body[:-1])
+    assert all(c["choices"][0]["text"] and c["usage"] is None for c in token_chunks)
+    assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 5 + ["length"]
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+
+
+def test_streamed_chat_sends_the_role_with_the_first_token(server):
+    data = server.events("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                  "max_tokens": 5, "ignore_eos": True})
+    body = chunks(data)
+    assert all(c["object"] == "chat.completion.chunk" for c in body)
+    deltas = [c["choices"][0]["delta"] for c in body]
+    assert deltas[0]["role"] == "assistant" and deltas[0]["content"]
+    assert all("role" not in d and d["content"] for d in deltas[1:])
+    assert "usage" not in body[0]  # no include_usage: no usage at all
+
+
+def test_continuous_usage_stats_put_usage_on_every_chunk(server):
+    data = server.events("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4, "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    body = chunks(data)
+    assert [c["usage"]["completion_tokens"] for c in body] == [1, 2, 3, 4, 4]
+    assert body[-1]["choices"] == []
+
+
+def test_streaming_errors_before_the_stream_are_plain_http_errors(server):
+    assert_error(server.post("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 10**6}), 400, "max_tokens")
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/completions", b"{not json", None),
+    ("/v1/completions", b"\xff\xfe", None),
+    ("/v1/completions", [1, 2], None),
+    ("/v1/completions", {"max_tokens": 3}, "prompt"),
+    ("/v1/completions", {"prompt": ""}, "prompt"),
+    ("/v1/completions", {"prompt": []}, "prompt"),
+    ("/v1/completions", {"prompt": [1, "a"]}, "prompt"),
+    ("/v1/completions", {"prompt": [300000]}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "n": 2}, "n"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": -5}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": "5"}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": True}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": MAX_MODEL_LEN}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x" * MAX_MODEL_LEN, "max_tokens": 1}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+    ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
+    ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
+    ("/v1/completions", {"prompt": "x", "top_k": -2}, "top_k"),
+    ("/v1/completions", {"prompt": "x", "stop": [1]}, "stop"),
+    ("/v1/completions", {"prompt": "x", "stream_options": "yes"}, None),
+    ("/v1/chat/completions", {"messages": []}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"content": "no role"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+    ("/tokenize", {}, "prompt"),
+    ("/detokenize", {"tokens": ["a"]}, "tokens"),
+])
+def test_client_mistakes_are_400_in_openai_format(server, path, body, param):
+    assert_error(server.post(path, body), 400, param)
+
+
+def test_a_full_waiting_queue_is_429_and_closing_streams_frees_everything(server):
+    body = {"prompt": "x", "max_tokens": MAX_MODEL_LEN - 1, "ignore_eos": True, "stream": True}
+    responses = [server.post("/v1/completions", body, stream=True) for _ in range(8)]
+    try:
+        statuses = [r.status_code for r in responses]
+        assert statuses.count(200) >= 4 and 429 in statuses, statuses  # 2 running + 2 waiting fit
+        assert_error(next(r for r in responses if r.status_code == 429), 429)
+    finally:
+        for r in responses:
+            r.close()
+    assert server.pool_is_whole()
+
+
+# ---- a dead engine -----------------------------------------------------------------------------
+
+def test_a_stopped_engine_is_503_and_open_streams_end_with_an_error_event():
+    asyncio.run(_stopped_engine())
+
+
+async def _stopped_engine() -> None:
+    engine = AsyncEngine(EngineConfig(preset="tiny", max_model_len=MAX_MODEL_LEN))
+    await engine.start()
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            assert (await http.get("/health")).status == 200
+            stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 200, "ignore_eos": True,
+                                                              "stream": True})
+            first = await stream.content.readuntil(b"\n\n")
+            await engine.shutdown()
+            data = sse_data(first + await stream.read())
+            assert json.loads(data[-2])["error"]["message"]
+            health = await http.get("/health")
+            assert health.status == 503 and await health.read() == b""
+            response = await http.post("/v1/completions", json={"prompt": "x"})
+            assert response.status == 503 and (await response.json())["error"]["type"]
+    finally:
+        await runner.cleanup()
