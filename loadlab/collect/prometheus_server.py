@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from datetime import datetime, timezone
 
 from loadlab.clock import now
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS_PER_QUERY = 10_000
+# The pull happens once, at the end of the run: worth one quiet retry.
+ATTEMPTS = 2
+RETRY_PAUSE = 0.5
 
 _SELECTOR = re.compile(r"^\{(?P<matchers>.*)\}$", re.DOTALL)
 
@@ -74,11 +78,18 @@ class PrometheusCollector:
         if self._sink is None:
             return
         sink, self._sink = self._sink, None
-        try:
-            samples = self.pull(self._start, now())
-        except Exception as e:  # Prometheus down or refusing: the run keeps what it has
+        end = now()
+        for attempt in range(ATTEMPTS):
+            try:
+                samples = self.pull(self._start, end)
+                break
+            except Exception as e:  # Prometheus down or refusing: the run keeps what it has
+                error = f"{type(e).__name__}: {e}"
+                if attempt + 1 < ATTEMPTS:
+                    time.sleep(RETRY_PAUSE)
+        else:
             self._coverage.failed_samples += 1
-            self._coverage.error = f"{type(e).__name__}: {e}"
+            self._coverage.error = error[:300]  # requests' messages repeat the whole query URL
             log.warning("prometheus collector: query to %s failed: %s", self.url, self._coverage.error)
             return
         self._coverage.ok_samples += len(samples)
@@ -94,8 +105,8 @@ class PrometheusCollector:
         from prometheus_api_client import PrometheusConnect  # imports requests: only when used
         from urllib3.util.retry import Retry
 
-        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout,
-                                   retry=Retry(total=1, backoff_factor=0.1))
+        # No retries inside urllib3: each one logs a warning line; stop() retries quietly.
+        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=Retry(total=0))
         samples: list[Sample] = []
         try:
             chunk = self.step * MAX_POINTS_PER_QUERY

@@ -175,3 +175,28 @@ def test_metrics_url_from_api_url():
         metrics_url("localhost:8000")
     with pytest.raises(UserError):
         ServerMetricsCollector("ftp://h/metrics")
+
+
+def test_against_a_running_loadlab_mock_signals_follow_the_load():
+    from tests.support.mock_load import mock_server, stream_requests
+
+    with mock_server("--itl", "0.01") as (url, _):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=0.1)
+        sink = Collected()
+        collector.start(sink)
+        stream_requests(url, users=3, per_user=2, max_tokens=40)
+        time.sleep(0.3)
+        collector.stop()
+    assert collector.coverage().failed_samples == 0
+    by_signal: dict[str, list[Sample]] = {}
+    for s in sink.samples:
+        by_signal.setdefault(s.signal, []).append(s)
+    generated = [s.value for s in sorted(by_signal["generation_tokens"], key=lambda s: s.time)]
+    assert generated == sorted(generated)                     # a counter only grows
+    assert generated[0] < generated[-1] and generated[-1] >= 6 * 39
+    assert max(s.value for s in by_signal["requests_running"]) >= 1
+    assert by_signal["requests_running"][-1].value == 0       # all done by the last scrape
+    last_time = max(s.time for s in sink.samples)
+    ttft_count = [s.value for s in by_signal["ttft_count"] if s.time == last_time]
+    assert ttft_count == [6]
+    assert {s.labels["model_name"] for s in by_signal["kv_usage"]} == {"mock"}
