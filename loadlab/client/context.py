@@ -25,7 +25,6 @@ class ClientContext:
     worker_count: int = 1
     step: StepInfo | None = None
     anchor: ClockAnchor = field(default_factory=process_anchor)
-    in_flight: int = 0                   # requests sent and not yet finished here (users keep it)
 
     def rate_share(self) -> float:
         """This process's share of the open-loop rate: independent Poisson streams sum to Poisson(R)."""
