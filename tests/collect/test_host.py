@@ -1,0 +1,101 @@
+"""Host and process CPU, in cores, against real busy and idle processes."""
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from loadlab.collect.host import HostCollector, ProcessCpu
+
+BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+IDLE = "import time; time.sleep(30)"
+
+
+@pytest.fixture
+def spawn():
+    procs: list[subprocess.Popen] = []
+
+    def start(code: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", code])
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:  # ended by PID
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+
+
+def cores_over(pid: int, seconds: float) -> float:
+    cpu = ProcessCpu(pid)
+    assert cpu.sample() == 0.0      # the first call only primes
+    time.sleep(seconds)
+    return cpu.sample()
+
+
+def test_busy_process_uses_most_of_a_core(spawn):
+    busy = spawn(BUSY)
+    time.sleep(0.3)                 # past interpreter start-up
+    assert cores_over(busy.pid, 1.0) > 0.3   # wide: 2 shared cores in CI
+
+
+def test_idle_process_uses_almost_nothing(spawn):
+    idle = spawn(IDLE)
+    time.sleep(0.5)
+    assert cores_over(idle.pid, 1.0) < 0.1
+
+
+def test_process_cpu_of_a_missing_pid_raises_no_such_process(spawn):
+    gone = spawn(IDLE)
+    gone.kill()
+    gone.wait(5)
+    with pytest.raises(psutil.NoSuchProcess):
+        ProcessCpu(gone.pid)
+
+
+def test_host_collector_reports_a_vanished_pid_once_and_keeps_sampling(spawn, caplog):
+    doomed, survivor = spawn(IDLE), spawn(IDLE)
+    got, lock = [], threading.Lock()
+
+    def sink(batch):
+        with lock:
+            got.extend(batch)
+
+    collector = HostCollector({"server": doomed.pid, "other": survivor.pid}, interval=0.1)
+    with caplog.at_level(logging.WARNING):
+        collector.start(sink)
+        time.sleep(0.5)
+        doomed.kill()
+        doomed.wait(5)
+        killed_at = time.time()
+        time.sleep(0.6)
+        collector.stop()
+    roles = lambda role: [s for s in got if s.signal == "process_cpu" and s.labels["role"] == role]
+    assert roles("server") and all(s.labels["pid"] == str(doomed.pid) for s in roles("server"))
+    assert max(s.time for s in roles("server")) < killed_at + 0.15  # nothing after it vanished
+    assert max(s.time for s in roles("other")) > killed_at + 0.3    # the other role goes on
+    assert max(s.time for s in got if s.signal == "host_cpu") > killed_at + 0.3
+    assert all(0.0 <= s.value <= psutil.cpu_count() + 0.5 for s in got if s.signal == "host_cpu")
+    warnings = [r.getMessage() for r in caplog.records if "disappeared" in r.getMessage()]
+    assert len(warnings) == 1 and str(doomed.pid) in warnings[0]
+    cov = collector.coverage()
+    assert cov.source == "host" and cov.enabled and "disappeared" in cov.error and cov.ok_samples >= 8
+
+
+def test_host_collector_with_a_pid_missing_from_the_start_still_samples_the_host(spawn):
+    gone = spawn(IDLE)
+    gone.kill()
+    gone.wait(5)
+    got = []
+    collector = HostCollector({"server": gone.pid}, interval=0.1)
+    collector.start(got.extend)
+    time.sleep(0.3)
+    collector.stop()
+    assert [s for s in got if s.signal == "host_cpu"]
+    assert not [s for s in got if s.signal == "process_cpu"]
+    assert "cannot be sampled" in collector.coverage().error

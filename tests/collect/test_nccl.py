@@ -1,0 +1,131 @@
+"""NCCL Inspector files -> collective samples; collective time as a share of step time."""
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from loadlab.collect.nccl import NcclInspectorCollector, collective_seconds_per_step, collective_share
+from loadlab.collect.samples import Sample
+
+DUMP_US = 1_796_000_000_000_000
+
+
+def inspector_line(rank: int, seq: int, exec_us: int, coll: str = "AllReduce", comm: str = "0x7f8c496ae9f661",
+                   kernel_stop_us: int | None = None) -> str:
+    """One record as the Inspector plugin writes it: a JSON object on one line."""
+    perf = {"coll": coll, "coll_sn": seq, "coll_msg_size_bytes": 16384, "coll_exec_time_us": exec_us,
+            "coll_timing_source": "kernel_gpu", "coll_algobw_gbs": 0.04, "coll_busbw_gbs": 0.04}
+    if kernel_stop_us is not None:  # NCCL_INSPECTOR_DUMP_VERBOSE=1
+        perf["event_trace_sn"] = {"coll_start_sn": 1, "coll_stop_sn": 2, "kernel_events": []}
+        perf["event_trace_ts"] = {"coll_start_ts": kernel_stop_us - 900, "coll_stop_ts": kernel_stop_us - 850,
+                                  "kernel_events": [{"channel_id": 0, "kernel_start_ts": kernel_stop_us - exec_us,
+                                                     "kernel_stop_ts": kernel_stop_us,
+                                                     "kernel_record_ts": kernel_stop_us}]}
+    return json.dumps({
+        "header": {"id": comm, "rank": rank, "n_ranks": 2, "nnodes": 1},
+        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "", "rec_mechanism":
+                     "nccl_profiler_interface", "dump_timestamp_us": DUMP_US + seq * 1000,
+                     "hostname": "node0", "pid": 4100 + rank},
+        "coll_perf": perf,
+    }, separators=(",", ":")) + "\n"
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_tails_inspector_files_into_collective_samples(tmp_path, caplog):
+    dump_dir = tmp_path / "nccl-inspector-unknown-jobid"
+    collector = NcclInspectorCollector(str(dump_dir), interval=0.1)
+    got: list[Sample] = []
+    with caplog.at_level(logging.WARNING):
+        collector.start(got.extend)            # before the plugin has created anything
+        time.sleep(0.25)
+        dump_dir.mkdir()
+        rank0, rank1 = dump_dir / "node0-pid4100.log", dump_dir / "node0-pid4101.log"
+        append(rank0, inspector_line(0, 10, 400) + inspector_line(0, 11, 500))
+        append(rank1, inspector_line(1, 10, 450))
+        wait_for(lambda: collector.records == 3)
+        # The sequence jumps 11 -> 14: the record stands for 3 collectives.
+        line = inspector_line(0, 14, 300)
+        append(rank0, line[:40])               # a line caught half-written
+        time.sleep(0.3)
+        append(rank0, line[40:] + '{"header": {"id": "0x1"\n' + "not json\n")
+        append(rank1, inspector_line(1, 12, 350, kernel_stop_us=DUMP_US + 5_000_000))
+        wait_for(lambda: collector.records == 5 and collector.malformed == 2)
+        collector.stop()
+
+    times = [s for s in got if s.signal == "collective_time"]
+    assert sorted((s.labels["rank"], s.value) for s in times) == [
+        ("0", 0.0003), ("0", 0.0004), ("0", 0.0005), ("1", 0.00035), ("1", 0.00045)]
+    assert all(s.labels["coll"] == "AllReduce" and s.labels["n_ranks"] == "2" and s.source == "nccl"
+               for s in times)
+    calls = sorted((s.labels["rank"], s.value) for s in got if s.signal == "collective_calls")
+    assert calls == [("0", 1.0), ("0", 1.0), ("0", 3.0), ("1", 1.0), ("1", 2.0)]
+    verbose = [s for s in times if s.value == 0.00035][0]
+    assert verbose.time == pytest.approx((DUMP_US + 5_000_000) / 1e6)   # the kernel stop time
+    plain = [s for s in times if s.value == 0.0004][0]
+    assert plain.time == pytest.approx((DUMP_US + 10 * 1000) / 1e6)     # the dump time
+    totals = {r: sum(s.value for s in got if s.signal == "collective_seconds" and s.labels["rank"] == r)
+              for r in ("0", "1")}
+    assert totals["0"] == pytest.approx(0.0004 + 0.0005 + 3 * 0.0003)
+    assert totals["1"] == pytest.approx(0.00045 + 2 * 0.00035)
+    assert [s for s in got if s.signal == "collective_seconds" and s.value == 0.0]  # idle intervals too
+    cov = collector.coverage()
+    assert cov.enabled and cov.failed_samples == 2 and "malformed" in cov.error
+    assert len([r for r in caplog.records if "malformed" in r.getMessage()]) == 1
+
+
+def test_no_files_at_all_is_recorded_in_coverage(tmp_path):
+    collector = NcclInspectorCollector(str(tmp_path / "missing"), interval=0.05)
+    collector.start(lambda batch: None)
+    time.sleep(0.15)
+    collector.stop()
+    assert "no NCCL Inspector records" in collector.coverage().error
+
+
+def s(signal: str, t: float, value: float, **labels: str) -> Sample:
+    return Sample(t, "server", signal, value, labels)
+
+
+# A reference-server step-time histogram over a window: 40 steps, 20 ms of step time in all.
+STEPS = [s("step_time_sum", 0, 1.000, phase="decode"), s("step_time_sum", 5, 1.015, phase="decode"),
+         s("step_time_count", 0, 100, phase="decode"), s("step_time_count", 5, 130, phase="decode"),
+         s("step_time_sum", 0, 0.200, phase="prefill"), s("step_time_sum", 5, 0.205, phase="prefill"),
+         s("step_time_count", 0, 10, phase="prefill"), s("step_time_count", 5, 20, phase="prefill"),
+         s("step_time", 5, 130, phase="decode", le="0.01")]  # a bucket: ignored
+
+
+def test_share_from_nccl_interval_totals_averages_over_ranks():
+    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"}),
+            Sample(2, "nccl", "collective_seconds", 0.002, {"rank": "0"}),
+            Sample(1, "nccl", "collective_seconds", 0.005, {"rank": "1"}),
+            Sample(1, "nccl", "collective_time", 0.004, {"rank": "1", "coll": "AllReduce"})]  # not a total
+    assert collective_share(nccl, STEPS) == pytest.approx(0.004 / 0.020)
+    assert collective_seconds_per_step(nccl, STEPS) == pytest.approx(0.004 / 40)
+
+
+def test_share_from_a_server_collective_histogram_uses_counter_increases_across_resets():
+    server = [s("collective_time_sum", 0, 0.50), s("collective_time_sum", 2, 0.503),
+              s("collective_time_sum", 3, 0.001), s("collective_time_sum", 5, 0.002),  # restarted
+              s("collective_time_count", 5, 999), s("ttft_sum", 5, 99.0)]             # ignored
+    assert collective_share(server, STEPS) == pytest.approx(0.005 / 0.020)
+
+
+def test_share_is_nan_when_either_side_is_missing():
+    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"})]
+    assert math.isnan(collective_share(nccl, []))
+    assert math.isnan(collective_share([], STEPS))
+    assert math.isnan(collective_seconds_per_step(nccl, [s("step_time_count", 0, 5)]))  # no increase
