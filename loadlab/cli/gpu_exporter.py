@@ -47,17 +47,19 @@ def serve(host: str, port: int, interval: float, replay: str, ready: threading.E
     """Sample GPUs and serve /metrics until `stop` is set (or SIGTERM/SIGINT)."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from loadlab.collect.gpu import GpuCollector, ReplayBackend
+    from loadlab.collect.gpu import GpuBackend, GpuCollector, NvmlBackend, ReplayBackend
 
     if not 0 < port < 65536:
         raise UserError(f"--port must be 1..65535, got {port}")
     if not interval > 0:
         raise UserError(f"--interval must be > 0 seconds, got {interval}")
-    backend = ReplayBackend(replay) if replay else None
+    backend: GpuBackend = ReplayBackend(replay) if replay else NvmlBackend()
+    try:  # opened here so a machine without GPUs gets one clear line (the collector's open is then a no-op)
+        backend.open()
+    except Exception as e:
+        raise UserError(f"GPU signals unavailable: {type(e).__name__}: {e} (use --replay FILE to serve a recording)") from None
     collector = GpuCollector(interval=interval, backend=backend)
     collector.start(lambda samples: None)  # the collector keeps its latest tick itself
-    if not collector.coverage().enabled:
-        raise UserError(f"{collector.coverage().error} (use --replay FILE to serve a recording)")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LatestGpuSamples(collector))
     try:

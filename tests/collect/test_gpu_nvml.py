@@ -142,6 +142,12 @@ def test_rates_come_from_counter_deltas_and_the_first_read_has_none():
     assert second[1].pcie_tx == pytest.approx(10e6) and second[1].pcie_rx == pytest.approx(20e6)
 
 
+def test_opening_twice_keeps_one_entry_per_gpu():
+    backend, _ = open_backend()
+    backend.open()
+    assert [r.index for r in backend.read()] == [0, 1]
+
+
 def test_close_frees_gpm_samples():
     backend, fake = open_backend()
     backend.read()

@@ -44,6 +44,9 @@ class NvmlBackend:
         self.errors = 0  # transient per-query failures (the collector reports the count)
 
     def open(self) -> None:
+        """Initialise NVML and find the GPUs; does nothing when already open."""
+        if self._nvml is not None:
+            return
         if self._module is None:
             import pynvml  # the module imports fine without a driver; nvmlInit() is what fails
 
