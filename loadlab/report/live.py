@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -42,8 +43,9 @@ class LiveDisplay:
     from the caller's thread only (no refresh thread), which keeps it safe inside gevent.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console
+        self._clock = clock
         self._live: Live | None = None
         self._last_draw = -float("inf")
         self._pending: LiveStats | None = None
@@ -56,7 +58,7 @@ class LiveDisplay:
 
     def update(self, stats: LiveStats) -> None:
         """Show `stats` now if the rate limit allows, else keep it for the next chance."""
-        now = time.monotonic()
+        now = self._clock()
         interval = 1 / MAX_REFRESH_PER_S if self._live is not None else PLAIN_INTERVAL_S
         if now - self._last_draw < interval:
             self._pending = stats
@@ -78,4 +80,4 @@ class LiveDisplay:
         if self._live is not None:
             self._live.update(Text(text, style="yellow" if stats.warning else ""), refresh=True)
         else:
-            self.console.print(text, highlight=False, markup=False)
+            self.console.print(text, highlight=False, markup=False, soft_wrap=True)

@@ -1,0 +1,198 @@
+"""summarize(): the numbers of a run, checked against answers worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize)
+from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.clock import ClockAnchor
+from loadlab.collect.samples import Coverage, Sample
+from loadlab.errors import UserError
+from loadlab.store.meta import RunMeta
+from loadlab.store.reader import RunData
+from loadlab.store.tables import requests_table, samples_table
+
+T = 1000.0
+
+
+def req(i: int, send: float, tokens: list[float], end: float | None = None, *, scheduled: float | None = None,
+        step: int = 0, **kw: Any) -> RequestRecord:
+    """A successful request unless `error` is given; completion_tokens defaults to len(tokens)."""
+    n = len(tokens)
+    fields: dict[str, Any] = dict(
+        request_id=f"r{i}", worker="w", step=step, warmup=False, api="chat",
+        scheduled_time=send if scheduled is None else scheduled, send_time=send,
+        first_token_time=tokens[0] if tokens else math.nan,
+        end_time=end if end is not None else (tokens[-1] if tokens else send),
+        token_times=tokens, completion_tokens=n, client_tokens=n, max_tokens=n, status=200)
+    return RequestRecord(**{**fields, **kw})
+
+
+def run_of(records: list[RequestRecord], steps: list[StepInfo] = (), samples: list[Sample] = (),
+           status: str = "finished", config: dict[str, Any] | None = None) -> RunData:
+    meta = RunMeta(status=status, config=config or {}, versions={}, host={},
+                   anchor=ClockAnchor(T, 0.0), steps=list(steps),
+                   coverage=[Coverage("server", True, ok_samples=7)])
+    return RunData(path=Path("mem"), meta=meta, requests=requests_table(records).to_pandas(),
+                   samples=samples_table(list(samples)).to_pandas())
+
+
+def closed(target: float = 2, start: float = T, end: float = T + 10, index: int = 0) -> StepInfo:
+    return StepInfo(index, f"concurrency={target:g}", "closed", target, start, end)
+
+
+def opened(rate: float, start: float = T, end: float = T + 10, index: int = 0) -> StepInfo:
+    return StepInfo(index, f"rate={rate:g}", "open", rate, start, end)
+
+
+def hand_built() -> RunData:
+    return run_of([
+        # TTFT .2; gaps .1 .2 .1; E2E .6; TPOT (.6-.2)/3; 4 tokens in .4 s -> 10 tok/s; cap 3 exceeded
+        req(0, T, [T + 0.2, T + 0.3, T + 0.5, T + 0.6], max_tokens=3),
+        # closed loop: TTFT from send (1001.0), not from scheduled; ends .1 s after its last token
+        # TTFT .1; gap .3; E2E .5; TPOT .4/1; 2 tokens / .4 s = 5 tok/s; client saw 3 events; cap 4 not reached
+        req(1, T + 1, [T + 1.1, T + 1.4], T + 1.5, scheduled=T + 0.9, client_tokens=3, max_tokens=4),
+        req(2, T + 2, [T + 2.5], T + 3, error="timeout", status=200),
+        # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token
+        req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0),
+        req(4, T, [T + 5], warmup=True),
+    ], [closed(2)])
+
+
+def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
+    s = summarize(hand_built()).steps[0]
+    assert (s.sent, s.succeeded, s.failed, s.aborted, s.warmup) == (4, 3, 1, 0, 1)
+    assert s.errors == {"timeout": 1}
+    assert s.window == 10
+    assert s.ttft.count == 3 and s.ttft.p50 == pytest.approx(0.2) and s.ttft.mean == pytest.approx(0.2)
+    assert s.ttft_from_send.p50 == pytest.approx(0.2)
+    # gaps sorted .1 .1 .2 .3: p50 .15, p90 at rank 2.7 -> .27
+    assert s.itl.count == 4 and s.itl.p50 == pytest.approx(0.15) and s.itl.p90 == pytest.approx(0.27)
+    assert s.tpot.count == 2 and s.tpot.mean == pytest.approx((0.4 / 3 + 0.4) / 2)
+    assert (s.e2e.min, s.e2e.max, s.e2e.p50) == pytest.approx((0.3, 0.6, 0.5))
+    assert s.user_tokens_per_s.count == 2 and s.user_tokens_per_s.p50 == pytest.approx(7.5)
+    assert s.output_tokens == 4 + 2 + 1
+    assert s.requests_per_s == pytest.approx(0.3) and s.output_tokens_per_s == pytest.approx(0.7)
+    # Little's law over finished requests (failed included): (0.6 + 0.5 + 1.0 + 0.3) / 10 s
+    assert s.achieved == pytest.approx(0.24) and s.achieved_ratio == pytest.approx(0.12)
+    assert (s.tokens.usage_missing, s.tokens.usage_mismatch) == (1, 1)
+    assert (s.tokens.over_max_tokens, s.tokens.under_max_tokens) == (1, 1)
+    assert not s.client.limited          # too few requests to judge achieved load
+    assert s.goodput is None
+
+
+def test_open_loop_ttft_counts_from_the_scheduled_time() -> None:
+    records = [req(i, T + i * 0.2 + 0.05, [T + i * 0.2 + 0.15, T + i * 0.2 + 0.25], scheduled=T + i * 0.2)
+               for i in range(50)]
+    s = summarize(run_of(records, [opened(5)])).steps[0]
+    assert s.ttft.p50 == pytest.approx(0.15) and s.ttft_from_send.p50 == pytest.approx(0.10)
+    assert s.e2e.p50 == pytest.approx(0.25) and s.start_delay.p99 == pytest.approx(0.05)
+    assert s.achieved == pytest.approx(5.0) and s.achieved_ratio == pytest.approx(1.0)
+    assert s.client.limited and s.client.values["start_delay_p99"] == pytest.approx(0.05)
+    assert any("start delay p99 50.0 ms" in r for r in s.client.reasons)
+
+
+def test_open_loop_that_falls_short_of_the_requested_rate_is_client_limited() -> None:
+    records = [req(i, T + i * 0.5, [T + i * 0.5 + 0.1]) for i in range(20)]
+    s = summarize(run_of(records, [opened(5)])).steps[0]
+    assert s.achieved == pytest.approx(2.0)
+    assert s.client.limited and any("achieved 2.00 req/s < 0.9" in r for r in s.client.reasons)
+    healthy = [req(i, T + i * 0.2 + 0.001, [T + i * 0.2 + 0.1], scheduled=T + i * 0.2) for i in range(50)]
+    assert not summarize(run_of(healthy, [opened(5)])).steps[0].client.limited
+
+
+def four_users_back_to_back() -> list[RequestRecord]:
+    """4 users x 10 requests of 1 s each: 4 requests always in flight over 10 s."""
+    return [req(u * 10 + k, T + k, [T + k + 0.5, T + k + 1.0]) for u in range(4) for k in range(10)]
+
+
+@pytest.mark.parametrize("users, think_time, limited", [(4, None, False), (8, None, True),
+                                                        (8, {"kind": "fixed", "mean": 1.0}, False)])
+def test_closed_loop_achieved_concurrency_by_littles_law(users: int, think_time: Any, limited: bool) -> None:
+    s = summarize(run_of(four_users_back_to_back(), [closed(users)], config={"think_time": think_time})).steps[0]
+    assert s.achieved == pytest.approx(4.0) and s.achieved_ratio == pytest.approx(4 / users)
+    assert s.client.limited is limited
+    assert any("concurrency 4.00 < 0.8 × 8 users" in r for r in s.client.reasons) is limited
+
+
+def test_client_cpu_and_loop_lag_samples_inside_the_step_trip_the_self_check() -> None:
+    samples = ([Sample(T + i, "client", "client_cpu", 0.2, {"worker": "a"}) for i in range(10)]
+               + [Sample(T + i, "client", "client_cpu", 0.5 if i < 5 else 0.9, {"worker": "b"}) for i in range(10)]
+               + [Sample(T - 5, "client", "client_cpu", 3.0, {"worker": "c"})]      # before the step
+               + [Sample(T + i / 10, "client", "client_loop_lag", 0.001 if i < 90 else 0.05) for i in range(100)])
+    s = summarize(run_of(four_users_back_to_back(), [closed(4)], samples)).steps[0]
+    assert s.client.limited
+    assert s.client.values["client_cpu_p90"] == pytest.approx(0.9) and 0.9 > CLIENT_CPU_P90_MAX
+    assert any("process b" in r for r in s.client.reasons)
+    assert s.client.values["client_loop_lag_p99"] > 0.010
+    assert any("event-loop lag" in r for r in s.client.reasons)
+    calm = [Sample(T + i, "client", "client_cpu", 0.3, {"worker": "a"}) for i in range(10)]
+    assert not summarize(run_of(four_users_back_to_back(), [closed(4)], calm)).client.limited
+
+
+def test_warm_up_requests_are_excluded_and_the_window_starts_after_them() -> None:
+    records = [req(0, T, [T + 1.9], warmup=True), req(1, T, [T + 1.9], warmup=True),
+               req(2, T + 2, [T + 2.5]), req(3, T + 2, [T + 3.0])]
+    s = summarize(run_of(records, [closed(2, end=T + 12)])).steps[0]
+    assert (s.sent, s.warmup, s.window) == (2, 2, 10)
+    assert s.ttft.count == 2 and s.ttft.max == pytest.approx(1.0)
+
+
+def test_a_cut_off_run_without_steps_in_run_json_uses_what_the_records_say() -> None:
+    records = [req(0, T, [T + 1]), req(1, T + 1, [T + 4], step=1), req(2, T + 2, [T + 3], step=1)]
+    summary = summarize(run_of(records, [], status="running", config={"concurrency": [2, 4]}))
+    assert summary.cut_off and summary.status == "running"
+    assert [(s.index, s.mode, s.target) for s in summary.steps] == [(0, "closed", 2), (1, "closed", 4)]
+    assert summary.steps[1].window == pytest.approx(3.0)           # first start .. last end
+    cut = summarize(run_of(records[:1], [StepInfo(0, "c=2", "closed", 2, T)], status="running"))
+    assert cut.steps[0].end_time == T + 1 and cut.steps[0].window == pytest.approx(1.0)
+
+
+def test_aborted_requests_are_not_failures() -> None:
+    records = [req(0, T, [T + 1]), req(1, T, [T + 0.5], T + 2, error="aborted")]
+    s = summarize(run_of(records, [closed(2)])).steps[0]
+    assert (s.sent, s.succeeded, s.failed, s.aborted, s.errors) == (2, 1, 0, 1, {})
+
+
+def test_goodput_counts_requests_meeting_every_slo() -> None:
+    run = hand_built()
+    assert summarize(run, Slo(ttft_ms=150)).steps[0].slo_met == 1                     # r1
+    assert summarize(run, Slo(itl_ms=250)).steps[0].slo_met == 2                      # r0, r3 (no gap)
+    both = summarize(run, Slo(ttft_ms=350, itl_ms=250, e2e_ms=550)).steps[0]
+    assert both.slo_met == 1 and both.goodput == pytest.approx(0.1)                  # r3 only
+    assert summarize(run, Slo(tpot_ms=200)).steps[0].slo_met == 2                     # r0, r3
+
+
+def test_overall_adds_up_the_steps_and_names_them_in_client_reasons() -> None:
+    slow = [req(100 + i, T + 10 + i * 0.5, [T + 10 + i * 0.5 + 0.1], step=1) for i in range(20)]
+    run = run_of(four_users_back_to_back() + slow, [closed(4), opened(5, T + 10, T + 20, index=1)])
+    summary = summarize(run)
+    o = summary.overall
+    assert (o.index, o.label, o.mode) == (-1, "overall", "mixed")
+    assert o.sent == 60 and o.window == 20 and math.isnan(o.achieved)
+    assert o.requests_per_s == pytest.approx(3.0)
+    assert summary.client.limited and summary.client.reasons[0].startswith("rate=5: ")
+    assert summary.coverage == [Coverage("server", True, ok_samples=7)]
+
+
+def test_summary_json_round_trip() -> None:
+    summary = summarize(hand_built(), Slo(ttft_ms=300))
+    d = json.loads(json.dumps(summary.to_dict(), allow_nan=False))   # NaN written as null
+    assert d["client_limited"] is False and d["steps"][0]["ttft"]["unit"] == "s"
+    back = RunSummary.from_dict(d)
+    assert isinstance(back.steps[0], StepSummary) and back.slo == Slo(ttft_ms=300)
+    assert back.to_dict() == summary.to_dict()
+
+
+def test_slo_parsing() -> None:
+    assert Slo.parse("ttft=500, itl=50") == Slo(ttft_ms=500, itl_ms=50)
+    assert Slo.parse("TPOT=40,e2e=5000") == Slo(tpot_ms=40, e2e_ms=5000)
+    for bad in ("", "ttft", "speed=3", "ttft=fast", "ttft=-1"):
+        with pytest.raises(UserError):
+            Slo.parse(bad)

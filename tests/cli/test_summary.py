@@ -1,0 +1,80 @@
+"""`loadlab summary DIR`: table, JSON, SLOs, --write, cut-off folders and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadlab.client.records import StepInfo
+from loadlab.clock import now, process_anchor
+from loadlab.config import RunConfig
+from loadlab.store.run_folder import RunWriter
+from tests.store.test_run_folder import record
+from tests.support.procs import loadlab
+
+
+def write_run(folder: Path, finish: bool) -> None:
+    """Five requests of one step; `finish=False` leaves the folder as a kill -9 would."""
+    writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[2]), process_anchor())
+    t = now()
+    writer.begin_step(StepInfo(0, "concurrency=2", "closed", 2, t - 1))
+    writer.add_requests([record(i, t - 1 + i * 0.1) for i in range(4)]
+                        + [record(9, t, error="http_5xx", status=500, token_times=[])])
+    writer.flush()
+    if finish:
+        writer.end_step(0, t + 1)
+        writer.close()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("runs") / "finished"
+    write_run(folder, finish=True)
+    return folder
+
+
+def test_prints_the_table_of_a_finished_run(finished: Path) -> None:
+    result = loadlab("summary", str(finished))
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if "concurrency=2" in line)
+    assert "5/4/1" in row and "100/100/100" in row        # TTFT 100 ms of every request
+    assert "errors: http_5xx 1" in result.stdout
+
+
+def test_json_output_and_slo_goodput_without_touching_summary_json(finished: Path) -> None:
+    before = (finished / "summary.json").read_text()
+    result = loadlab("summary", str(finished), "--json", "--slo", "ttft=50")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["steps"][0]["succeeded"] == 4 and data["steps"][0]["slo_met"] == 0
+    assert data["slo"]["ttft_ms"] == 50
+    assert (finished / "summary.json").read_text() == before
+
+
+def test_write_rewrites_summary_json(finished: Path) -> None:
+    (finished / "summary.json").unlink()
+    result = loadlab("summary", str(finished), "--write", "--slo", "ttft=500")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((finished / "summary.json").read_text())["steps"][0]["slo_met"] == 4
+
+
+def test_reads_a_run_cut_off_mid_run(tmp_path: Path) -> None:
+    write_run(tmp_path / "cut", finish=False)
+    result = loadlab("summary", str(tmp_path / "cut"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["cut_off"] and data["status"] == "running" and data["overall"]["sent"] == 5
+    assert "cut off" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["/nonexistent/run"], "not a run folder"),
+    ([".", "--slo", "ttft=fast"], "bad SLO"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = loadlab("summary", *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,50 @@
+"""print_summary: what the terminal shows for a run."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from loadlab.analyze.summary import Slo, summarize
+from loadlab.report.console import print_summary
+from tests.analyze.test_summary import (T, closed, four_users_back_to_back, hand_built, opened, req,
+                                        run_of)
+
+
+def render(summary, width: int = 160) -> str:
+    out = io.StringIO()
+    print_summary(summary, Console(file=out, width=width, color_system=None))
+    return out.getvalue()
+
+
+def test_a_row_per_step_with_latencies_in_ms_and_the_counts() -> None:
+    text = render(summarize(hand_built(), Slo(ttft_ms=150)))
+    row = next(line for line in text.splitlines() if line.strip().startswith("concurrency=2"))
+    assert "4/3/1" in row                       # sent/ok/failed
+    assert "200/280/298" in row                 # TTFT p50/p90/p99 ms of .1 .2 .3 s
+    assert "150/270/297" in row                 # ITL
+    assert "500/580/598" in row                 # E2E
+    assert "0.24/2" in row                      # achieved concurrency / users
+    assert "7.5" in row and "0.10" in row       # per-user tok/s p50, goodput req/s
+    assert "errors: timeout 1" in text
+    assert "1 requests returned more tokens than max_tokens" in text
+    assert "server 7 ok/0 failed" in text
+    assert "CLIENT-LIMITED" not in text
+
+
+def test_client_limited_runs_say_so_with_the_reasons() -> None:
+    records = [req(i, T + i * 0.5, [T + i * 0.5 + 0.1]) for i in range(20)]
+    text = render(summarize(run_of(records, [opened(5)])))
+    assert "CLIENT-LIMITED" in text
+    assert "achieved 2.00 req/s < 0.9" in text
+
+
+def test_several_steps_get_an_overall_row_and_a_cut_off_run_is_marked() -> None:
+    slow = [req(100 + i, T + 10 + i, [T + 10 + i + 0.1], step=1) for i in range(5)]
+    run = run_of(four_users_back_to_back() + slow, [closed(4), closed(8, T + 10, T + 20, index=1)],
+                 status="running")
+    text = render(summarize(run))
+    labels = [line.split()[0] for line in text.splitlines() if line.strip()[:5] in ("concu", "overa")]
+    assert labels == ["concurrency=4", "concurrency=8", "overall"]
+    assert "CUT OFF" in text

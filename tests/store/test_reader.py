@@ -1,0 +1,53 @@
+"""load_run: reads finished and cut-off runs, skips damaged parts, rejects what is not a run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadlab.clock import now, process_anchor
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.store.reader import load_run
+from loadlab.store.run_folder import RunWriter
+from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
+from tests.store.test_run_folder import record
+
+
+def test_a_run_without_parts_loads_as_empty_tables_with_all_columns(tmp_path: Path) -> None:
+    RunWriter(tmp_path, RunConfig(), process_anchor())          # never closed: cut off at once
+    run = load_run(tmp_path)
+    assert list(run.requests.columns) == REQUEST_SCHEMA.names and len(run.requests) == 0
+    assert list(run.samples.columns) == SAMPLE_SCHEMA.names and len(run.samples) == 0
+    assert run.meta.cut_off
+    assert any("cut off" in w for w in run.warnings)
+
+
+def test_a_damaged_part_is_skipped_with_a_warning_and_the_rest_is_kept(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, RunConfig(), process_anchor())
+    writer.add_requests([record(0, now())])
+    writer.flush()
+    writer.add_requests([record(1, now())])
+    writer.flush()
+    (tmp_path / "requests" / "part-999999.parquet").write_bytes(b"PAR1 not really")
+    (tmp_path / "requests" / ".part-000003.parquet.tmp").write_bytes(b"half written")
+    run = load_run(tmp_path)
+    assert list(run.requests["request_id"]) == ["r0", "r1"]
+    assert [w for w in run.warnings if "part-999999.parquet" in w]
+    assert not [w for w in run.warnings if ".tmp" in w]           # temporary files are not parts
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.mkdir(), "has no run.json"),
+    (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
+    (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), "unreadable"),
+])
+def test_not_a_run_folder_is_a_one_line_user_error(tmp_path: Path, make, message: str) -> None:
+    folder = tmp_path / "x"
+    make(folder)
+    with pytest.raises(UserError, match=message) as e:
+        load_run(folder)
+    assert "\n" not in str(e.value)
