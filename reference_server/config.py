@@ -20,6 +20,11 @@ class ModelShape:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    qkv_bias: bool = False               # Qwen2 has biases on q/k/v projections
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
 
 
 @dataclass

@@ -1,0 +1,343 @@
+"""The engine the HTTP API talks to: an asyncio front over one background engine-loop thread.
+
+The loop thread owns the scheduler, the KV blocks and the model; it runs one step at a time and
+hands each new token to the request's asyncio stream with `loop.call_soon_threadsafe`, so the event
+loop never waits for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import torch
+
+from reference_server.config import EngineConfig
+from reference_server.engine.block_manager import BlockManager
+from reference_server.engine.metrics import EngineMetrics
+from reference_server.engine.runner import ModelRunner, build_step, kv_layout
+from reference_server.engine.sampler import Sampler
+from reference_server.engine.scheduler import ScheduledChunk, Scheduler
+from reference_server.engine.sequence import Sequence, Status
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
+from reference_server.model import PRESETS
+from reference_server.tokenizer import ByteTokenizer
+
+log = logging.getLogger("reference_server.engine")
+IDLE_WAIT = 0.5          # seconds the loop sleeps with nothing to do (woken at once by new work)
+STATIC_POLL = 0.005      # static batching: how often to re-check whether a batch is due
+
+
+class RequestStream:
+    """Async iterator of one request's TokenOutputs; the last one carries finish_reason."""
+
+    def __init__(self, request_id: str, engine: "AsyncEngine") -> None:
+        self.request_id = request_id
+        self._engine = engine
+        self._queue: asyncio.Queue[TokenOutput | Exception] = asyncio.Queue()
+        self.finished = False
+
+    def _put(self, item: TokenOutput | Exception) -> None:
+        self._queue.put_nowait(item)
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> TokenOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            self.finished = True
+            raise item
+        if item.finish_reason is not None:
+            self.finished = True
+        return item
+
+    def abort(self) -> None:
+        """Stop generating (client went away); the blocks are freed by the next step."""
+        self._engine.abort(self.request_id)
+
+
+class AsyncEngine:
+    """Continuous-batching engine with a paged KV cache (static batching / contiguous KV as A/B modes)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        if config.preset not in PRESETS:
+            raise ValueError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
+        for name, value, allowed in (("batching", config.batching, ("continuous", "static")),
+                                     ("kv", config.kv, ("paged", "contiguous")),
+                                     ("device", config.device, ("cpu", "cuda"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        self.config = config
+        self.shape = PRESETS[config.preset]
+        self.tokenizer = ByteTokenizer()
+        self.max_model_len = min(config.max_model_len or self.shape.max_position, self.shape.max_position)
+        self.model_name = config.model_name
+        layout = kv_layout(config, self.max_model_len)
+        self._layout = layout
+        self.blocks = BlockManager(layout.num_blocks, layout.block_size, layout.blocks_per_slab)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.sampler = Sampler(self.tokenizer.eos_token_id, config.seed)
+        self.metrics = EngineMetrics(config.model_name, self.max_model_len)
+        self.registry = self.metrics.registry
+        self._lock = threading.Condition()
+        self._inbox: list[Sequence] = []              # accepted, not yet seen by the loop
+        self._aborts: set[str] = set()
+        self._streams: dict[str, RequestStream] = {}  # every unfinished request
+        self._num_waiting = 0                         # inbox + scheduler.waiting, for QueueFull
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dead: BaseException | None = None
+
+    # ---- the asyncio side -------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._dead is None
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return self.blocks.total
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return self.blocks.num_free
+
+    async def start(self) -> None:
+        """Load the model (in the loop thread) and return once it is ready to serve."""
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="engine-loop", daemon=True)
+        self._thread.start()
+        await ready
+
+    async def shutdown(self) -> None:
+        """Stop the loop thread and the tensor-parallel workers; unfinished requests end with "abort"."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
+        """Queue a request; its tokens arrive on the returned stream. Call from the event loop."""
+        if not self.healthy:
+            raise EngineDead("the engine loop is not running")
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model's context is "
+                             f"{self.max_model_len} tokens, including at least one output token")
+        if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
+            raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
+        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+        seq = Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
+        stream = RequestStream(request_id, self)
+        with self._lock:
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            if self._num_waiting >= self.config.max_waiting:
+                raise QueueFull(f"{self._num_waiting} requests are already waiting")
+            self._num_waiting += 1
+            self._inbox.append(seq)
+            self._streams[request_id] = stream
+            self._lock.notify()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        """End a request early; its KV blocks are freed before the next step runs."""
+        with self._lock:
+            if request_id in self._streams:
+                self._aborts.add(request_id)
+                self._lock.notify()
+
+    # ---- the loop thread --------------------------------------------------------------------
+
+    def _run(self, ready: asyncio.Future) -> None:
+        try:
+            runner = ModelRunner(self.config, self._layout)
+        except BaseException as e:  # report to start(), then the engine is simply not healthy
+            self._dead = e
+            self._loop.call_soon_threadsafe(ready.set_exception, e)
+            return
+        self._loop.call_soon_threadsafe(ready.set_result, None)
+        try:
+            while self._next_step(runner):
+                pass
+        except BaseException as e:
+            log.exception("engine loop died")
+            self._dead = e
+        finally:
+            self._end_all(runner)
+
+    def _next_step(self, runner: ModelRunner) -> bool:
+        """Run one step (or wait for work); False when shutting down."""
+        with self._lock:
+            if self._stopping:
+                return False
+            new, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, set()
+        for seq in new:
+            self.scheduler.add(seq)
+        outputs: list[tuple[RequestStream, TokenOutput | Exception]] = []
+        for request_id in aborts:
+            seq = self._find(request_id)
+            if seq is not None:
+                outputs.append(self._finish(seq, "abort", TokenOutput(-1, "")))
+        now = time.monotonic()
+        chunks = self.scheduler.schedule(now)
+        self._update_gauges()
+        if chunks:
+            outputs += self._execute(runner, chunks)
+        self._deliver(outputs)
+        if not chunks:
+            with self._lock:
+                if not self._inbox and not self._aborts and not self._stopping:
+                    self._lock.wait(STATIC_POLL if self.scheduler.waiting else IDLE_WAIT)
+        return True
+
+    def _find(self, request_id: str) -> Sequence | None:
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            if seq.request_id == request_id:
+                return seq
+        return None
+
+    def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk]) -> list[tuple[RequestStream, TokenOutput]]:
+        start = time.perf_counter()
+        step = build_step(chunks, self.blocks.block_size)
+        logits, collective = runner.execute(step)
+        sampled = [c.seq for c in chunks if c.completes]
+        tokens = self.sampler.sample(logits, sampled)
+        elapsed = time.perf_counter() - start
+        now = time.monotonic()
+        for c in chunks:
+            c.seq.num_computed += c.num_tokens
+        outputs = [self._append(seq, token, now) for seq, token in zip(sampled, tokens)]
+        self._record_step(chunks, elapsed, collective, len(tokens))
+        return outputs
+
+    def _append(self, seq: Sequence, token: int, now: float) -> tuple[RequestStream, TokenOutput]:
+        """Add a sampled token to seq and turn it into the stream's next TokenOutput."""
+        m = self.metrics
+        if seq.first_token is None:
+            seq.first_token = now
+            m.ttft.observe(now - seq.arrival)
+            m.prompt_tokens.inc(len(seq.prompt_ids))
+        else:
+            m.itl.observe(now - seq.last_token)
+        seq.last_token = now
+        seq.output_ids.append(token)
+        p = seq.params
+        if token == self.tokenizer.eos_token_id:
+            return self._finish(seq, "stop", TokenOutput(token, self._take_text(seq, len(seq.text))))
+        seq.text += self.tokenizer.decode([token])
+        out = TokenOutput(token, "")
+        for stop in p.stop:
+            # A stop string can only end at the newest character: search just the tail.
+            at = seq.text.find(stop, max(0, len(seq.text) - len(stop) - 1)) if stop else -1
+            if at >= 0:
+                out.text = self._take_text(seq, at)
+                return self._finish(seq, "stop", out)
+        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            out.text = self._take_text(seq, len(seq.text))
+            return self._finish(seq, "length", out)
+        out.text = self._take_text(seq, len(seq.text) - self._held_back(seq))
+        return self._streams[seq.request_id], self._counted(seq, out)
+
+    def _held_back(self, seq: Sequence) -> int:
+        """Characters at the end of the text that may be the start of a stop string: not sent yet."""
+        held = 0
+        for stop in seq.params.stop:
+            for n in range(min(len(stop) - 1, len(seq.text)), held, -1):
+                if seq.text.endswith(stop[:n]):
+                    held = n
+                    break
+        return held
+
+    def _take_text(self, seq: Sequence, end: int) -> str:
+        text = seq.text[seq.emitted:end]
+        seq.emitted = max(seq.emitted, end)
+        return text
+
+    def _counted(self, seq: Sequence, out: TokenOutput) -> TokenOutput:
+        out.prompt_tokens = len(seq.prompt_ids)
+        out.output_tokens = len(seq.output_ids)
+        return out
+
+    def _finish(self, seq: Sequence, reason: str, out: TokenOutput) -> tuple[RequestStream, TokenOutput]:
+        """Free seq's blocks, record its metrics and mark `out` as its final output."""
+        self.scheduler.remove(seq)
+        out.finish_reason = reason
+        m, end = self.metrics, time.monotonic()
+        m.request_finished(reason)
+        m.e2e.observe(end - seq.arrival)
+        m.prompt_tokens_per_request.observe(len(seq.prompt_ids))
+        m.generation_tokens_per_request.observe(len(seq.output_ids))
+        if seq.first_scheduled is not None:
+            m.queue_time.observe(seq.first_scheduled - seq.arrival)
+            if seq.first_token is not None:
+                m.prefill_time.observe(seq.first_token - seq.first_scheduled)
+                m.decode_time.observe(seq.last_token - seq.first_token)
+                m.inference_time.observe(seq.last_token - seq.first_scheduled)
+        with self._lock:
+            stream = self._streams.pop(seq.request_id)
+        return stream, self._counted(seq, out)
+
+    def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float,
+                     generated: int) -> None:
+        m = self.metrics
+        num_tokens = sum(c.num_tokens for c in chunks)
+        decodes = sum(1 for c in chunks if c.num_tokens == 1 and c.seq.num_computed > len(c.seq.prompt_ids))
+        phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
+        m.step_seconds[phase].observe(elapsed)
+        m.batch_size.observe(len(chunks))
+        m.tokens_per_step.observe(num_tokens)
+        m.iteration_tokens.observe(num_tokens)
+        m.collective_seconds.observe(collective)
+        m.generation_tokens.inc(generated)
+        m.preemptions.inc(self.scheduler.take_preemptions())
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.running.set(len(self.scheduler.running))
+        with self._lock:
+            self._num_waiting = len(self._inbox) + len(self.scheduler.waiting)
+            m.waiting.set(self._num_waiting)
+        m.kv_usage.set(1.0 - self.blocks.num_free / self.blocks.total)
+
+    def _deliver(self, outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
+        """Hand a step's outputs to the event loop in one call."""
+        if outputs:
+            self._loop.call_soon_threadsafe(_put_all, outputs)
+
+    def _end_all(self, runner: ModelRunner) -> None:
+        """On shutdown or death: end every open stream (abort / EngineDead) and stop the workers."""
+        outputs: list[tuple[RequestStream, TokenOutput | Exception]] = []
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            if self._dead is None:
+                outputs.append(self._finish(seq, "abort", TokenOutput(-1, "")))
+            else:
+                self.scheduler.remove(seq)
+        with self._lock:
+            for seq in self._inbox:
+                outputs.append((self._streams[seq.request_id], TokenOutput(-1, "", "abort")))
+            self._inbox = []
+            if self._dead is not None:
+                outputs += [(s, EngineDead(f"engine loop died: {self._dead!r}")) for s in self._streams.values()]
+            self._streams.clear()
+        try:
+            self._deliver(outputs)
+        except RuntimeError:   # the event loop is already closed
+            pass
+        runner.shutdown()
+
+
+def _put_all(outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
+    for stream, out in outputs:
+        stream._put(out)

@@ -1,0 +1,190 @@
+"""Runs the model for one step, on one process or on N tensor-parallel ranks.
+
+Rank 0 (the engine's process) builds each step's input and, with tensor_parallel > 1, broadcasts it
+to the worker ranks (spawned processes) that run the same forward on their weight shards; the
+row-parallel layers all-reduce partial results.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from reference_server.attention import AttentionMetadata, KVCache, PrefillChunk
+from reference_server.config import EngineConfig
+from reference_server.engine.scheduler import ScheduledChunk
+from reference_server.model import PRESETS, load_model
+from reference_server.parallel import TensorParallel
+
+RENDEZVOUS_TIMEOUT = 60     # seconds; a rank that never arrives fails start() instead of hanging it
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class StepInput:
+    """Everything a rank needs to run one step's forward (picklable, CPU tensors)."""
+
+    input_ids: torch.Tensor       # [N] long
+    positions: torch.Tensor       # [N] long
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor     # [S] long: rows whose logits are sampled
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How many KV blocks this configuration gets and whether they form per-sequence slabs."""
+
+    num_blocks: int
+    block_size: int
+    blocks_per_slab: int          # 0 = paged
+
+
+def kv_layout(config: EngineConfig, max_model_len: int) -> KVLayout:
+    """Size the KV pool from num_kv_blocks or the kv_memory_gb budget (per rank)."""
+    shape = PRESETS[config.preset]
+    tp = TensorParallel(0, config.tensor_parallel)
+    kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
+    bytes_per_block = 2 * shape.num_layers * config.block_size * kv_heads * shape.head_dim \
+        * DTYPES[config.dtype].itemsize
+    num_blocks = config.num_kv_blocks or int(config.kv_memory_gb * 1e9 // bytes_per_block)
+    per_seq = -(-max_model_len // config.block_size)
+    if num_blocks < per_seq:
+        raise ValueError(f"KV cache of {num_blocks} blocks x {config.block_size} tokens cannot hold one "
+                         f"sequence of max_model_len={max_model_len}: raise kv_memory_gb or num_kv_blocks")
+    return KVLayout(num_blocks, config.block_size, per_seq if config.kv == "contiguous" else 0)
+
+
+def build_step(chunks: list[ScheduledChunk], block_size: int) -> StepInput:
+    """Flatten the scheduled chunks into one batch: single-token decodes first, then prompt chunks."""
+    decodes = [c for c in chunks if c.num_tokens == 1]
+    prefills = [c for c in chunks if c.num_tokens > 1]
+    ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    sample_rows: list[int] = []
+    for c in decodes + prefills:
+        seq, start, end = c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens
+        ids += seq.token_ids(start, end)
+        positions += range(start, end)
+        slots += [seq.block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+        if c.completes:
+            sample_rows.append(len(ids) - 1)
+    meta = AttentionMetadata(slot_mapping=torch.tensor(slots), num_decodes=len(decodes))
+    if decodes:
+        lens = torch.tensor([c.seq.num_computed + 1 for c in decodes])
+        width = max(len(c.seq.block_table) for c in decodes)
+        meta.decode_tables = torch.tensor([c.seq.block_table + [0] * (width - len(c.seq.block_table))
+                                           for c in decodes])
+        meta.decode_len = int(lens.max())
+        meta.decode_mask = (torch.arange(meta.decode_len)[None, :] < lens[:, None])[:, None, None, :]
+    offset = len(decodes)
+    for c in prefills:
+        start = c.seq.num_computed
+        mask = None
+        if start > 0:   # earlier tokens are in the cache: query i sees keys 0..start+i
+            mask = torch.arange(start + c.num_tokens)[None, :] <= (start + torch.arange(c.num_tokens))[:, None]
+        meta.prefills.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
+        offset += c.num_tokens
+    return StepInput(torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(sample_rows))
+
+
+class Worker:
+    """One rank's model shard and KV cache."""
+
+    def __init__(self, config: EngineConfig, layout: KVLayout, tp: TensorParallel) -> None:
+        shape = PRESETS[config.preset]
+        self.device = torch.device(f"cuda:{tp.rank}" if config.device == "cuda" else "cpu")
+        dtype = DTYPES[config.dtype]
+        self.tp = tp
+        self.model = load_model(shape, tp, dtype, self.device, seed=config.seed, weights=config.weights)
+        kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
+        self.cache = KVCache(shape.num_layers, layout.num_blocks, layout.block_size, kv_heads, shape.head_dim,
+                             dtype, self.device, layout.blocks_per_slab)
+
+    @torch.inference_mode()
+    def execute(self, step: StepInput) -> torch.Tensor:
+        """Logits [S, vocab] (float32) of the step's sample rows."""
+        hidden = self.model(step.input_ids.to(self.device), step.positions.to(self.device),
+                            step.meta.to(self.device), self.cache)
+        return self.model.logits(hidden[step.sample_rows.to(self.device)])
+
+
+def _set_threads(config: EngineConfig) -> None:
+    # Ranks share the machine's cores; oversubscribing them makes every step slower.
+    if config.device == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel))
+
+
+def _init_group(config: EngineConfig, rank: int, port: int) -> None:
+    backend = "nccl" if config.device == "cuda" else "gloo"
+    if config.device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=config.tensor_parallel, timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT))
+
+
+def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int) -> None:
+    """A worker rank: run every step rank 0 broadcasts until it sends None (or goes away)."""
+    _set_threads(config)
+    _init_group(config, rank, port)
+    worker = Worker(config, layout, TensorParallel(rank, config.tensor_parallel))
+    try:
+        while True:
+            box: list[StepInput | None] = [None]
+            dist.broadcast_object_list(box, src=0)
+            if box[0] is None:
+                break
+            worker.execute(box[0])
+    finally:
+        dist.destroy_process_group()
+
+
+class ModelRunner:
+    """Rank 0's entry point: runs steps locally and, with tensor parallel, on the worker ranks too."""
+
+    def __init__(self, config: EngineConfig, layout: KVLayout) -> None:
+        self.world_size = config.tensor_parallel
+        self.processes: list[mp.Process] = []
+        _set_threads(config)
+        if self.world_size > 1:
+            port = _free_port()
+            ctx = mp.get_context("spawn")
+            self.processes = [ctx.Process(target=_worker_main, args=(config, layout, r, port), daemon=True)
+                              for r in range(1, self.world_size)]
+            for p in self.processes:
+                p.start()
+            _init_group(config, 0, port)
+        self.worker = Worker(config, layout, TensorParallel(0, self.world_size))
+
+    def execute(self, step: StepInput) -> tuple[torch.Tensor, float]:
+        """Logits of the sample rows and the seconds spent in collectives during this step."""
+        if self.world_size > 1:
+            self.worker.tp.take_collective_seconds()
+            dist.broadcast_object_list([step], src=0)
+        logits = self.worker.execute(step)
+        return logits, self.worker.tp.take_collective_seconds()
+
+    def shutdown(self) -> None:
+        """Stop the worker ranks and leave the process group."""
+        if self.world_size == 1:
+            return
+        try:
+            dist.broadcast_object_list([None], src=0)
+        finally:
+            dist.destroy_process_group()
+            for p in self.processes:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,128 @@
+"""Decides which tokens of which sequences run in the next step (vLLM V1 style).
+
+There are no prefill/decode phases: each sequence has `num_computed` tokens in the KV cache and the
+step computes the next ones, under a shared token budget. Running sequences go first (a decode token
+or their next prompt chunk), then waiting ones while budget, `max_num_seqs` and KV blocks allow.
+When blocks run out, the newest running sequence is preempted by recompute: its blocks are freed and
+it goes back to the front of the waiting queue, keeping the tokens it generated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from reference_server.config import EngineConfig
+from reference_server.engine.block_manager import BlockManager
+from reference_server.engine.sequence import Sequence, Status
+
+
+@dataclass
+class ScheduledChunk:
+    """`num_tokens` tokens of seq, from seq.num_computed on, run in this step."""
+
+    seq: Sequence
+    num_tokens: int
+
+    @property
+    def completes(self) -> bool:
+        """Whether this chunk reaches the sequence's last token, so the step samples a new one."""
+        return self.seq.num_computed + self.num_tokens == self.seq.num_tokens
+
+
+class Scheduler:
+    """Waiting queue, running list and the per-step scheduling decision."""
+
+    def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
+        self.config = config
+        self.blocks = blocks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0        # since the last `take_preemptions()`
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take seq out (finished or aborted) and free its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status = Status.FINISHED
+
+    def take_preemptions(self) -> int:
+        n, self.num_preemptions = self.num_preemptions, 0
+        return n
+
+    def _chunk_size(self, seq: Sequence, budget: int) -> int:
+        n = min(seq.num_tokens - seq.num_computed, budget)
+        cap = self.config.long_prefill_token_threshold
+        return min(n, cap) if cap > 0 else n
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.num_computed = 0
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def schedule(self, now: float) -> list[ScheduledChunk]:
+        """The chunks of the next step (empty: nothing to do yet)."""
+        budget = self.config.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted = False
+        for seq in list(self.running):
+            if seq.status is not Status.RUNNING:    # preempted earlier in this loop
+                continue
+            n = self._chunk_size(seq, budget)
+            if n <= 0:
+                continue
+            # Free blocks by preempting from the back (the newest) until this sequence fits.
+            while not self.blocks.can_allocate(seq, seq.num_computed + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.status is not Status.RUNNING:
+                continue
+            self.blocks.allocate(seq, seq.num_computed + n)
+            chunks.append(ScheduledChunk(seq, n))
+            budget -= n
+        if not preempted and self._may_admit(now):
+            budget = self._admit(now, budget, chunks)
+        return chunks
+
+    def _may_admit(self, now: float) -> bool:
+        """Continuous batching admits every step; static batching only a full (or timed-out) new batch."""
+        if not self.waiting:
+            return False
+        if self.config.batching == "continuous":
+            return True
+        if self.running:
+            return False
+        full = len(self.waiting) >= self.config.max_num_seqs
+        return full or now - self.waiting[0].arrival >= self.config.static_batch_timeout
+
+    def _admit(self, now: float, budget: int, chunks: list[ScheduledChunk]) -> int:
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            n = self._chunk_size(seq, budget)
+            static = self.config.batching == "static"
+            if n <= 0 and not static:
+                break
+            if n > 0 and not self.blocks.can_allocate(seq, n):
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            if seq.first_scheduled is None:
+                seq.first_scheduled = now
+            if n > 0:   # a static batch member without budget left starts its prompt next step
+                self.blocks.allocate(seq, n)
+                chunks.append(ScheduledChunk(seq, n))
+                budget -= n
+        return budget
