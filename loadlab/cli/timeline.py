@@ -1,7 +1,90 @@
-"""`loadlab timeline`: placeholder until its owner implements it."""
+"""`loadlab timeline DIR`: a run second by second, client and server side by side."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Callable
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from loadlab.errors import UserError
+
+WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
+
+
+def _number(digits: int) -> Callable[[float], str]:
+    return lambda v: f"{v:.{digits}f}"
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1000:.0f}"
+
+
+def _percent(v: float) -> str:
+    return f"{v * 100:.0f}%"
+
+
+# Column -> (heading, formatter), in TimelineRow's order.
+FORMATS: dict[str, tuple[str, Callable[[float], str]]] = {
+    "t": ("t (s)", _number(0)),
+    "started": ("sent", _number(0)),
+    "completed": ("done", _number(0)),
+    "failed": ("failed", _number(0)),
+    "output_tokens_per_s": ("tok/s", _number(0)),
+    "ttft_p50": ("TTFT ms", _ms),
+    "itl_p50": ("ITL ms", _ms),
+    "in_flight": ("in flight", _number(1)),
+    "requests_running": ("running", _number(1)),
+    "requests_waiting": ("waiting", _number(1)),
+    "kv_usage": ("KV", _percent),
+    "preemptions": ("preempt", _number(0)),
+    "gpu_util": ("GPU", _percent),
+    "gpu_sm_active": ("SM", _percent),
+    "gpu_dram_active": ("DRAM", _percent),
+    "collective_share": ("coll.", _percent),
+}
+CAPTION = ("TTFT, ITL: p50 within the interval. running, waiting, KV, preempt: the server's metrics. "
+           "GPU (busy time), SM, DRAM: mean over GPUs. coll.: collective time / engine step time.")
+
+
+def timeline(
+    folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds per row."),
+) -> None:
+    """Print the run interval by interval: requests, tokens/s, TTFT/ITL p50, in flight, and the
+    server's queue, KV usage, preemptions, GPU activity and collective share when recorded."""
+    from loadlab.analyze.timeline import build_timeline
+    from loadlab.store.reader import load_run
+
+    if not interval > 0:
+        raise UserError(f"--interval must be > 0, got {interval}")
+    run = load_run(folder)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    result = build_timeline(run, interval)
+    formats = {name: fmt for name, (_, fmt) in FORMATS.items()}
+    if not float(interval).is_integer():
+        formats["t"] = _number(2)
+    table = Table(title=f"{folder}: every {interval:g} s", title_justify="left", caption=CAPTION,
+                  caption_justify="left")
+    for name in result.columns:
+        table.add_column(FORMATS[name][0], justify="right", no_wrap=True)
+    for row in result.rows:
+        cells = []
+        for name in result.columns:
+            value = getattr(row, name)
+            cells.append("[dim]-[/dim]" if math.isnan(value) else formats[name](value))
+        table.add_row(*cells)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=WIDE)
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to the CLI."""
+    app.command()(timeline)
