@@ -17,12 +17,16 @@ from typing import Any
 from aiohttp import web
 
 from loadlab.clock import now
-from loadlab.mock.config import MockConfig
+from loadlab.mock.config import FAULTS, MockConfig
 from loadlab.mock.metrics import MockMetrics
 from loadlab.mock.truth import RequestTruth
 from loadlab.mock.wire import (
     DONE, MALFORMED, BadRequest, ChunkWriter, CompletionRequest, answer_text, error_body, parse_request,
 )
+
+
+# A request can force its own fault, whatever the rates: deterministic tests with one mock.
+FAULT_HEADER = "X-Mock-Fault"
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
@@ -88,12 +92,16 @@ class MockServer:
         self.truth.append(truth)
         try:
             req = await self._accept(request, chat)
+            forced = _forced_fault(request)
         except BadRequest as e:
             truth.status, truth.end_time = e.status, now()
             return _error(e.status, str(e), e.param)
         truth.stream, truth.prompt_tokens = req.stream, req.prompt_tokens
         truth.output_tokens = req.max_tokens or self.cfg.output_len
-        truth.fault = self.cfg.draw_fault(self.rng)
+        if not forced:
+            truth.fault = self.cfg.draw_fault(self.rng)
+        elif forced != "none":
+            truth.fault = forced
         if truth.fault == "not_sse" and not req.stream:
             truth.fault = None
         self.metrics.queue_time.observe(0.0)
@@ -201,6 +209,14 @@ class MockServer:
         """Tokens held by running requests (prompt + generated so far) over the capacity."""
         held = sum(t.prompt_tokens + len(t.token_times) for t in self.active.values())
         return min(1.0, held / self.cfg.kv_capacity_tokens)
+
+
+def _forced_fault(request: web.Request) -> str:
+    """The fault named by the X-Mock-Fault header: "" when absent, "none" to behave."""
+    value = request.headers.get(FAULT_HEADER, "").strip().lower()
+    if value and value != "none" and value not in FAULTS:
+        raise BadRequest(400, f"{FAULT_HEADER} must be one of none, {', '.join(FAULTS)}", FAULT_HEADER)
+    return value
 
 
 @web.middleware
