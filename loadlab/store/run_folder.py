@@ -4,7 +4,8 @@
 at least once a second with autoflush. A part is written under a temporary name and renamed into
 place, so a kill -9 leaves only whole parts and loses at most the last flush interval.
 It runs inside gevent-patched Locust processes: it uses only `threading` (greenlets there,
-real threads elsewhere) and blocking file I/O.
+real threads elsewhere), and there it encodes parquet in gevent's pool of real OS threads, so a
+flush does not stall the greenlets that timestamp tokens (see bench/results/run-folder.md).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import math
 import os
 import platform
 import socket
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,10 +112,10 @@ class RunWriter:
                 samples, self._samples = self._samples, []
             try:
                 if requests:
-                    self._write_part(REQUESTS_DIR, requests_table(requests))
+                    self._write_part(REQUESTS_DIR, requests_table, requests)
                     requests = []
                 if samples:
-                    self._write_part(SAMPLES_DIR, samples_table(samples))
+                    self._write_part(SAMPLES_DIR, samples_table, samples)
             except Exception:
                 with self._lock:
                     self._requests[:0] = requests
@@ -155,11 +157,11 @@ class RunWriter:
     def _write_meta(self) -> None:
         write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
 
-    def _write_part(self, sub: str, table: pa.Table) -> None:
+    def _write_part(self, sub: str, to_table: Callable[[list], pa.Table], rows: list) -> None:
         self._parts += 1
         name = f"part-{self._parts:06d}.parquet"
         tmp = self.folder / sub / f".{name}.tmp"   # not matched by the readers' part-*.parquet
-        pq.write_table(table, tmp)
+        _off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
         os.replace(tmp, self.folder / sub / name)
 
     def _autoflush_loop(self, interval: float) -> None:
@@ -170,6 +172,20 @@ class RunWriter:
                 self.flush_errors += 1
                 if self.flush_errors == 1:
                     log.error("run folder %s: flush failed (will retry): %s", self.folder, e)
+
+
+def _off_the_event_loop(work: Callable[[], object]) -> None:
+    """Run `work`; under gevent's monkey-patching, in a real OS thread while this greenlet waits.
+
+    Building and encoding a part takes tens of ms for a busy second: on the event loop's own
+    thread it would delay every token timestamp taken meanwhile. Elsewhere a plain call is right.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        from gevent import get_hub
+        get_hub().threadpool.apply(work)
+    else:
+        work()
 
 
 def _versions() -> dict[str, str]:

@@ -141,8 +141,10 @@ def test_an_empty_existing_folder_is_accepted(tmp_path: Path) -> None:
 
 
 # The child writes one record every 5 ms with end_time = now, through autoflush at its default
-# interval, until it is killed.
+# interval, until it is killed. It is gevent-patched, as the writer is inside `loadlab run`.
 _CHILD = textwrap.dedent("""
+    from gevent import monkey
+    monkey.patch_all()
     import sys, time
     from pathlib import Path
     from loadlab.client.records import RequestRecord, StepInfo
