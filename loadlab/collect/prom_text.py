@@ -33,7 +33,24 @@ def parse_metrics_text(text: str, time: float, source: str) -> list[Sample]:
     except (ValueError, TypeError, IndexError) as e:  # the parser's ways of saying "not metrics"
         raise MalformedMetrics(f"not Prometheus text: {e}") from None
     samples = [series_sample(s.name, s.labels, float(s.value), time, source) for s in series]
-    kept = [s for s in samples if s is not None]
+    kept = first_of_each_series([s for s in samples if s is not None])
     if not kept:
         raise MalformedMetrics("no metrics in the response")
     return kept
+
+
+def first_of_each_series(samples: list[Sample]) -> list[Sample]:
+    """Drop samples repeating an earlier one's signal, labels and time.
+
+    Two raw names can map to one signal on the same server: vLLM exposed the old and the new KV
+    name side by side for a while, and the reference server has both `vllm:iteration_tokens_total`
+    and `loadlab_server_tokens_per_step`. Counting both would double the series.
+    """
+    seen: set[tuple] = set()
+    unique = []
+    for s in samples:
+        key = (s.signal, s.time, tuple(sorted(s.labels.items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(s)
+    return unique

@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from loadlab.clock import now
-from loadlab.collect.prom_text import series_sample
+from loadlab.collect.prom_text import first_of_each_series, series_sample
 from loadlab.collect.samples import Coverage, Sample, SampleSink
 from loadlab.collect.server_metrics import check_http_url
 from loadlab.collect.signals import ALL_MAPPINGS, DCGM
@@ -132,7 +132,7 @@ class PrometheusCollector:
                 sample = series_sample(name, labels, float(value), float(timestamp), self.source)
                 if sample is not None:
                     samples.append(sample)
-        return samples
+        return first_of_each_series(samples)
 
 
 def _utc(epoch: float) -> datetime:

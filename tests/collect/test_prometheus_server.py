@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -13,7 +15,7 @@ from loadlab.collect.server_metrics import ServerMetricsCollector
 from loadlab.collect.signals import ALL_MAPPINGS
 from loadlab.errors import UserError
 from tests.support.mock_load import mock_server, stream_requests
-from tests.support.procs import free_port
+from tests.support.procs import BIN, Proc, free_port
 from tests.support.prometheus import prometheus_server
 
 CANONICAL = {m.signal for m in ALL_MAPPINGS.values()}
@@ -58,8 +60,23 @@ def by_signal(samples: list[Sample]) -> dict[str, list[Sample]]:
     return out
 
 
-def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path):
-    with mock_server("--itl", "0.01") as (url, _):
+@contextmanager
+def serving(kind: str) -> Iterator[tuple[str, str]]:
+    """A running server of `kind` ("mock" or "reference"); yields (base URL, model name)."""
+    if kind == "mock":
+        with mock_server("--itl", "0.01") as (url, _):
+            yield url, "mock"
+        return
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with Proc([str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+              ready_url=f"{url}/metrics", timeout=120):
+        yield url, "loadlab-reference"
+
+
+@pytest.mark.parametrize("kind", ["mock", "reference"])
+def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path, kind):
+    with serving(kind) as (url, model):
         target = url.removeprefix("http://")
         with prometheus_server([target], tmp_path / "prom") as prom:
             prom.wait_for_scrapes(2)
@@ -70,7 +87,7 @@ def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path):
             start = time.time()
             direct.start(direct_samples.extend)
             pulled.start(pulled_samples.extend)
-            stream_requests(url, users=3, per_user=2, max_tokens=40)
+            stream_requests(url, users=3, per_user=2, max_tokens=20, model=model)
             # Let Prometheus scrape the settled values at least twice more.
             prom.wait_for_scrapes(int(prom.query(f'sum_over_time(up{{job="{prom.job}"}}[5m])')[0]["value"][1]) + 2)
             direct.stop()
@@ -84,7 +101,7 @@ def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path):
     assert {s.source for s in pulled_samples} == {"prometheus"}
     # Prometheus adds its own target labels and keeps the server's.
     first = pulled_by["generation_tokens"][0]
-    assert first.labels["job"] == prom.job and first.labels["model_name"] == "mock"
+    assert first.labels["job"] == prom.job and first.labels["model_name"] == model
     # Timestamps are Prometheus evaluation times inside the window, step apart.
     times = sorted({s.time for s in pulled_by["generation_tokens"]})
     assert start - 1 <= times[0] and times[-1] <= end + 1
@@ -101,3 +118,6 @@ def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path):
     direct_le = {s.labels["le"] for s in direct_by["ttft"] if s.time == last}
     assert {s.labels["le"] for s in pulled_by["ttft"]} == direct_le
     assert pulled_by["requests_running"][-1].value == 0
+    if kind == "reference":
+        assert {"step_time", "batch_size", "tokens_per_step", "collective_time"} <= set(pulled_by)
+        assert pulled_by["step_time_count"][-1].value > 0

@@ -200,3 +200,34 @@ def test_against_a_running_loadlab_mock_signals_follow_the_load():
     ttft_count = [s.value for s in by_signal["ttft_count"] if s.time == last_time]
     assert ttft_count == [6]
     assert {s.labels["model_name"] for s in by_signal["kv_usage"]} == {"mock"}
+
+
+def test_against_the_reference_server_engine_histograms_are_canonical():
+    from tests.support.mock_load import stream_one
+    from tests.support.procs import BIN, Proc, free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with Proc([str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+              ready_url=f"{url}/metrics", timeout=120):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10)
+        before = collector.poll()
+        for _ in range(2):
+            stream_one(url, max_tokens=8, model="loadlab-reference")
+        after = collector.poll()
+    assert collector.coverage().failed_samples == 0
+
+    def total(samples: list[Sample], signal: str, **labels: str) -> float:
+        return sum(s.value for s in samples if s.signal == signal
+                   and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    assert total(before, "step_time_count") == 0
+    assert total(after, "step_time_count", phase="prefill") >= 1
+    assert total(after, "step_time_count") >= 8           # a prefill and a decode step per token
+    assert total(after, "step_time_sum") > 0
+    assert total(after, "batch_size_count") == total(after, "step_time_count")
+    assert total(after, "collective_time_count") >= 1    # tensor parallel 1: zero-length collectives
+    assert total(after, "generation_tokens") == 16
+    assert total(after, "ttft_count") == 2
+    # Two raw histograms carry tokens per step; the series is counted once.
+    assert len([s for s in after if s.signal == "tokens_per_step" and s.labels["le"] == "+Inf"]) == 1

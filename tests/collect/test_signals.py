@@ -148,3 +148,12 @@ def test_histogram_count_is_not_scaled():
     # A scaled metric's sum carries the scale; its count stays a count.
     assert canonical_name("DCGM_FI_DEV_GPU_UTIL_count").scale == 1.0
     assert canonical_name("DCGM_FI_DEV_GPU_UTIL_sum").scale == 0.01
+
+
+def test_two_raw_names_for_one_signal_give_one_series():
+    # vLLM exported the old and new KV names side by side for a while; the first one wins.
+    text = ('vllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
+            'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
+            'vllm:kv_cache_usage_perc{model_name="other"} 0.25\n')
+    samples = parse_metrics_text(text, time=1.0, source="server")
+    assert sorted((s.labels["model_name"], s.value) for s in samples) == [("m", 0.5), ("other", 0.25)]

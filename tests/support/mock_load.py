@@ -36,9 +36,9 @@ def stream_one(url: str, max_tokens: int, model: str = "mock") -> None:
             pass
 
 
-def stream_requests(url: str, users: int, per_user: int, max_tokens: int) -> None:
+def stream_requests(url: str, users: int, per_user: int, max_tokens: int, model: str = "mock") -> None:
     """`users` threads each streaming `per_user` requests back to back; returns when all are done."""
-    threads = [threading.Thread(target=lambda: [stream_one(url, max_tokens) for _ in range(per_user)])
+    threads = [threading.Thread(target=lambda: [stream_one(url, max_tokens, model) for _ in range(per_user)])
                for _ in range(users)]
     for t in threads:
         t.start()
