@@ -52,10 +52,6 @@ def run(
     api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
 ) -> None:
     """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value."""
-    import locust  # noqa: F401  (gevent monkey-patching must come before the other imports)
-    from rich.console import Console
-
-    from loadlab.client.runloop import run_load
     from loadlab.config import RunConfig
     from loadlab.errors import UserError
     from loadlab.workload import make_workload
@@ -81,6 +77,14 @@ def run(
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
     make_workload(cfg.workload, cfg.api)   # fails here, not mid-run, on a bad data set
+    # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
+    import locust  # noqa: F401
+    from rich.console import Console
+
+    from loadlab.client.runloop import run_load
+    from loadlab.client.stream import split_url
+
+    split_url(cfg.url)
     cfg.api_key = api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
     if not cfg.model:
         cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
@@ -120,17 +124,20 @@ def discover_model(url: str, api_key: str, timeout: float) -> str:
 
 
 def print_final_summary(folder: Path) -> None:
-    """The summary table of the finished run, on stdout."""
+    """The summary table of the finished run (the summary.json the run writer left), on stdout."""
+    import json
+
     from rich.console import Console
 
-    from loadlab.analyze.summary import summarize
+    from loadlab.analyze.summary import RunSummary
     from loadlab.report.console import print_summary
-    from loadlab.store.run_folder import load_run
+    from loadlab.store.reader import SUMMARY_JSON
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=WIDE)
-    print_summary(summarize(load_run(folder)), console)
+    summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
+    print_summary(summary, console)
 
 
 def register(app: typer.Typer) -> None:

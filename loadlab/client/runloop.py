@@ -143,7 +143,9 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
                 _run_step(plan, env, runner, writer, tally, show, len(plans))
         except KeyboardInterrupt:
             status = "interrupted"
-        # No new requests from here; those in flight get the per-request timeout (none on Ctrl-C).
+        # No new requests from here (users idle without a step); those in flight get the
+        # per-request timeout to finish (none on Ctrl-C).
+        env.loadlab.step = None
         env.stop_timeout = 0 if status == "interrupted" else config.timeout
         try:
             stopper = gevent.spawn(runner.stop)
@@ -192,14 +194,15 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
         # Spawn everyone within ~0.1 s; the open-loop schedulers keep running across steps.
         runner.start(users, spawn_rate=max(10.0, users * 10.0))
     label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
-    start = time.perf_counter()
+    end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
     while True:
         show(label)
-        if plan.seconds and time.perf_counter() - start >= plan.seconds:
+        left = end - time.perf_counter()
+        if left <= 0:
             break
         if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
             break
-        gevent.sleep(_TICK_S)
+        gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
     writer.end_step(plan.index, now())
 
 

@@ -24,7 +24,7 @@ from locust.env import Environment
 from locust.user.users import LOCUST_STATE_STOPPING
 
 from loadlab.client.context import ClientContext
-from loadlab.client.records import StepInfo
+from loadlab.client.records import ErrorCategory, RequestRecord, StepInfo
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
@@ -35,6 +35,7 @@ from loadlab.workload.spec import RequestSpec
 # start delay grows, which the self-check reports as client-limited).
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 _IDLE_S = 0.05   # how often an idle user looks for a new step / budget
+CONNECT_BACKOFF_S = 0.1   # a closed-loop user pauses this long after a refused connection
 
 
 class RequestFailed(Exception):
@@ -110,7 +111,7 @@ class LLMUser(FastHttpUser):
         super().__init__(environment)
         self.http = self.client.client.clientpool.get_client(URL(self.state.endpoint.base_url))
 
-    def send_one(self, scheduled: float, step: int, warmup: bool) -> None:
+    def send_one(self, scheduled: float, step: int, warmup: bool) -> RequestRecord:
         """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill."""
         state = self.state
         spec = state.workload.next_request()
@@ -124,6 +125,7 @@ class LLMUser(FastHttpUser):
         self._report(spec, result)
         if result.aborted:
             raise gevent.GreenletExit
+        return result.record
 
     def _report(self, spec: RequestSpec, result: StreamResult) -> None:
         rec = result.record
@@ -154,7 +156,9 @@ class ClosedLoopUser(LLMUser):
         if warmup is None:   # no closed-loop step running, or its budget is spent
             gevent.sleep(_IDLE_S)
             return
-        self.send_one(time.perf_counter(), step.index, warmup)
+        record = self.send_one(time.perf_counter(), step.index, warmup)
+        if record.error == ErrorCategory.CONNECT.value:
+            gevent.sleep(CONNECT_BACKOFF_S)   # no busy loop against a dead endpoint
 
 
 class OpenLoopUser(LLMUser):

@@ -1,0 +1,167 @@
+"""`loadlab run` end to end against a real `loadlab mock`: run folder, steps, warm-up, open loop,
+faults, and one-line errors for bad input. Runs are 1-2 s each."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadlab.client.records import ErrorCategory
+from loadlab.store.run_folder import load_run
+from tests.support.procs import BIN, Proc, free_port, loadlab
+
+QUIET = ("--no-server-metrics", "--no-gpu")
+
+
+def start_mock(*args: str) -> tuple[str, Proc]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    return url, Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
+                     ready_url=f"{url}/health")
+
+
+def truth(url: str) -> dict[str, dict]:
+    with urllib.request.urlopen(f"{url}/truth", timeout=10) as r:
+        return {t["request_id"]: t for t in json.loads(r.read())["requests"]}
+
+
+def run_ok(*args: str, env: dict | None = None):
+    result = loadlab("run", *args, *QUIET, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def mock():
+    url, proc = start_mock("--ttft", "0.02", "--itl", "0.01")
+    with proc:
+        yield url
+
+
+def test_closed_loop_run_writes_a_complete_run_folder(mock, tmp_path):
+    out = tmp_path / "run"
+    result = run_ok("--url", mock, "--concurrency", "4", "--duration", "1.5", "--output-len", "10",
+                    "--input-len", "20", "--out", str(out))
+    run = load_run(out)
+    req = run.requests
+    assert len(req) >= 8 and req["error"].eq("").all()
+    assert (req["completion_tokens"] == 10).all() and (req["client_tokens"] == 10).all()
+    assert run.meta.config["model"] == "m"               # discovered from /v1/models
+    assert [s.label for s in run.meta.steps] == ["concurrency=4"]
+    assert run.meta.status == "finished"
+    served = truth(mock)
+    for rec in req.itertuples():                       # the X-Request-Id header reached the mock
+        assert len(served[rec.request_id]["token_times"]) == len(rec.token_times) == 10
+    client = run.samples[run.samples["source"] == "client"]
+    assert {"client_cpu", "client_loop_lag"} <= set(client["signal"])
+    assert all("worker" in json.loads(labels) for labels in client["labels"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"][0]["sent"] == len(req)
+    assert "concurrency=4" in result.stdout            # the summary table
+
+
+def test_steps_are_labelled_and_warmup_is_marked(mock, tmp_path):
+    out = tmp_path / "steps"
+    run_ok("--url", mock, "--model", "m", "--concurrency", "1,3", "--requests", "6",
+           "--warmup-requests", "2", "--output-len", "5", "--out", str(out))
+    run = load_run(out)
+    assert [(s.index, s.label) for s in run.meta.steps] == [(0, "concurrency=1"), (1, "concurrency=3")]
+    assert all(s.end_time >= s.start_time for s in run.meta.steps)
+    for step in (0, 1):
+        in_step = run.requests[run.requests["step"] == step]
+        assert len(in_step) == 8 and in_step["warmup"].sum() == 2
+        # warm-up requests are the first ones the step sent
+        first = in_step.sort_values("scheduled_time").head(2)
+        assert first["warmup"].all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["warmup"] for s in summary["steps"]] == [2, 2]
+
+
+def test_open_loop_keeps_the_schedule(mock, tmp_path):
+    out = tmp_path / "open"
+    run_ok("--url", mock, "--model", "m", "--rate", "20", "--arrival", "constant", "--duration", "1.5",
+           "--output-len", "5", "--out", str(out))
+    req = load_run(out).requests.sort_values("scheduled_time")
+    assert 25 <= len(req) <= 31                        # 20/s for 1.5 s
+    gaps = req["scheduled_time"].diff().dropna()
+    assert gaps.between(0.049, 0.051).all()            # the schedule does not wait for responses
+    delays = (req["send_time"] - req["scheduled_time"]).sort_values()
+    assert delays.iloc[0] >= 0 and delays.iloc[len(delays) // 2] < 0.05
+
+
+def test_open_loop_request_count_and_poisson_steps(mock, tmp_path):
+    out = tmp_path / "poisson"
+    run_ok("--url", mock, "--model", "m", "--rate", "30,60", "--requests", "12", "--output-len", "3",
+           "--api", "completions", "--out", str(out))
+    run = load_run(out)
+    assert [s.label for s in run.meta.steps] == ["rate=30", "rate=60"]
+    assert run.requests.groupby("step").size().to_dict() == {0: 12, 1: 12}
+    assert run.requests["error"].eq("").all() and set(run.requests["api"]) == {"completions"}
+
+
+def test_every_fault_is_counted_and_the_run_goes_on(tmp_path):
+    url, proc = start_mock("--ttft", "0.02", "--itl", "0.01", "--seed", "5", "--error-rate", "0.1",
+                           "--error-codes", "500,429", "--disconnect-rate", "0.1",
+                           "--malformed-rate", "0.1", "--stall-rate", "0.1", "--stall-seconds", "5",
+                           "--not-sse-rate", "0.1")
+    out = tmp_path / "faults"
+    with proc:
+        run_ok("--url", url, "--model", "m", "--concurrency", "6", "--duration", "2", "--timeout", "0.5",
+               "--output-len", "10", "--out", str(out))
+        served = truth(url)
+    req = load_run(out).requests
+    summary = json.loads((out / "summary.json").read_text())["steps"][0]
+    assert summary["sent"] == len(req) == summary["succeeded"] + summary["failed"]
+    categories = set(req["error"])
+    assert {"", ErrorCategory.DISCONNECT.value, ErrorCategory.MALFORMED.value, ErrorCategory.TIMEOUT.value,
+            ErrorCategory.NOT_SSE.value} <= categories
+    assert categories & {ErrorCategory.HTTP_5XX.value, ErrorCategory.HTTP_429.value}
+    for rec in req.itertuples():      # each failure where the mock injected that fault
+        fault = served[rec.request_id]["fault"]
+        assert (rec.error == "") == (fault is None) or rec.error == ErrorCategory.ABORTED.value
+
+
+def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
+    url, proc = start_mock("--api-key", "sekret-123")
+    out = tmp_path / "auth"
+    with proc:
+        run_ok("--url", url, "--concurrency", "2", "--requests", "3", "--output-len", "3",
+               "--out", str(out), env={"LOADLAB_API_KEY": "sekret-123"})
+        denied = loadlab("run", "--url", url, "--model", "m", "--concurrency", "1", "--requests", "2",
+                         "--out", str(tmp_path / "denied"), *QUIET, env={"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""})
+    assert load_run(out).requests["error"].eq("").all()
+    assert denied.returncode == 0
+    assert set(load_run(tmp_path / "denied").requests["error"]) == {ErrorCategory.HTTP_401.value}
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert b"sekret-123" not in f.read_bytes(), f
+
+
+def test_a_dead_endpoint_is_measured_not_a_crash(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    out = tmp_path / "dead"
+    run_ok("--url", dead, "--model", "m", "--concurrency", "2", "--duration", "1", "--out", str(out))
+    req = load_run(out).requests
+    assert len(req) >= 2 and set(req["error"]) == {ErrorCategory.CONNECT.value}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--url", "localhost:8000", "--model", "m", "--concurrency", "1"], "url"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "-2"], "rate"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "2", "--concurrency", "2"], "not both"),
+    (["--url", "http://127.0.0.1:1", "--model", "m"], "concurrency or rate"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--workload", "sharegpt",
+      "--dataset", "/nonexistent/sharegpt.json"], "not found"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api", "grpc"], "api"),
+    (["--url", "http://127.0.0.1:1", "--concurrency", "1"], "--model"),       # cannot discover it
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+    assert not Path(tmp_path / "never").exists()

@@ -1,0 +1,60 @@
+"""SSE events are classified by a cheap byte scan; only finish/usage/error events are decoded."""
+
+import pytest
+
+from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
+
+
+def test_a_chat_token_is_content_without_decoding():
+    ev = parse_data(b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n')
+    assert ev.content and not ev.done and ev.finish_reason == ""
+
+
+@pytest.mark.parametrize("line", [
+    b'data: {"choices": [{"delta": {"content": "x"}}]}',            # json.dumps spacing
+    b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}',  # reasoning counts as a token
+    b'data: {"choices":[{"text":"t","finish_reason":null}]}',       # completions
+    b'data: {"choices":[{"delta":{"content":"\\""}}]}',              # an escaped quote is not empty
+])
+def test_content_forms(line):
+    assert parse_data(line).content
+
+
+@pytest.mark.parametrize("line", [
+    b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',  # empty first chunk
+    b'data: {"choices":[{"delta":{"content":null}}],"usage":null}',
+    b'data: {"choices":[{"delta":{}}]}',
+])
+def test_events_without_a_token(line):
+    assert not parse_data(line).content
+
+
+def test_finish_usage_and_done_are_read_exactly():
+    last = parse_data(b'data: {"choices":[{"delta":{"content":"z"},"finish_reason":"length"}]}')
+    assert last.content and last.finish_reason == "length"
+    usage = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}')
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.content) == (7, 3, False)
+    assert parse_data(b"data: [DONE]\n").done
+    assert parse_data(b"data:[DONE]").done
+
+
+def test_malformed_and_error_events_raise():
+    with pytest.raises(MalformedEvent):
+        parse_data(b'data: {"id": "broken", "choices": [{"index": 0, "delta": {"content": "x"\n')
+    with pytest.raises(MalformedEvent):
+        parse_data(b'data: {"choices":[{"finish_reason":"stop"}]')   # a truncated decodable-looking event
+    with pytest.raises(StreamErrorEvent, match="overloaded"):
+        parse_data(b'data: {"error": {"message": "overloaded", "code": 503}}')
+
+
+def test_line_kinds():
+    assert line_kind(b"data: {}\n") == "data"
+    assert line_kind(b"\r\n") == "blank"
+    assert line_kind(b": keep-alive\n") == "other"
+    assert line_kind(b"event: message\n") == "other"
+    assert line_kind(b'{"choices": []}') == "invalid"
+
+
+def test_event_text_for_conversations():
+    assert event_text(b'data: {"choices":[{"delta":{"content":"ab"}}]}') == "ab"
+    assert event_text(b'data: {"choices":[{"text":"cd"}]}') == "cd"

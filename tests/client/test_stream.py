@@ -1,0 +1,157 @@
+"""One streaming request against a real `loadlab mock`: per-token timing and every failure category.
+
+The client runs in this process on gevent sockets (no monkey-patching needed); the mock runs as a
+subprocess and reports, per X-Request-Id, when it really sent each token (GET /truth).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import gevent
+import pytest
+from geventhttpclient.client import HTTPClient
+from geventhttpclient.url import URL
+
+from loadlab.client.records import ErrorCategory
+from loadlab.client.stream import Endpoint, build_body, split_url, stream_request
+from loadlab.clock import process_anchor
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.workload.spec import RequestSpec
+from tests.support.procs import BIN, Proc, free_port
+
+
+def start_mock(*args: str) -> Proc:
+    port = free_port()
+    return Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
+                ready_url=f"http://127.0.0.1:{port}/health")
+
+
+def url_of(mock: Proc) -> str:
+    return f"http://127.0.0.1:{mock.args[mock.args.index('--port') + 1]}"
+
+
+def truth(url: str) -> dict[str, dict]:
+    with urllib.request.urlopen(f"{url}/truth", timeout=10) as r:
+        return {t["request_id"]: t for t in json.loads(r.read())["requests"]}
+
+
+def spec(max_tokens: int = 10, pin: bool = True) -> RequestSpec:
+    return RequestSpec(prompt="hello", messages=[{"role": "user", "content": "hello"}],
+                       max_tokens=max_tokens, input_tokens=5, pin_output=pin)
+
+
+def client(url: str, concurrency: int = 4, timeout: float = 5.0) -> HTTPClient:
+    return HTTPClient.from_url(URL(url), concurrency=concurrency, network_timeout=timeout,
+                               connection_timeout=timeout)
+
+
+def send(url: str, http: HTTPClient, request_id: str, *, api: str = "chat", model: str = "m",
+         timeout: float = 5.0, api_key: str = "", max_tokens: int = 10):
+    endpoint = Endpoint.from_config(RunConfig(url=url, model=model, api=api, timeout=timeout,
+                                              api_key=api_key))
+    return stream_request(http, endpoint, spec(max_tokens), request_id, time.perf_counter(),
+                          process_anchor(), worker="test", step=0, warmup=False).record
+
+
+@pytest.fixture(scope="module")
+def clean_mock():
+    with start_mock("--ttft", "0.05", "--itl", "0.02") as mock:
+        yield url_of(mock)
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_token_times_match_the_mock_truth(clean_mock, api):
+    http = client(clean_mock, concurrency=8)
+    ids = [f"{api}-timing-{i}" for i in range(8)]
+    jobs = [gevent.spawn(send, clean_mock, http, rid, api=api, max_tokens=20) for rid in ids]
+    gevent.joinall(jobs, timeout=30)
+    records = [j.value for j in jobs]
+    served = truth(clean_mock)
+    errors = []
+    for rec in records:
+        assert rec.ok, rec.error_detail
+        assert rec.status == 200 and rec.finish_reason == "length"
+        assert rec.completion_tokens == 20 and rec.client_tokens == 20 and rec.prompt_tokens > 0
+        real = served[rec.request_id]["token_times"]
+        assert len(rec.token_times) == len(real) == 20
+        assert rec.first_token_time == rec.token_times[0]
+        assert rec.scheduled_time <= rec.send_time < rec.first_token_time <= rec.end_time
+        errors += [mine - theirs for mine, theirs in zip(rec.token_times, real)]
+    errors.sort()
+    # A token is seen after it was sent (small slack for two processes' clock anchors) and,
+    # on a busy shared 2-core machine, typically within a few ms.
+    assert errors[0] > -0.005
+    assert errors[len(errors) // 2] < 0.025
+
+
+def test_request_body_pins_the_output_and_asks_for_usage():
+    endpoint = Endpoint.from_config(RunConfig(url="http://h:1/v1", model="m", api="completions"))
+    assert endpoint.path == "/v1/completions" and endpoint.base_url == "http://h:1"
+    body = json.loads(build_body(spec(7), endpoint))
+    assert body["prompt"] == "hello" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == body["min_tokens"] == 7 and body["ignore_eos"] is True
+    assert "min_tokens" not in json.loads(build_body(spec(7, pin=False), endpoint))
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port"])
+def test_bad_urls_are_user_errors(bad):
+    with pytest.raises(UserError):
+        split_url(bad)
+
+
+def test_every_fault_lands_in_its_category_and_sockets_stay_clean():
+    """Faults drawn by the mock per request; 4 greenlets take turns on a pool of 4 keep-alive
+    sockets, so a socket returned dirty after an abandoned stream would break a later request."""
+    with start_mock("--ttft", "0.02", "--itl", "0.01", "--seed", "3", "--error-rate", "0.1",
+                    "--error-codes", "500,429", "--disconnect-rate", "0.1", "--malformed-rate", "0.1",
+                    "--stall-rate", "0.1", "--stall-seconds", "3", "--not-sse-rate", "0.1") as mock:
+        url = url_of(mock)
+        http = client(url, concurrency=4, timeout=0.6)
+        records = []
+
+        def worker(w: int) -> None:
+            for i in range(12):
+                records.append(send(url, http, f"fault-{w}-{i}", timeout=0.6))
+
+        gevent.joinall([gevent.spawn(worker, w) for w in range(4)], timeout=60)
+        served = truth(url)
+    assert len(records) == 48
+    expected = {None: "", "disconnect": ErrorCategory.DISCONNECT.value,
+                "malformed": ErrorCategory.MALFORMED.value, "stall": ErrorCategory.TIMEOUT.value,
+                "not_sse": ErrorCategory.NOT_SSE.value}
+    seen = set()
+    for rec in records:
+        t = served[rec.request_id]
+        if t["fault"] == "error":
+            want = ErrorCategory.HTTP_429.value if t["status"] == 429 else ErrorCategory.HTTP_5XX.value
+            assert rec.status == t["status"]
+        else:
+            want = expected[t["fault"]]
+        assert rec.error == want, (t["fault"], rec.error, rec.error_detail)
+        seen.add(t["fault"])
+        if t["fault"] in ("disconnect", "malformed", "stall"):
+            # the tokens before the fault were measured, and the failure has an end time
+            assert rec.client_tokens >= 1 and rec.end_time > rec.send_time
+    assert {"error", "disconnect", "malformed", "stall", "not_sse", None} <= seen
+
+
+def test_auth_unknown_model_and_refused_connection():
+    with start_mock("--api-key", "sekret") as mock:
+        url = url_of(mock)
+        http = client(url)
+        assert send(url, http, "no-key").error == ErrorCategory.HTTP_401.value
+        assert send(url, http, "key", api_key="sekret").ok
+        unknown = send(url, http, "bad-model", model="nope", api_key="sekret")
+        assert unknown.error == ErrorCategory.HTTP_404.value and unknown.status == 404
+    with socket.socket() as s:     # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        refused = send(dead, client(dead), "refused")
+    assert refused.error == ErrorCategory.CONNECT.value and refused.status == 0
+    assert refused.token_times == [] and refused.end_time >= refused.send_time
