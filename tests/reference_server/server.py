@@ -50,12 +50,12 @@ class Server:
         assert response.headers["Content-Type"].startswith("text/event-stream")
         return sse_data(response.content)
 
-    def metric(self, name: str) -> float:
-        """The value of one unlabelled-or-single-series sample on /metrics."""
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of the first sample on /metrics with this name and these labels."""
         text = requests.get(self.url + "/metrics", timeout=30).text
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name:
+                if sample.name == name and labels.items() <= sample.labels.items():
                     return sample.value
         raise KeyError(name)
 
