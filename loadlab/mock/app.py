@@ -61,6 +61,8 @@ class MockServer:
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _error(401, "invalid or missing API key")
         card = {"id": self.cfg.model, "object": "model", "created": int(time.time()),
                 "owned_by": "loadlab", "root": self.cfg.model, "max_model_len": self.cfg.max_model_len}
         return web.json_response({"object": "list", "data": [card]})
@@ -128,7 +130,7 @@ class MockServer:
 
     async def _accept(self, request: web.Request, chat: bool) -> CompletionRequest:
         """Authenticate and parse; BadRequest with the status a real server would send."""
-        if self.cfg.api_key and request.headers.get("Authorization") != f"Bearer {self.cfg.api_key}":
+        if not self._authorized(request):
             raise BadRequest(401, "invalid or missing API key")
         try:
             body = await request.json()
@@ -199,6 +201,9 @@ class MockServer:
         resp = web.json_response(writer.whole(answer_text(n), req.prompt_tokens))
         self._finished(truth)
         return resp
+
+    def _authorized(self, request: web.Request) -> bool:
+        return not self.cfg.api_key or request.headers.get("Authorization") == f"Bearer {self.cfg.api_key}"
 
     def _finished(self, truth: RequestTruth) -> None:
         truth.finished = True

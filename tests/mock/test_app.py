@@ -71,9 +71,9 @@ def post(port: int, path: str, body: dict, headers: dict | None = None, timeout:
         conn.close()
 
 
-def get_json(port: int, path: str) -> dict:
+def get_json(port: int, path: str, headers: dict | None = None) -> dict:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", path)
+    conn.request("GET", path, headers=headers or {})
     return json.loads(conn.getresponse().read())
 
 
@@ -185,7 +185,7 @@ def test_bad_key_unknown_model_bad_body_and_unknown_path(mocks):
 
 
 def test_models_and_health(mocks):
-    models = get_json(mocks["plain"], "/v1/models")
+    models = get_json(mocks["plain"], "/v1/models", AUTH)
     assert models["object"] == "list"
     card = models["data"][0]
     assert card["id"] == card["root"] == "mock" and card["max_model_len"] > 0
@@ -348,3 +348,21 @@ def _ignore(fn, *args, **kwargs) -> None:
         fn(*args, **kwargs)
     except Exception:
         pass
+
+
+def test_the_official_openai_client_works_against_the_mock(mocks):
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{mocks['plain']}/v1", api_key="sk-test", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["mock"]
+    stream = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=5, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "the q"
+    assert chunks[-1].usage.completion_tokens == 5
+    done = client.completions.create(model="mock", prompt="hi", max_tokens=3)
+    assert done.choices[0].text == "the" and done.usage.prompt_tokens == 2
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt="hi", max_tokens=3)
