@@ -192,8 +192,9 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
             in_step, step.index, step.label, step.mode, step.target, window, slo,
             _client_check(in_step, step, window, client_samples, think_time)))
 
-    overall_window = (min((s.start_time for s in step_summaries), default=math.nan),
-                      max((s.end_time for s in step_summaries), default=math.nan),
+    starts = [s.start_time for s in step_summaries if math.isfinite(s.start_time)]
+    ends = [s.end_time for s in step_summaries if math.isfinite(s.end_time)]
+    overall_window = (min(starts, default=math.nan), max(ends, default=math.nan),
                       sum(s.window for s in step_summaries))
     modes = {s.mode for s in steps}
     single = step_summaries[0] if len(step_summaries) == 1 else None

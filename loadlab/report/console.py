@@ -6,6 +6,7 @@ import math
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -29,7 +30,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
 
 def _steps_table(summary: RunSummary) -> Table:
     status = summary.status if not summary.cut_off else "CUT OFF (still 'running')"
-    table = Table(title=f"{summary.path} [{status}]", title_justify="left", box=box.SIMPLE_HEAD,
+    table = Table(title=Text(f"{summary.path} [{status}]"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 0, 0, 1), pad_edge=False,
                   caption="TTFT/ITL/TPOT/E2E: ms, p50/p90/p99 over successful requests; warm-up excluded",
                   caption_justify="left")
@@ -41,7 +42,7 @@ def _steps_table(summary: RunSummary) -> Table:
         table.add_column("goodput\nreq/s", justify="right", overflow="fold")
     rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
     for step in rows:
-        cells = [step.label, _counts(step), _num(step.requests_per_s), _num(step.output_tokens_per_s),
+        cells = [escape(step.label), _counts(step), _num(step.requests_per_s), _num(step.output_tokens_per_s),
                  _ms(step.ttft), _ms(step.itl), _ms(step.tpot), _ms(step.e2e),
                  _num(step.user_tokens_per_s.p50), _achieved(step)]
         if summary.slo is not None:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,7 +83,7 @@ class RunWriter:
     def begin_step(self, step: StepInfo) -> None:
         """Record that a load step began (replacing an entry with the same index)."""
         with self._lock:
-            self.meta.steps = [s for s in self.meta.steps if s.index != step.index] + [step]
+            self.meta.steps = [s for s in self.meta.steps if s.index != step.index] + [replace(step)]
             self.meta.steps.sort(key=lambda s: s.index)
             self._write_meta()
 

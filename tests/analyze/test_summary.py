@@ -196,3 +196,11 @@ def test_slo_parsing() -> None:
     for bad in ("", "ttft", "speed=3", "ttft=fast", "ttft=-1"):
         with pytest.raises(UserError):
             Slo.parse(bad)
+
+
+def test_a_run_without_measured_requests_summarizes_to_empty_figures_and_a_warning() -> None:
+    summary = summarize(run_of([req(0, T, [T + 1], warmup=True)], [closed(2)]))
+    s = summary.overall
+    assert (s.sent, s.warmup, s.ttft.count, s.requests_per_s) == (0, 1, 0, 0.0)
+    assert math.isnan(s.ttft.p50) and not summary.client.limited
+    assert any("no measured requests" in w for w in summary.warnings)

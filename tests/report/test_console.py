@@ -48,3 +48,10 @@ def test_several_steps_get_an_overall_row_and_a_cut_off_run_is_marked() -> None:
     labels = [line.split()[0] for line in text.splitlines() if line.strip()[:5] in ("concu", "overa")]
     assert labels == ["concurrency=4", "concurrency=8", "overall"]
     assert "CUT OFF" in text
+
+
+def test_labels_and_paths_are_printed_literally_not_as_markup() -> None:
+    run = run_of([req(0, T, [T + 1])], [closed(2)])
+    run.meta.steps[0].label = "[bold]x[/bold]"
+    text = render(summarize(run))
+    assert "[bold]x[/bold]" in text and "mem [finished]" in text
