@@ -55,9 +55,11 @@ def _notes(summary: RunSummary) -> list[Text]:
     """The lines under the table: errors, aborted requests, token checks, coverage, warnings."""
     o = summary.overall
     notes: list[Text] = []
-    if o.errors:
-        errors = ", ".join(f"{category} {count}" for category, count in o.errors.items())
-        notes.append(Text(f"errors: {errors}", style="red"))
+    steps_with_errors = [s for s in summary.steps if s.errors]
+    for step in steps_with_errors:
+        errors = ", ".join(f"{category} {count}" for category, count in step.errors.items())
+        where = f" ({step.label})" if len(summary.steps) > 1 else ""
+        notes.append(Text(f"errors{where}: {errors}", style="red"))
     if o.aborted:
         notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
     checks = [(o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),

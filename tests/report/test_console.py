@@ -55,3 +55,12 @@ def test_labels_and_paths_are_printed_literally_not_as_markup() -> None:
     run.meta.steps[0].label = "[bold]x[/bold]"
     text = render(summarize(run))
     assert "[bold]x[/bold]" in text and "mem [finished]" in text
+
+
+def test_errors_are_listed_by_category_for_each_step() -> None:
+    records = [req(0, T, [T + 1]), req(1, T, [], error="http_429", status=429),
+               req(2, T + 10, [], step=1, error="timeout"), req(3, T + 10, [], step=1, error="timeout"),
+               req(4, T + 10, [], step=1, error="connect", status=0)]
+    text = render(summarize(run_of(records, [closed(2), closed(4, T + 10, T + 20, index=1)])))
+    assert "errors (concurrency=2): http_429 1" in text
+    assert "errors (concurrency=4): connect 1, timeout 2" in text
