@@ -20,10 +20,14 @@ WORKLOADS: dict[str, type[Workload]] = {
 __all__ = ["Workload", "WORKLOADS", "make_workload"]
 
 
-def make_workload(cfg: WorkloadConfig, api: str) -> Workload:
-    """The workload `cfg.kind` describes, for the `api` ("chat" or "completions")."""
+def make_workload(cfg: WorkloadConfig, api: str, stream: int = 0) -> Workload:
+    """The workload `cfg.kind` describes, for the `api` ("chat" or "completions").
+
+    Give each load-generator process its own `stream` (e.g. its worker index): same seed and
+    stream, same requests; other streams draw other prompts from the same distributions.
+    """
     try:
         kind = WORKLOADS[cfg.kind]
     except KeyError:
         raise UserError(f"unknown workload kind {cfg.kind!r} (use one of {', '.join(WORKLOADS)})") from None
-    return kind(cfg, api)
+    return kind(cfg, api, stream)

@@ -18,14 +18,17 @@ class Workload(ABC):
 
     `next_request` may be called from many greenlets or threads: a lock serialises the draws so the
     sequence stays reproducible. The work under the lock is pure computation, so it never waits.
+    `stream` tells load-generator processes apart: each gets its own reproducible sequence, so two
+    processes never send the same prompts (which a prefix cache would reward).
     """
 
-    def __init__(self, cfg: WorkloadConfig, api: str) -> None:
+    def __init__(self, cfg: WorkloadConfig, api: str, stream: int = 0) -> None:
         if api not in APIS:
             raise UserError(f"unknown api {api!r} (use one of {', '.join(APIS)})")
         self.cfg = cfg
         self.api = api
-        self.rng = random.Random(cfg.seed)
+        self.stream = stream
+        self.rng = random.Random(cfg.seed if stream == 0 else f"{cfg.seed}/{stream}")
         self._lock = threading.Lock()
 
     def next_request(self) -> RequestSpec:

@@ -27,8 +27,8 @@ class MultiTurnWorkload(Workload):
     arrived (see `complete`); when none is ready, a new conversation starts, so a call never waits.
     A failed turn ends its conversation (its history is broken)."""
 
-    def __init__(self, cfg: WorkloadConfig, api: str) -> None:
-        super().__init__(cfg, api)
+    def __init__(self, cfg: WorkloadConfig, api: str, stream: int = 0) -> None:
+        super().__init__(cfg, api, stream)
         if cfg.turns < 1:
             raise UserError(f"workload.turns must be >= 1, got {cfg.turns}")
         self._text = TextSource(self.rng)
@@ -40,7 +40,7 @@ class MultiTurnWorkload(Workload):
         if self._ready:
             conv = self._ready.popleft()
         else:
-            conv = Conversation(id=f"conv-{self.cfg.seed}-{self._started}")
+            conv = Conversation(id=f"conv-{self.cfg.seed}-{self.stream}-{self._started}")
             self._started += 1
         user_tokens = sample_length(self.cfg.input_len, self.rng)
         conv.history.append({"role": "user", "content": self._text.text(user_tokens)})

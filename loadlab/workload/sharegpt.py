@@ -64,8 +64,8 @@ def _first_pair(entry: object) -> PromptPair | None:
 class ShareGPTWorkload(Workload):
     """Each pass sends every usable conversation's first question once, in a seeded shuffled order."""
 
-    def __init__(self, cfg: WorkloadConfig, api: str) -> None:
-        super().__init__(cfg, api)
+    def __init__(self, cfg: WorkloadConfig, api: str, stream: int = 0) -> None:
+        super().__init__(cfg, api, stream)
         self.pairs = load_sharegpt(cfg.dataset)
         self._order: list[int] = []
 

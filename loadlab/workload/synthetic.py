@@ -12,8 +12,8 @@ from loadlab.workload.text import TextSource
 class SyntheticWorkload(Workload):
     """Random word text of `input_len` tokens (one ASCII character = one reference-server token)."""
 
-    def __init__(self, cfg: WorkloadConfig, api: str) -> None:
-        super().__init__(cfg, api)
+    def __init__(self, cfg: WorkloadConfig, api: str, stream: int = 0) -> None:
+        super().__init__(cfg, api, stream)
         self._text = TextSource(self.rng)
 
     def _next(self) -> RequestSpec:

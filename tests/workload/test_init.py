@@ -36,3 +36,15 @@ def test_many_threads_draw_distinct_requests_without_losing_any():
     for t in threads:
         t.join()
     assert len(seen) == 800 and len(set(seen)) == 800
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "multiturn"])
+def test_each_stream_draws_its_own_reproducible_prompts(kind):
+    def prompts(stream):
+        w = make_workload(WorkloadConfig(kind=kind, seed=2), "chat", stream=stream)
+        return [w.next_request() for _ in range(5)]
+
+    assert prompts(1) == prompts(1)
+    assert {s.prompt for s in prompts(0)}.isdisjoint(s.prompt for s in prompts(1))
+    if kind == "multiturn":
+        assert {s.conversation for s in prompts(0)}.isdisjoint(s.conversation for s in prompts(1))

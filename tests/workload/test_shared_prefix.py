@@ -37,3 +37,11 @@ def test_reproducible_with_seed():
     a, b, c = shared(1), shared(1), shared(2)
     assert [a.next_request() for _ in range(30)] == [b.next_request() for _ in range(30)]
     assert a.next_request().prompt[:200] not in {c.next_request().prompt[:200] for _ in range(12)}
+
+
+def test_every_stream_shares_the_same_prefixes_in_its_own_order():
+    cfg = WorkloadConfig(kind="shared_prefix", num_prefixes=3, prefix_len=200, suffixes_per_prefix=4, seed=1)
+    a, b = make_workload(cfg, "chat", stream=0), make_workload(cfg, "chat", stream=1)
+    pass_a = [a.next_request().prompt for _ in range(12)]
+    pass_b = [b.next_request().prompt for _ in range(12)]
+    assert set(pass_a) == set(pass_b) and pass_a != pass_b
