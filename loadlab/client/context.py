@@ -40,7 +40,8 @@ def add_loadlab_events(events: Events) -> Events:
       in the process that measured it; in distributed runs, also on the master for shipped records.
     - `llm_step(step: StepInfo)`: fired when a load step begins.
     - `llm_worker_anchor(worker: str, anchor: ClockAnchor)`: fired on a master when a worker
-      process joins, with that worker's clock anchor (for run.json's `worker_anchors`).
+      process joins, and again for every worker when a step begins, with that worker's clock
+      anchor (for run.json's `worker_anchors`).
     Locust's own `request` event is fired once per HTTP request (never per token), so Locust's
     request counts stay honest.
     """

@@ -1,0 +1,92 @@
+"""Scale the load generator out: a Locust master in this process and N local worker processes.
+
+Used by `loadlab run --processes N`. Workers on other hosts join a plain-Locust master the same
+way (see locustfiles/openai_stream.py); records and context travel through loadlab.client.shipping.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner
+
+from loadlab.client.shipping import MasterShipper
+from loadlab.errors import UserError
+
+CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
+EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are signalled
+
+log = logging.getLogger(__name__)
+
+
+def start_master_with_workers(environment: Environment, n: int,
+                              timeout: float = CONNECT_TIMEOUT_S) -> MasterRunner:
+    """Make `environment`'s runner a master on 127.0.0.1 and start `n` local worker processes.
+
+    Returns once all `n` workers have joined (UserError if they do not within `timeout`). The
+    caller drives it like a local runner (`runner.start(users, rate)`, `runner.quit()`); quitting
+    collects every worker's last records, then the worker processes are ended by their PIDs.
+    `environment.loadlab` (the ClientContext) must be set before steps start.
+    """
+    if n < 1:
+        raise UserError(f"processes must be >= 1, got {n}")
+    port = _free_port()
+    runner = environment.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
+    shipper = MasterShipper(environment)
+    procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)])
+             for _ in range(n)]
+    atexit.register(_kill, procs)   # a crash of this process must not leave workers behind
+    runner.greenlet.spawn(_end_with_runner, procs)
+
+    deadline = time.monotonic() + timeout
+    while len(shipper.ready_workers()) < n:
+        exited = [p for p in procs if p.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            runner.quit()
+            why = (f"worker process exited with code {exited[0].returncode}" if exited
+                   else f"only {len(shipper.ready_workers())} of {n} joined after {timeout:.0f} s")
+            raise UserError(f"could not start {n} load-generator processes: {why}")
+        gevent.sleep(0.05)
+    return runner
+
+
+def _end_with_runner(procs: list[subprocess.Popen]) -> None:
+    """Lives in the runner's greenlet group: when the runner quits (and kills the group), end the workers."""
+    try:
+        while True:
+            gevent.sleep(3600)
+    finally:
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for p in procs:   # they got Locust's quit message: most exit on their own
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        _kill(procs)
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

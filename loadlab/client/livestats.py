@@ -1,0 +1,116 @@
+"""Live LLM statistics of a running test, computed exactly from every finished request's record.
+
+Fed from the `llm_request` event in the process that holds all records (the master, or the only
+process); read by the web UI's LLM tab. Percentiles are exact (over all values, never bucketed):
+Locust's own response-time buckets are too coarse for inter-token latencies.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadlab.analyze.stats import Distribution
+from loadlab.client.records import RequestRecord
+from loadlab.clock import now
+
+RATE_WINDOW_S = 10.0   # tokens/s and requests/s are averaged over this many recent seconds
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """The latencies of one successful request, in seconds (NaN where undefined)."""
+
+    ttft: float
+    e2e: float
+    tpot: float
+    itls: list[float]
+
+
+def request_latencies(record: RequestRecord, open_loop: bool) -> Latencies:
+    """TTFT/E2E from the scheduled start (open loop) or the send time (closed loop), as in DESIGN.md."""
+    start = record.scheduled_time if open_loop else record.send_time
+    ttft = record.first_token_time - start
+    e2e = record.end_time - start
+    tokens = record.completion_tokens if record.completion_tokens >= 0 else record.client_tokens
+    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else math.nan
+    times = record.token_times
+    itls = [b - a for a, b in zip(times, times[1:])]
+    return Latencies(ttft=ttft, e2e=e2e, tpot=tpot, itls=itls)
+
+
+class LiveStats:
+    """Accumulates records; `snapshot()` gives the numbers the LLM tab shows.
+
+    `in_flight` says how many requests are in flight right now (the users' counter in a single
+    process, the sum of the workers' last reports on a master).
+    """
+
+    def __init__(self, open_loop: bool, in_flight: Callable[[], int] = lambda: 0) -> None:
+        self.open_loop = open_loop
+        self.in_flight = in_flight
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every request so far (Locust's "reset stats")."""
+        with self._lock:
+            self._ttft: list[float] = []
+            self._e2e: list[float] = []
+            self._tpot: list[float] = []
+            self._itl: list[float] = []
+            self._errors: Counter[str] = Counter()
+            self._ok = 0
+            self._recent: deque[tuple[float, int]] = deque()  # (end_time, output tokens) of recent requests
+
+    def add(self, record: RequestRecord) -> None:
+        """Count one finished request (warm-up requests are left out, as in the results)."""
+        if record.warmup:
+            return
+        with self._lock:
+            if not record.ok:
+                self._errors[record.error] += 1
+                return
+            self._ok += 1
+            lat = request_latencies(record, self.open_loop)
+            self._ttft.append(lat.ttft)
+            self._e2e.append(lat.e2e)
+            if not math.isnan(lat.tpot):
+                self._tpot.append(lat.tpot)
+            self._itl.extend(lat.itls)
+            tokens = record.completion_tokens if record.completion_tokens >= 0 else record.client_tokens
+            self._recent.append((record.end_time, tokens))
+
+    def snapshot(self) -> dict:
+        """Latency percentiles in ms, recent throughput, requests in flight, errors by category.
+
+        Throughput counts the requests that finished in the last RATE_WINDOW_S seconds (a
+        request's tokens count when it ends): in steady state this is the token rate.
+        """
+        with self._lock:
+            cutoff = now() - RATE_WINDOW_S
+            while self._recent and self._recent[0][0] < cutoff:
+                self._recent.popleft()
+            recent = [r for r in self._recent if r[0] >= cutoff]   # batches arrive out of order
+            latencies = {name: _percentiles_ms(values) for name, values in
+                         (("ttft", self._ttft), ("itl", self._itl), ("tpot", self._tpot), ("e2e", self._e2e))}
+            return {
+                "requests_ok": self._ok,
+                "requests_failed": sum(self._errors.values()),
+                "errors": dict(self._errors),
+                "in_flight": self.in_flight(),
+                "output_tokens_per_s": sum(t for _, t in recent) / RATE_WINDOW_S,
+                "requests_per_s": len(recent) / RATE_WINDOW_S,
+                "window_s": RATE_WINDOW_S,
+                "latency_ms": latencies,
+            }
+
+
+def _percentiles_ms(values: list[float]) -> dict:
+    """count, mean, p50/p90/p99 in ms; None (JSON null) where there are no values."""
+    d = Distribution.of([v * 1000.0 for v in values], unit="ms")
+    return {"count": d.count, **{k: (None if math.isnan(v) else v) for k, v in
+                                 (("mean", d.mean), ("p50", d.p50), ("p90", d.p90), ("p99", d.p99))}}

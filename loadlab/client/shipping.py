@@ -1,0 +1,254 @@
+"""Records from Locust workers to their master, and the run's context from the master to workers.
+
+One mechanism for `loadlab run --processes N` and for plain `locust --master/--worker` (workers
+possibly on other hosts). Messages are Locust custom messages with msgpack-able payloads:
+
+    worker -> master  HELLO    {worker, anchor}               once the worker can take a context
+    master -> worker  CONTEXT  {seq, config, api_key, step, worker_index, worker_count}
+                                                              on HELLO, each step and test_stopping
+    worker -> master  RECORDS  {records: [RequestRecord as dict], in_flight, seq}
+                                                              every SHIP_INTERVAL_S and after a CONTEXT
+    master -> worker  FLUSH    {round}                        at the master's test_stop
+    worker -> master  DONE     {round}                        after the worker's users stopped and
+                                                              its last records were sent
+
+The master fires `llm_request` for every shipped record, so listeners (the run writer, the live
+LLM stats) see the same stream as in a single process. When a run stops without a step (step
+None), the master drains first, like a local runner: it tells the workers, then waits (up to
+stop_timeout) until each has answered that context with nothing in flight; only then does
+Locust's stop message end the users. Locust's master waits only ~0.5 s for
+workers on quit; the FLUSH/DONE handshake waits (bounded) until every worker has sent its last
+record. One ZeroMQ connection per worker keeps order: a worker's DONE arrives after its records.
+The API key travels in the CONTEXT message only, never to disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import types
+import typing
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.exception import RPCError
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
+from loadlab.client import users
+from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.clock import ClockAnchor, process_anchor
+from loadlab.config import RunConfig
+
+HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
+                                        "loadlab_flush", "loadlab_done")
+SHIP_INTERVAL_S = 0.5          # a worker sends its records at least this often
+FINAL_FLUSH_GRACE_S = 15.0     # the master waits this long (plus stop_timeout) for workers' DONE
+
+log = logging.getLogger(__name__)
+
+
+def in_flight_total(environment: Environment) -> int:
+    """Requests in flight: over all workers on a master (as last reported), else in this process."""
+    shipper = getattr(environment, "loadlab_master", None)
+    return shipper.in_flight_total() if shipper is not None else users.in_flight(environment)
+
+
+def worker_id() -> str:
+    """This process's id in records: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerShipper:
+    """On a worker: sends every `llm_request` record to the master; takes the context from it."""
+
+    def __init__(self, environment: Environment) -> None:
+        runner = environment.runner
+        assert isinstance(runner, WorkerRunner), "WorkerShipper needs a worker runner"
+        self.environment = environment
+        self.runner = runner
+        self.worker = worker_id()
+        self._buffer: list[dict[str, Any]] = []
+        self._last_in_flight = -1
+        self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
+        events = add_loadlab_events(environment.events)
+        events.llm_request.add_listener(self._on_record)
+        # Users stopped (stop message, quit, or our FLUSH): nothing new will come, send the rest.
+        events.test_stop.add_listener(lambda **_: self.ship())
+        runner.register_message(CONTEXT, self._on_context)
+        runner.register_message(FLUSH, self._on_flush)
+        runner.greenlet.spawn(self._ship_loop)
+        # Only now can the context be received: asking for it avoids the race with Locust's connect.
+        runner.send_message(HELLO, {"worker": self.worker, "anchor": process_anchor().to_dict()})
+
+    def ship(self, always: bool = False) -> None:
+        """Send the buffered records (and the in-flight count when it changed) to the master."""
+        records, self._buffer = self._buffer, []
+        in_flight = users.in_flight(self.environment)
+        if not (records or always or in_flight != self._last_in_flight):
+            return
+        try:
+            self.runner.send_message(RECORDS, {"records": records, "in_flight": in_flight, "seq": self._seq})
+            self._last_in_flight = in_flight
+        except RPCError as e:  # keep them for the next try; the connection may come back
+            self._buffer[:0] = records
+            log.warning("could not send %d records to the master (will retry): %s", len(records), e)
+
+    def _on_record(self, record: RequestRecord, **_: Any) -> None:
+        self._buffer.append(dataclasses.asdict(record))
+
+    def _ship_loop(self) -> None:
+        while True:
+            gevent.sleep(SHIP_INTERVAL_S)
+            self.ship()
+
+    def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
+        data = msg.data
+        config = _from_dict(RunConfig, data["config"])
+        config.api_key = data["api_key"]
+        step = StepInfo(**data["step"]) if data["step"] else None
+        context: ClientContext | None = getattr(environment, "loadlab", None)
+        if context is None:
+            context = ClientContext(config=config, worker=self.worker)
+            environment.loadlab = context
+        new_step = step is not None and (context.step is None or context.step.index != step.index)
+        # Updated in place: users that keep a reference see the change at once.
+        context.config = config
+        context.worker_index = data["worker_index"]
+        context.worker_count = data["worker_count"]
+        context.step = step
+        self._seq = data["seq"]
+        if new_step:
+            environment.events.llm_step.fire(step=step)
+        self.ship(always=True)   # the master learns that this context arrived, and what is in flight
+
+    def _on_flush(self, environment: Environment, msg: Message, **_: Any) -> None:
+        self.runner.stop()   # fires test_stop (which ships) unless the users were already stopped
+        self.ship()
+        self.runner.send_message(DONE, {"round": msg.data["round"]})
+
+
+class MasterShipper:
+    """On a master: fires `llm_request` for workers' records, sends the context to workers."""
+
+    def __init__(self, environment: Environment) -> None:
+        runner = environment.runner
+        assert isinstance(runner, MasterRunner), "MasterShipper needs a master runner"
+        self.environment = environment
+        self.runner = runner
+        self.workers: dict[str, str] = {}          # Locust client id -> loadlab worker id (from HELLO)
+        self.anchors: dict[str, ClockAnchor] = {}  # Locust client id -> that worker's clock anchor
+        self.in_flight: dict[str, int] = {}        # Locust client id -> requests in flight there
+        self.seen_seq: dict[str, int] = {}         # Locust client id -> last CONTEXT it answered
+        self._seq = 0
+        self._round = 0
+        self._pending: set[str] = set()
+        environment.loadlab_master = self
+        events = add_loadlab_events(environment.events)
+        events.llm_step.add_listener(self._on_step)
+        events.test_stopping.add_listener(lambda **_: self.drain())
+        events.test_stop.add_listener(lambda **_: self.collect_final_records())
+        runner.register_message(HELLO, self._on_hello)
+        runner.register_message(RECORDS, self._on_records)
+        runner.register_message(DONE, self._on_done)
+
+    def ready_workers(self) -> list[str]:
+        """Client ids of the connected workers that said HELLO, in Locust's worker-index order."""
+        clients = self.runner.clients
+        ids = [c for c in self.workers if c in clients and clients[c].state != STATE_MISSING]
+        return sorted(ids, key=self.runner.get_worker_index)
+
+    def in_flight_total(self) -> int:
+        """Requests in flight over all connected workers (as last reported)."""
+        return sum(self.in_flight.get(c, 0) for c in self.ready_workers())
+
+    def send_context(self) -> None:
+        """Send the run's config and current step to every worker, each with its index and the count."""
+        context: ClientContext | None = getattr(self.environment, "loadlab", None)
+        if context is None:
+            return
+        workers = self.ready_workers()
+        self._seq += 1
+        base = {"seq": self._seq, "config": context.config.to_dict(), "api_key": context.config.api_key,
+                "step": dataclasses.asdict(context.step) if context.step else None,
+                "worker_count": len(workers)}
+        for index, client_id in enumerate(workers):
+            self.runner.send_message(CONTEXT, {**base, "worker_index": index}, client_id=client_id)
+
+    def drain(self) -> None:
+        """Before Locust's stop message: with no step left, let in-flight requests finish
+        (up to stop_timeout), as a local runner does."""
+        self.send_context()
+        context: ClientContext | None = getattr(self.environment, "loadlab", None)
+        if context is None or context.step is not None:
+            return   # a step is on (plain Locust's stop): Locust's own stop_timeout applies
+        deadline = time.monotonic() + (self.environment.stop_timeout or 0)
+
+        def busy() -> bool:
+            return any(self.seen_seq.get(c, 0) < self._seq or self.in_flight.get(c, 0) > 0
+                       for c in self.ready_workers())
+
+        while busy() and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+
+    def collect_final_records(self) -> None:
+        """Ask every worker to stop, send its last records and answer DONE; wait (bounded) for all."""
+        self._round += 1
+        self._pending = set(self.ready_workers())
+        if not self._pending:
+            return
+        for client_id in list(self._pending):
+            self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
+        deadline = time.monotonic() + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
+        while self._pending and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        if self._pending:
+            log.warning("no final records from %d worker(s) after %.0f s: %s", len(self._pending),
+                        FINAL_FLUSH_GRACE_S, ", ".join(self.workers.get(c, c) for c in self._pending))
+
+    def _on_step(self, step: StepInfo, **_: Any) -> None:
+        self.environment.loadlab.step = step
+        self.send_context()
+        for client_id in self.ready_workers():   # again, for listeners added after the workers joined
+            self._announce(client_id)
+
+    def _announce(self, client_id: str) -> None:
+        self.environment.events.llm_worker_anchor.fire(worker=self.workers[client_id],
+                                                       anchor=self.anchors[client_id])
+
+    def _on_hello(self, environment: Environment, msg: Message, **_: Any) -> None:
+        self.workers[msg.node_id] = msg.data["worker"]
+        self.anchors[msg.node_id] = ClockAnchor(**msg.data["anchor"])
+        self._announce(msg.node_id)
+        self.send_context()   # every worker: the worker count changed
+
+    def _on_records(self, environment: Environment, msg: Message, **_: Any) -> None:
+        self.in_flight[msg.node_id] = msg.data["in_flight"]
+        self.seen_seq[msg.node_id] = msg.data["seq"]
+        for fields in msg.data["records"]:
+            environment.events.llm_request.fire(record=RequestRecord(**fields))
+
+    def _on_done(self, environment: Environment, msg: Message, **_: Any) -> None:
+        if msg.data["round"] == self._round:
+            self._pending.discard(msg.node_id)
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Rebuild a config dataclass from `dataclasses.asdict` output (nested dataclasses included)."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):   # `X | None`
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _from_dict(hint, value)
+        values[f.name] = value
+    return cls(**values)

@@ -1,0 +1,132 @@
+"""loadlab's users under Locust's own command line, web UI and master/worker mode.
+
+    locust -f locustfiles/openai_stream.py --host http://127.0.0.1:8000/v1 --loadlab-model m
+    locust -f locustfiles/openai_stream.py --host URL --loadlab-rate 5          # open loop, 5 req/s
+    locust -f locustfiles/openai_stream.py --host URL --master --expect-workers 2 --loadlab-out runs/x
+    locust -f locustfiles/openai_stream.py --worker --master-host MASTER        # on any host
+
+Closed loop (default): -u users, each one request at a time. Open loop (--loadlab-rate R): one
+scheduler user per process (-u defaults to the number of processes), R req/s in total. Workers
+take the settings from the master and ship every record to it; the master (or the single
+process) keeps live LLM statistics for the web UI's "LLM" tab (/loadlab/stats as JSON) and,
+with --loadlab-out DIR, writes all records of all workers to the run folder DIR.
+Locust's request statistics get one entry per HTTP request, never per token.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from locust import events
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.livestats import LiveStats
+from loadlab.client.records import StepInfo
+from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
+from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
+from loadlab.client.webui import install_llm_tab
+from loadlab.clock import now
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.store.run_folder import RunWriter
+from loadlab.workload.scenario import apply_overrides
+
+log = logging.getLogger("loadlab")
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser) -> None:
+    group = parser   # Locust's parser itself: its argument groups do not take is_secret / include_in_web_ui
+    group.add_argument("--loadlab-model", default="", help="model name sent in each request")
+    group.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
+                       help="/chat/completions or /completions")
+    group.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", is_secret=True,
+                       help="bearer token (default: $OPENAI_API_KEY); never written to disk")
+    group.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
+    group.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
+    group.add_argument("--loadlab-rate", type=float, default=0.0,
+                       help="open loop: requests/s over all processes (0: closed loop with -u users)")
+    group.add_argument("--loadlab-arrival", default="poisson", help="open loop: poisson | constant | gamma")
+    group.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
+    group.add_argument("--loadlab-out", default="", include_in_web_ui=False,
+                       help="run folder for every request record (on the master / single process)")
+
+
+def run_config(environment: Environment) -> RunConfig:
+    """The RunConfig of the loadlab options and --host (UserError when one is wrong)."""
+    o = environment.parsed_options
+    rate = float(o.loadlab_rate or 0)
+    return apply_overrides(
+        RunConfig(), url=environment.host or "", model=o.loadlab_model, api=o.loadlab_api,
+        api_key=o.loadlab_api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
+        rate=[rate] if rate > 0 else [], concurrency=[], arrival=o.loadlab_arrival,
+        timeout=o.loadlab_timeout, out=o.loadlab_out)
+
+
+@events.init.add_listener
+def on_init(environment: Environment, runner, web_ui, **_) -> None:
+    loadlab_events = add_loadlab_events(environment.events)
+    if isinstance(runner, WorkerRunner):   # settings come from the master
+        WorkerShipper(environment)
+        return
+    options = environment.parsed_options
+    open_loop = float(options.loadlab_rate or 0) > 0
+    try:
+        environment.loadlab = ClientContext(config=run_config(environment), worker=worker_id())
+    except UserError as e:
+        log.error("error: %s", e)
+        sys.exit(2)
+    environment.user_classes[:] = [OpenLoopUser if open_loop else ClosedLoopUser]
+    if open_loop and options.num_users is None:   # one scheduler per process
+        options.num_users = options.expect_workers if isinstance(runner, MasterRunner) else 1
+
+    if options.loadlab_out:   # first: workers' HELLO (with their clock anchors) may come any time now
+        _write_run_folder(environment, Path(options.loadlab_out))
+    if isinstance(runner, MasterRunner):
+        MasterShipper(environment)
+    live = LiveStats(open_loop, in_flight=lambda: in_flight_total(environment))
+    loadlab_events.llm_request.add_listener(lambda record, **_: live.add(record))
+    if web_ui:
+        install_llm_tab(environment, live)
+
+    @events.test_start.add_listener
+    def begin_step(environment: Environment, **_) -> None:
+        # The web UI may have changed the host or the options since init.
+        context = environment.loadlab
+        context.config = run_config(environment)
+        rate = context.config.rate
+        target = rate[0] if rate else environment.runner.target_user_count
+        mode = "open" if rate else "closed"
+        label = f"rate={target:g}" if rate else f"concurrency={target}"
+        step = StepInfo(index=0, label=label, mode=mode, target=target, start_time=now())
+        context.step = step
+        loadlab_events.llm_step.fire(step=step)
+
+
+def _write_run_folder(environment: Environment, folder: Path) -> None:
+    """Every record (all workers') goes to the run folder; it is closed when Locust quits."""
+    context = environment.loadlab
+    try:
+        writer = RunWriter(folder, context.config, context.anchor)
+    except UserError as e:
+        log.error("error: %s", e)
+        sys.exit(2)
+    writer.start_autoflush()
+    events_ = environment.events
+    events_.llm_request.add_listener(lambda record, **_: writer.add_requests([record]))
+    events_.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
+    events_.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
+    events_.test_stop.add_listener(lambda **_: writer.end_step(environment.loadlab.step.index, now())
+                                   if environment.loadlab.step else None)
+
+    def close(**_) -> None:
+        # Locust quits the runner only after the quitting listeners: quit it first, so the
+        # workers' last records (and a single process's aborted requests) reach the folder.
+        environment.runner.quit()
+        writer.close()
+
+    events_.quitting.add_listener(close)
