@@ -34,6 +34,25 @@ class ProcessCpu:
         return percent / 100.0
 
 
+class HostCpu:
+    """CPU cores busy on the whole host between consecutive `sample()` calls.
+
+    Kept apart from psutil.cpu_percent(), whose baseline is shared by every caller in the process.
+    """
+
+    def __init__(self) -> None:
+        self._cores = psutil.cpu_count() or 1
+        self._prev = psutil.cpu_times()
+
+    def sample(self) -> float:
+        """Busy cores since the previous call (or since construction)."""
+        cur = psutil.cpu_times()
+        prev, self._prev = self._prev, cur
+        total = sum(cur) - sum(prev)
+        idle = (cur.idle + getattr(cur, "iowait", 0.0)) - (prev.idle + getattr(prev, "iowait", 0.0))
+        return max(0.0, (total - idle) / total * self._cores) if total > 0 else 0.0
+
+
 class HostCollector(PollingCollector):
     """Samples `host_cpu` (cores busy on the whole host) and `process_cpu{role}` per PID.
 
@@ -47,7 +66,8 @@ class HostCollector(PollingCollector):
         super().__init__(interval)
         self.pids = dict(pids)
         self._procs: dict[str, ProcessCpu] = {}
-        self._cores = psutil.cpu_count() or 1
+        self._host = HostCpu()
+        self._primed = False
 
     def open(self) -> bool:
         for role, pid in self.pids.items():
@@ -55,14 +75,13 @@ class HostCollector(PollingCollector):
                 self._procs[role] = ProcessCpu(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied) as e:
                 self.note_error(f"process {role} (pid {pid}) cannot be sampled: {type(e).__name__}", always_log=True)
-        psutil.cpu_percent(interval=None)  # primes the host-wide counter
-        for proc in self._procs.values():
-            proc.sample()
         return True
 
     def poll(self) -> list[Sample]:
+        # CPU use is a difference between two reads: the first tick only sets the baseline.
+        host_cores = self._host.sample()
         t = now()
-        samples = [Sample(t, self.source, "host_cpu", psutil.cpu_percent(interval=None) / 100.0 * self._cores)]
+        samples = [Sample(t, self.source, "host_cpu", host_cores)] if self._primed else []
         for role, proc in list(self._procs.items()):
             try:
                 cores = proc.sample()
@@ -70,5 +89,7 @@ class HostCollector(PollingCollector):
                 del self._procs[role]
                 self.note_error(f"process {role} (pid {proc.pid}) disappeared: {type(e).__name__}", always_log=True)
                 continue
-            samples.append(Sample(t, self.source, "process_cpu", cores, {"role": role, "pid": str(proc.pid)}))
+            if self._primed:
+                samples.append(Sample(t, self.source, "process_cpu", cores, {"role": role, "pid": str(proc.pid)}))
+        self._primed = True
         return samples

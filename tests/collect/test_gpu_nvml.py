@@ -11,6 +11,7 @@ import pynvml
 import pytest
 
 from loadlab.collect.gpu import GpuCollector, NvmlBackend
+from loadlab.collect.gpu.nvml import GPM_MIN_INTERVAL
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 
@@ -115,6 +116,8 @@ def test_basic_counters_are_converted_to_loadlab_units():
 
 def test_gpm_metrics_become_ratios_and_bytes_per_second_on_hopper():
     backend, _ = open_backend()
+    assert backend.read()[0].sm_active is None   # right after open: a GPM window would be noise
+    time.sleep(GPM_MIN_INTERVAL)
     hopper = backend.read()[0]
     assert hopper.sm_active == pytest.approx(0.61) and hopper.sm_occupancy == pytest.approx(0.23)
     assert hopper.tensor_active == pytest.approx(0.18) and hopper.dram_active == pytest.approx(0.74)
@@ -159,7 +162,7 @@ def test_collector_over_fake_nvml_emits_gpm_and_decoded_clock_signals():
     collector = GpuCollector(interval=0.05, backend=NvmlBackend(nvml=FakeNvml()))
     got = []
     collector.start(got.extend)
-    time.sleep(0.3)
+    time.sleep(0.4)
     collector.stop()
     hopper = {s.signal: s.value for s in got if s.labels["gpu"] == "0"}
     assert hopper["gpu_sm_active"] == pytest.approx(0.61)

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from loadlab.collect.host import HostCollector, ProcessCpu
+from loadlab.collect.host import HostCollector, HostCpu, ProcessCpu
 
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
 IDLE = "import time; time.sleep(30)"
@@ -48,6 +48,15 @@ def test_idle_process_uses_almost_nothing(spawn):
     idle = spawn(IDLE)
     time.sleep(0.5)
     assert cores_over(idle.pid, 1.0) < 0.1
+
+
+def test_host_cpu_sees_a_busy_process(spawn):
+    host = HostCpu()
+    busy = spawn(BUSY)
+    time.sleep(0.3)
+    host.sample()
+    time.sleep(1.0)
+    assert 0.3 < host.sample() <= psutil.cpu_count() + 0.01
 
 
 def test_process_cpu_of_a_missing_pid_raises_no_such_process(spawn):

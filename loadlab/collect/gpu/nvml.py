@@ -9,12 +9,14 @@ nvmlDeviceGetPcieThroughput: it blocks for 20 ms per call, which would stall a g
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from loadlab.collect.gpu.reading import GpuReading
 
 UINT_MAX = 0xFFFFFFFF  # NVLink field scope meaning "summed over all links"
+GPM_MIN_INTERVAL = 0.1  # seconds; GPM metrics over shorter windows are noise, so wait longer
 
 # Errors meaning "this GPU/driver will never answer this query": stop asking.
 _PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission",
@@ -28,6 +30,7 @@ class _Gpu:
     uuid: str
     unsupported: set[str] = field(default_factory=set)
     gpm_samples: list[Any] = field(default_factory=list)   # [previous, current] when GPM works
+    gpm_since: float = 0.0                                  # monotonic time of the previous GPM sample
     counters: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (time s, value)
 
 
@@ -171,16 +174,20 @@ class NvmlBackend:
                 if s is not None:
                     self._guard(gpu, "gpm_free", lambda s=s: nv.nvmlGpmSampleFree(s))
             return
-        gpu.gpm_samples = samples
+        gpu.gpm_samples, gpu.gpm_since = samples, time.monotonic()
 
     def _read_gpm(self, gpu: _Gpu) -> dict[str, float]:
-        """GPM metrics over the interval since the previous call; {} when unavailable."""
+        """GPM metrics since the previous GPM sample; {} when unavailable or too soon (the first
+        tick right after open, a last tick right after the previous one)."""
         if not gpu.gpm_samples or "gpm" in gpu.unsupported:
+            return {}
+        if time.monotonic() - gpu.gpm_since < GPM_MIN_INTERVAL:
             return {}
         nv = self._nvml
         prev, cur = gpu.gpm_samples
         if self._guard(gpu, "gpm_sample", lambda: nv.nvmlGpmSampleGet(gpu.handle, cur)) is None:
             return {}
+        gpu.gpm_since = time.monotonic()
         request = nv.c_nvmlGpmMetricsGet_t()
         request.version = nv.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(self._GPM_METRICS)
