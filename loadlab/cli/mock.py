@@ -31,6 +31,7 @@ def mock(
     seed: int = typer.Option(0, help="Seed of the fault and jitter draws."),
     max_model_len: int = typer.Option(32768, help="Context window: longer requests get 400."),
     kv_capacity_tokens: int = typer.Option(65536, help="Simulated KV cache size for kv_cache_usage_perc."),
+    truth_limit: int = typer.Option(20000, help="Requests /truth remembers (the most recent)."),
 ) -> None:
     """Serve a mock OpenAI-compatible endpoint (chat, completions, models, health, metrics, truth)."""
     from loadlab.mock.app import serve  # aiohttp only when the command runs
@@ -40,5 +41,5 @@ def mock(
         error_rate=error_rate, error_codes=parse_codes(error_codes), disconnect_rate=disconnect_rate,
         malformed_rate=malformed_rate, stall_rate=stall_rate, stall_seconds=stall_seconds,
         not_sse_rate=not_sse_rate, api_key=api_key, seed=seed, max_model_len=max_model_len,
-        kv_capacity_tokens=kv_capacity_tokens,
+        kv_capacity_tokens=kv_capacity_tokens, truth_limit=truth_limit,
     ))

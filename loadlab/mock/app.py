@@ -12,6 +12,7 @@ import json
 import random
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +40,7 @@ class MockServer:
     def __init__(self, cfg: MockConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.truth: list[RequestTruth] = []
+        self.truth: deque[RequestTruth] = deque(maxlen=cfg.truth_limit)
         self.active: dict[int, RequestTruth] = {}   # id(truth) -> requests being generated
         self.metrics = MockMetrics(cfg.model, running=lambda: len(self.active), kv_usage=self._kv_usage)
 

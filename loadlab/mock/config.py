@@ -33,6 +33,7 @@ class MockConfig:
     seed: int = 0
     max_model_len: int = 32768      # prompt + output tokens allowed, as /v1/models reports
     kv_capacity_tokens: int = 65536  # tokens the simulated KV cache holds (kv_cache_usage_perc)
+    truth_limit: int = 20000        # /truth keeps this many most recent requests (bounded memory)
 
     def check(self) -> None:
         """UserError for settings that cannot work."""
@@ -41,8 +42,8 @@ class MockConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 0")
         if self.jitter > 1:
             raise UserError("--jitter must be between 0 and 1")
-        if self.output_len < 1 or self.max_model_len < 1 or self.kv_capacity_tokens < 1:
-            raise UserError("--output-len, --max-model-len and --kv-capacity-tokens must be >= 1")
+        if min(self.output_len, self.max_model_len, self.kv_capacity_tokens, self.truth_limit) < 1:
+            raise UserError("--output-len, --max-model-len, --kv-capacity-tokens and --truth-limit must be >= 1")
         rates = [getattr(self, f"{f}_rate") for f in FAULTS]
         if any(not 0 <= r <= 1 for r in rates) or sum(rates) > 1:
             raise UserError("fault rates must be between 0 and 1 and add up to at most 1")

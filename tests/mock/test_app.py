@@ -21,7 +21,8 @@ TTFT, ITL = 0.05, 0.01
 MOCKS = {
     "plain": ["--ttft", str(TTFT), "--itl", str(ITL), "--output-len", "12", "--api-key", "sk-test",
               "--stall-seconds", "0.6", "--error-codes", "503,429"],
-    "mixed": ["--error-rate", "0.3", "--disconnect-rate", "0.3", "--seed", "11", "--itl", "0.001"],
+    "mixed": ["--error-rate", "0.3", "--disconnect-rate", "0.3", "--seed", "11", "--itl", "0.001",
+              "--truth-limit", "5"],
 }
 
 
@@ -295,11 +296,12 @@ def test_not_sse_fault_answers_a_stream_request_with_plain_json(mocks):
     assert truth_of(port, "n1")["fault"] == "not_sse"
 
 
-def test_faults_mix_by_their_rates(mocks):
+def test_faults_mix_by_their_rates_and_truth_keeps_the_latest(mocks):
     outcomes = []
-    for _ in range(20):
-        reply = post(mocks["mixed"], "/v1/completions", {**COMPLETION, "max_tokens": 4})
+    for i in range(20):
+        reply = post(mocks["mixed"], "/v1/completions", {**COMPLETION, "max_tokens": 4}, {"X-Request-Id": f"x{i}"})
         outcomes.append((reply.status, "[DONE]" in reply.events()))
+    assert [r["request_id"] for r in get_json(mocks["mixed"], "/truth")["requests"]] == [f"x{i}" for i in range(15, 20)]
     statuses = {s for s, _ in outcomes}
     assert 200 in statuses and statuses - {200}  # both errors and successes
     assert (200, False) in outcomes and (200, True) in outcomes  # both disconnects and full streams
