@@ -11,6 +11,7 @@ per-request timeout to finish, then are aborted (counted, category "aborted").
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -146,27 +147,32 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
         # No new requests from here (users idle without a step); those in flight get the
         # per-request timeout to finish (none on Ctrl-C).
         env.loadlab.step = None
-        env.stop_timeout = 0 if status == "interrupted" else config.timeout
         try:
-            stopper = gevent.spawn(runner.stop)
-            while not stopper.ready():
-                show("stopping")
-                stopper.join(_TICK_S)
+            if status == "finished":
+                _drain(env, config.timeout, show)
         except KeyboardInterrupt:
             status = "interrupted"
-            env.stop_timeout = 0
-            runner.stop()
+        selfcheck.stop()   # what follows is shutdown, not measurement
+        env.stop_timeout = 0 if status == "interrupted" else config.timeout
+        runner.stop()
         runner.quit()
         show("done")
 
-    selfcheck.stop()
     for c in collectors:
         c.stop()
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()])
     return RunOutcome(status, Path(folder), tally.done, tally.errors)
 
 
+class _NoSpawnRateWarning(logging.Filter):
+    """Locust warns about spawn rates above 100/s; loadlab starts a step's users at once on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
 def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
+    logging.getLogger("locust.runners").addFilter(_NoSpawnRateWarning())
     user = ClosedLoopUser if mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user], host=Endpoint.from_config(config).base_url)
     add_loadlab_events(env.events)
@@ -204,6 +210,18 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
             break
         gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
     writer.end_step(plan.index, now())
+
+
+def _drain(env: Environment, limit: float, show) -> None:
+    """Wait until this process has nothing in flight (at most `limit` seconds).
+
+    Done before runner.stop(), which blocks the event loop for tens of ms (it inspects the call
+    stack for a debug message) and would delay the timestamps of requests still streaming.
+    """
+    deadline = time.perf_counter() + limit
+    while in_flight(env) and time.perf_counter() < deadline:
+        show("finishing requests in flight")
+        gevent.sleep(0.02)
 
 
 def _warning(selfcheck: SelfCheck, tally: Tally, mode: str) -> str:

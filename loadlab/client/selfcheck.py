@@ -48,8 +48,9 @@ class SelfCheck:
         self._greenlets = [gevent.spawn(self._probe_lag), gevent.spawn(self._sample_cpu)]
 
     def stop(self) -> None:
-        """Stop sampling and hand over what is pending."""
+        """Stop sampling and hand over what is pending (a second call does nothing)."""
         gevent.killall(self._greenlets)
+        self._greenlets = []
         self._flush()
 
     def coverage(self) -> Coverage:
