@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from loadlab.clock import now
+from loadlab.errors import UserError
 from loadlab.mock.config import FAULTS, MockConfig
 from loadlab.mock.metrics import MockMetrics
 from loadlab.mock.truth import RequestTruth
@@ -160,14 +161,14 @@ class MockServer:
         for i in range(n):
             if i == fault_at and truth.fault:
                 if truth.fault == "disconnect":
-                    assert request.transport is not None
-                    request.transport.close()
+                    _hang_up(request)
+                    self.metrics.finished("abort")
                     return resp
                 if truth.fault == "malformed":
                     await resp.write(MALFORMED)
                 elif truth.fault == "stall":
                     await asyncio.sleep(self.cfg.stall_seconds)
-                    deadline = loop.time()
+                    deadline = loop.time()  # resume at the ITL pace, without a burst to catch up
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             await resp.write(writer.token(text[i], first=i == 0, last=i == n - 1))
             sent = now()
@@ -192,8 +193,8 @@ class MockServer:
         if truth.fault == "stall":
             await asyncio.sleep(self.cfg.stall_seconds)
         if truth.fault == "disconnect":
-            assert request.transport is not None
-            request.transport.close()
+            _hang_up(request)
+            self.metrics.finished("abort")
             return web.Response()
         self.metrics.ttft.observe(ttft)
         self.metrics.generation_tokens.inc(n)
@@ -215,6 +216,12 @@ class MockServer:
         """Tokens held by running requests (prompt + generated so far) over the capacity."""
         held = sum(t.prompt_tokens + len(t.token_times) for t in self.active.values())
         return min(1.0, held / self.cfg.kv_capacity_tokens)
+
+
+def _hang_up(request: web.Request) -> None:
+    """Close the connection under the response: the client sees the body end without [DONE]."""
+    if request.transport is not None:
+        request.transport.close()
 
 
 def _forced_fault(request: web.Request) -> str:
@@ -239,7 +246,10 @@ async def _openai_errors(request: web.Request, handler: Any) -> web.StreamRespon
 def serve(cfg: MockConfig) -> None:
     """Run the mock until SIGINT/SIGTERM."""
     cfg.check()
-    print(f"loadlab mock: model {cfg.model!r} on http://{cfg.host}:{cfg.port}", flush=True)
+    ready = f"loadlab mock: model {cfg.model!r} on http://{cfg.host}:{cfg.port}"
     # A short shutdown timeout: stalled streams must not hold the process for stall_seconds.
-    web.run_app(MockServer(cfg).app(), host=cfg.host, port=cfg.port, print=None, access_log=None,
-                shutdown_timeout=1.0)
+    try:
+        web.run_app(MockServer(cfg).app(), host=cfg.host, port=cfg.port, access_log=None,
+                    print=lambda _: print(ready, flush=True), shutdown_timeout=1.0)
+    except OSError as e:  # port taken, address not ours
+        raise UserError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}") from None

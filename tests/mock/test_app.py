@@ -368,3 +368,8 @@ def test_the_official_openai_client_works_against_the_mock(mocks):
         openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0).models.list()
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="hi", max_tokens=3)
+
+
+def test_a_port_in_use_is_a_one_line_error(mocks):
+    result = loadlab("mock", "--port", str(mocks["plain"]), timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: cannot listen on")
