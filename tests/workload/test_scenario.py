@@ -126,3 +126,12 @@ def test_check_complete_wants_a_url_and_a_load():
 @pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.toml")), ids=lambda p: p.name)
 def test_example_scenarios_load_and_are_complete(path):
     check(load_scenario(path))
+
+
+def test_an_output_len_flag_pins_sharegpt_output_unless_told_otherwise():
+    from loadlab.config import WorkloadConfig
+
+    cfg = RunConfig(workload=WorkloadConfig(kind="sharegpt", dataset="x.json"))
+    assert apply_overrides(cfg, output_len="64").workload.output_from_dataset is False
+    assert apply_overrides(cfg, output_len="64", output_from_dataset=True).workload.output_from_dataset is True
+    assert apply_overrides(cfg, seed=2).workload.output_from_dataset is True
