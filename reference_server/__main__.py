@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 from dataclasses import MISSING, fields
 
 from reference_server.config import EngineConfig
 
 FLAG_HELP = {
-    "preset": "model shape (a key of reference_server.model.PRESETS)",
+    "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/model.py)",
     "weights": "local safetensors file with Hugging Face tensor names (empty: seeded random weights)",
     "device": "where the model runs",
     "dtype": "weights and activations type",
@@ -43,10 +44,7 @@ FLAG_CHOICES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: server flags, then one flag per EngineConfig field."""
-    from reference_server.model import PRESETS
-
-    choices = {**FLAG_CHOICES, "preset": sorted(PRESETS)}
+    """The command line: server flags, then one flag per EngineConfig field (no torch import: --help is fast)."""
     parser = argparse.ArgumentParser(prog="python -m reference_server",
                                      description="Serve the loadlab reference engine over an OpenAI-compatible API.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -59,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(EngineConfig):
         default = f.default if f.default is not MISSING else None
         engine.add_argument("--" + f.name.replace("_", "-"), type=type(default), default=default,
-                            choices=choices.get(f.name), help=FLAG_HELP[f.name])
+                            choices=FLAG_CHOICES.get(f.name), help=FLAG_HELP[f.name])
     return parser
 
 
@@ -73,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         print(ByteTokenizer().save_pretrained(args.export_tokenizer))
         return 0
     try:
-        asyncio.run(_serve(config, args.host, args.port, args.api_key))
+        listener = _listen(args.host, args.port)  # before loading the model: a taken port fails at once
+        asyncio.run(_serve(config, listener, args.api_key))
     except (ValueError, OSError) as e:  # a bad engine setting, a port already in use
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -82,12 +81,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(config: EngineConfig, host: str, port: int, api_key: str | None) -> None:
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | None) -> None:
     from aiohttp import web
 
     from reference_server.api import build_app
     from reference_server.engine import AsyncEngine
 
+    # Handlers first: a signal while the model loads still shuts down the engine and its ranks.
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    if config.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: PyTorch sees no CUDA GPU here")
     engine = AsyncEngine(config)
     await engine.start()
     # handler_cancellation: a client that disconnects cancels its handler at once, which aborts
@@ -96,12 +112,8 @@ async def _serve(config: EngineConfig, host: str, port: int, api_key: str | None
                            shutdown_timeout=2.0)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        await web.SockSite(runner, listener).start()
+        host, port = listener.getsockname()[:2]
         print(f"reference_server: serving {engine.model_name} on http://{host}:{port}", file=sys.stderr, flush=True)
         await stop.wait()
         print("reference_server: shutting down", file=sys.stderr, flush=True)
