@@ -1,4 +1,4 @@
-"""How long the run writer's flush and the summary take, for the run-folder/summary figures.
+"""How long the run writer's flush, close (compaction) and the summary take.
 
 Usage: .venv/bin/python bench/run_folder_bench.py [requests_per_flush] [tokens_per_request] [flushes]
 A flush blocks the gevent hub in `loadlab run` (C code under one greenlet), so its duration is
@@ -47,11 +47,18 @@ def main() -> None:
     t0 = time.perf_counter()
     summarize(run)
     summarize_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    writer.close()                  # compacts the parts, writes summary.json
+    close_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    load_run(folder)
+    compacted_load_s = time.perf_counter() - t0
     flush_s.sort()
     print(f"{flushes} flushes of {per_flush} requests x {tokens} tokens (+20 samples): "
           f"flush p50 {flush_s[len(flush_s) // 2] * 1000:.1f} ms, max {flush_s[-1] * 1000:.1f} ms")
     print(f"load_run of {len(run.requests)} requests in {2 * flushes} parts: {load_s:.2f} s; "
           f"summarize: {summarize_s:.2f} s")
+    print(f"close (compaction + summary): {close_s:.2f} s; load_run after it: {compacted_load_s:.2f} s")
 
 
 if __name__ == "__main__":

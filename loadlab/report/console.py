@@ -68,8 +68,8 @@ def _notes(summary: RunSummary) -> list[Text]:
               (o.tokens.usage_missing, "requests without usage (the client's count was used)")]
     notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
     if summary.coverage:
-        parts = [f"{c.source} " + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed"
-                                   + (f" ({c.error})" if c.error else "")) for c in summary.coverage]
+        parts = [f"{c.source} " + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed")
+                 + (f" ({c.error})" if c.error else "") for c in summary.coverage]
         notes.append(Text("collectors: " + "; ".join(parts)))
     if summary.slo is not None:
         slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in vars(summary.slo).items() if v)

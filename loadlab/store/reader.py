@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ SUMMARY_JSON = "summary.json"
 REQUESTS_DIR = "requests"
 SAMPLES_DIR = "samples"
 PART_GLOB = "part-*.parquet"
+_PART_NAME = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
 
 
 @dataclass
@@ -67,15 +69,37 @@ def read_meta(folder: Path) -> RunMeta:
         raise UserError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
 
 
-def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
+def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
+    """(first, last, path) of every part to read, in order.
+
+    A single part `part-N.parquet` covers number N; a compacted one `part-A-B.parquet` covers
+    A..B and replaces the single parts it holds (they may outlive it briefly if the writer was
+    killed while deleting them).
+    """
+    found = []
+    for path in folder.glob(PART_GLOB):
+        m = _PART_NAME.fullmatch(path.name)
+        if m:
+            found.append((int(m[1]), int(m[2] or m[1]), path))
+    ranges = [(first, last) for first, last, _ in found if last > first]
+    return sorted((first, last, path) for first, last, path in found
+                  if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges))
+
+
+def read_part_tables(folder: Path, warnings: list[str]) -> list[pa.Table]:
+    """Every readable current part of one table; an unreadable one is skipped with a warning."""
     tables = []
-    for part in sorted(folder.glob(PART_GLOB)):
+    for _, _, part in current_parts(folder):
         try:
-            table = pq.read_table(part)
-            # Columns added to the schema after this part was written come back as nulls.
-            tables.append(table.cast(_schema_of(table, schema)))
+            tables.append(pq.read_table(part))
         except Exception as e:  # a damaged part must not cost the rest of the run
             warnings.append(f"skipped unreadable part {part.name}: {type(e).__name__}: {e}")
+    return tables
+
+
+def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
+    # Columns added to the schema after a part was written come back as nulls.
+    tables = [t.cast(_schema_of(t, schema)) for t in read_part_tables(folder, warnings)]
     if not tables:
         return schema.empty_table().to_pandas()
     table = pa.concat_tables(tables, promote_options="default")

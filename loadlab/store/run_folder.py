@@ -34,7 +34,7 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import FINISHED, RUNNING, RunMeta, write_json_atomic
 from loadlab.store.reader import (REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, SUMMARY_JSON, RunData,
-                                  load_run)
+                                  current_parts, load_run, read_part_tables)
 from loadlab.store.tables import requests_table, samples_table
 
 __all__ = ["RunWriter", "RunData", "load_run"]
@@ -132,7 +132,10 @@ class RunWriter:
         self._autoflush.start()
 
     def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = ()) -> None:
-        """Final flush, stop autoflush, finish run.json and write summary.json. A second call does nothing."""
+        """Final flush, stop autoflush, compact the parts, finish run.json and write summary.json.
+
+        A second call does nothing.
+        """
         if self._closed:
             return
         self._closed = True
@@ -140,6 +143,11 @@ class RunWriter:
         if self._autoflush is not None:
             self._autoflush.join(timeout=10)
         self.flush()
+        for sub in (REQUESTS_DIR, SAMPLES_DIR):
+            try:
+                self._compact(self.folder / sub)
+            except Exception as e:  # the single parts are still there and complete
+                log.warning("run folder %s: could not compact %s: %s", self.folder, sub, e)
         with self._lock:
             self.meta.ended_at = self._now()
             for s in self.meta.steps:      # a step still open ends with the run
@@ -164,6 +172,24 @@ class RunWriter:
         tmp = self.folder / sub / f".{name}.tmp"   # not matched by the readers' part-*.parquet
         _off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
         os.replace(tmp, self.folder / sub / name)
+
+    def _compact(self, folder: Path) -> None:
+        """Replace a table's parts by one `part-FIRST-LAST.parquet`: one file reads much faster
+        than thousands. The compacted part is in place before the single ones are deleted, and
+        readers prefer it, so a kill at any point leaves every row exactly once."""
+        parts = current_parts(folder)
+        if len(parts) < 2:
+            return
+        warnings: list[str] = []
+        table = pa.concat_tables(read_part_tables(folder, warnings), promote_options="default")
+        if warnings:       # never delete a part that could not be copied
+            raise OSError("; ".join(warnings))
+        name = f"part-{parts[0][0]:06d}-{parts[-1][1]:06d}.parquet"
+        tmp = folder / f".{name}.tmp"
+        _off_the_event_loop(lambda: pq.write_table(table, tmp))
+        os.replace(tmp, folder / name)
+        for _, _, path in parts:
+            path.unlink()
 
     def _autoflush_loop(self, interval: float) -> None:
         while not self._stop_autoflush.wait(interval):

@@ -39,6 +39,21 @@ def test_a_damaged_part_is_skipped_with_a_warning_and_the_rest_is_kept(tmp_path:
     assert not [w for w in run.warnings if ".tmp" in w]           # temporary files are not parts
 
 
+def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) -> None:
+    """As a writer killed while deleting the single parts after compacting leaves the folder."""
+    writer = RunWriter(tmp_path, RunConfig(), process_anchor())
+    for i in range(3):
+        writer.add_requests([record(i, now())])
+        writer.flush()
+    requests = tmp_path / "requests"
+    kept = {p.name: p.read_bytes() for p in requests.glob("part-*.parquet")}
+    writer.add_requests([record(3, now())])
+    writer.close()                                  # compacts parts 1..4
+    for name, data in kept.items():                 # singles 1..3 back, as if never deleted
+        (requests / name).write_bytes(data)
+    assert list(load_run(tmp_path).requests["request_id"]) == ["r0", "r1", "r2", "r3"]
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda p: None, "does not exist"),
     (lambda p: p.mkdir(), "has no run.json"),

@@ -113,7 +113,21 @@ def test_each_flush_adds_a_part_and_an_empty_flush_adds_none(tmp_path: Path) -> 
     assert list(load_run(tmp_path / "run").requests["request_id"]) == ["r0", "r1", "r2"]
     writer.close()
     writer.close()   # a second close changes nothing
-    assert len(parts(tmp_path / "run", "requests")) == 2
+
+
+def test_close_compacts_the_parts_into_one_that_holds_every_row(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run", RunConfig(), process_anchor())
+    for i in range(3):
+        writer.add_requests([record(i, now())])
+        writer.add_samples([Sample(now(), "host", "cpu", float(i))])
+        writer.flush()
+    writer.add_requests([record(3, now())])
+    writer.close()
+    assert [p.name for p in parts(tmp_path / "run", "requests")] == ["part-000001-000007.parquet"]
+    assert [p.name for p in parts(tmp_path / "run", "samples")] == ["part-000002-000006.parquet"]
+    run = load_run(tmp_path / "run")
+    assert list(run.requests["request_id"]) == ["r0", "r1", "r2", "r3"]
+    assert list(run.samples["value"]) == [0.0, 1.0, 2.0]
 
 
 def test_autoflush_writes_parts_without_being_asked(tmp_path: Path) -> None:
