@@ -225,7 +225,8 @@ def test_a_full_waiting_queue_is_429_and_closing_streams_frees_everything(server
     responses = [server.post("/v1/completions", body, stream=True) for _ in range(8)]
     try:
         statuses = [r.status_code for r in responses]
-        assert statuses.count(200) >= 4 and 429 in statuses, statuses  # 2 running + 2 waiting fit
+        # 2 wait, up to 2 more run (how many the engine has moved to running by then depends on timing).
+        assert 2 <= statuses.count(200) <= 4 and 429 in statuses, statuses
         assert_error(next(r for r in responses if r.status_code == 429), 429)
     finally:
         for r in responses:
