@@ -8,16 +8,17 @@ event is recognised by a byte scan; only the events that carry something we must
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 DONE = b"[DONE]"
 
-# Keys whose non-empty string value makes an event a token: chat delta content, reasoning
-# content (two spellings in the wild), completions text.
-_CONTENT_KEYS = (b'"content":', b'"reasoning_content":', b'"reasoning":', b'"text":')
-# An event that may end the stream or carry counts: decoded in full.
-# ("usage": null rides on every chunk of some servers: only an object is worth decoding.)
-_DECODE_MARKERS = (b'"usage":{', b'"usage": {', b'"error":', b'"finish_reason":"', b'"finish_reason": "')
+# A token: a non-empty string under chat delta content, reasoning content (two spellings in the
+# wild) or completions text. (An empty string or null is not a token.)
+_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning|text)": ?"[^"]')
+# An event that may end the stream or carry counts: decoded in full. ("usage": null rides on
+# every chunk of some servers: only an object is worth decoding.)
+_DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"')
 
 
 class MalformedEvent(ValueError):
@@ -60,26 +61,11 @@ def parse_data(line: bytes) -> Event:
         return Event(done=True)
     if not (payload.startswith(b"{") and payload.endswith(b"}")):
         raise MalformedEvent(_short(payload))
-    if any(marker in payload for marker in _DECODE_MARKERS):
+    if _DECODE.search(payload):
         return _decode(payload)
-    if _has_content(payload):
+    if _CONTENT.search(payload):
         return Event(content=True)
     return _EMPTY
-
-
-def _has_content(payload: bytes) -> bool:
-    for key in _CONTENT_KEYS:
-        i = payload.find(key)
-        while i >= 0:
-            j = i + len(key)
-            # skip the optional space json.dumps puts after the colon
-            if payload[j:j + 1] == b" ":
-                j += 1
-            # a string value that is not empty: opening quote, then anything but the closing quote
-            if payload[j:j + 1] == b'"' and payload[j + 1:j + 2] not in (b'"', b""):
-                return True
-            i = payload.find(key, j)
-    return False
 
 
 def _decode(payload: bytes) -> Event:

@@ -220,6 +220,8 @@ def _read_events(resp, rec: RequestRecord, perf_times: list[float],
             if event.done:
                 done = True
             continue
+        if line == b"\n" or line == b"\r\n":   # the blank line after every event
+            continue
         kind = line_kind(line)
         if kind == "invalid":
             if not seen_event:
