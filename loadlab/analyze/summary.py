@@ -223,8 +223,9 @@ def _steps_of(run: RunData) -> list[StepInfo]:
     targets = config.get("rate") or config.get("concurrency") or []
     for index in sorted(set(int(i) for i in run.requests["step"].unique()) - known):
         target = float(targets[index]) if index < len(targets) else math.nan
-        steps.append(StepInfo(index=index, label=f"step {index}", mode=mode, target=target,
-                              start_time=math.nan))
+        name = "rate" if mode == "open" else "concurrency"
+        label = f"step {index}" if math.isnan(target) else f"{name}={target:g}"
+        steps.append(StepInfo(index=index, label=label, mode=mode, target=target, start_time=math.nan))
     if not steps:
         steps.append(StepInfo(index=0, label="step 0", mode=mode, target=math.nan, start_time=math.nan))
     return sorted(steps, key=lambda s: s.index)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize)
 from loadlab.client.records import RequestRecord, StepInfo
@@ -148,7 +150,8 @@ def test_a_cut_off_run_without_steps_in_run_json_uses_what_the_records_say() -> 
     records = [req(0, T, [T + 1]), req(1, T + 1, [T + 4], step=1), req(2, T + 2, [T + 3], step=1)]
     summary = summarize(run_of(records, [], status="running", config={"concurrency": [2, 4]}))
     assert summary.cut_off and summary.status == "running"
-    assert [(s.index, s.mode, s.target) for s in summary.steps] == [(0, "closed", 2), (1, "closed", 4)]
+    assert [(s.index, s.label, s.mode, s.target) for s in summary.steps] == [
+        (0, "concurrency=2", "closed", 2), (1, "concurrency=4", "closed", 4)]
     assert summary.steps[1].window == pytest.approx(3.0)           # first start .. last end
     cut = summarize(run_of(records[:1], [StepInfo(0, "c=2", "closed", 2, T)], status="running"))
     assert cut.steps[0].end_time == T + 1 and cut.steps[0].window == pytest.approx(1.0)
@@ -204,3 +207,25 @@ def test_a_run_without_measured_requests_summarizes_to_empty_figures_and_a_warni
     assert (s.sent, s.warmup, s.ttft.count, s.requests_per_s) == (0, 1, 0, 0.0)
     assert math.isnan(s.ttft.p50) and not summary.client.limited
     assert any("no measured requests" in w for w in summary.warnings)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0.001, 5),
+                          st.lists(st.floats(0.0001, 1), min_size=1, max_size=20),
+                          st.sampled_from(["", "", "timeout", "aborted"])), min_size=1, max_size=30))
+def test_invariants_on_random_runs(requests: list[tuple[float, float, list[float], str]]) -> None:
+    records = []
+    for i, (send, ttft, gaps, error) in enumerate(requests):
+        tokens = [T + send + ttft]
+        for g in gaps[1:]:
+            tokens.append(tokens[-1] + g)
+        records.append(req(i, T + send, tokens, error=error))
+    s = summarize(run_of(records, [closed(4, T, T + 200)])).steps[0]
+    ok = [(r, len(r.token_times)) for r in records if r.ok]
+    assert s.sent == len(records) == s.succeeded + s.failed + s.aborted
+    assert s.itl.count == sum(n - 1 for _, n in ok)
+    assert s.tpot.count == sum(1 for _, n in ok if n > 1)
+    assert s.output_tokens == sum(n for _, n in ok)
+    if ok:
+        assert s.ttft.min <= s.ttft.p50 <= s.ttft.p90 <= s.ttft.p99 <= s.ttft.max
+        assert s.e2e.min >= s.ttft.min - 1e-9
