@@ -60,6 +60,9 @@ def _notes(summary: RunSummary) -> list[Text]:
         errors = ", ".join(f"{category} {count}" for category, count in step.errors.items())
         where = f" ({step.label})" if len(summary.steps) > 1 else ""
         notes.append(Text(f"errors{where}: {errors}", style="red"))
+    for step in (s for s in summary.steps if s.mode == "open" and s.ttft_from_send.count):
+        notes.append(Text(f"{step.label}: TTFT from send time {_ms(step.ttft_from_send)} ms "
+                          f"(the table's TTFT counts from the scheduled time)"))
     if o.aborted:
         notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
     checks = [(o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),

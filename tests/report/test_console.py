@@ -38,6 +38,7 @@ def test_client_limited_runs_say_so_with_the_reasons() -> None:
     text = render(summarize(run_of(records, [opened(5)])))
     assert "CLIENT-LIMITED" in text
     assert "achieved 2.00 req/s < 0.9" in text
+    assert "rate=5: TTFT from send time 100/100/100 ms" in text
 
 
 def test_several_steps_get_an_overall_row_and_a_cut_off_run_is_marked() -> None:
