@@ -68,7 +68,7 @@ def server_metrics_costs(seconds: float, tmp_path: Path) -> None:
     with mock_server() as (url, _):
         cost("server: loadlab mock /metrics, 1 s", ServerMetricsCollector(f"{url}/metrics", 1.0), seconds)
         with prometheus_server([url.removeprefix("http://")], tmp_path / "prom") as prom:
-            prom.wait_for_scrapes(int(seconds))
+            prom.wait_for_scrapes(int(seconds), timeout=seconds + 30)
             pull = PrometheusCollector(prom.url, step=1.0)
             end = time.time()
             cpu0 = time.process_time()
