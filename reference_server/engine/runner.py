@@ -8,6 +8,7 @@ row-parallel layers all-reduce partial results.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from datetime import timedelta
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ def _init_group(config: EngineConfig, rank: int, port: int) -> None:
 
 def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int) -> None:
     """A worker rank: run every step rank 0 broadcasts until it sends None (or goes away)."""
+    # Ctrl-C reaches the whole process group: only rank 0 decides when the workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_threads(config)
     _init_group(config, rank, port)
     worker = Worker(config, layout, TensorParallel(rank, config.tensor_parallel))
@@ -176,6 +179,8 @@ class ModelRunner:
             return
         try:
             dist.broadcast_object_list([None], src=0)
+        except RuntimeError:  # a worker already gone (killed with its process group): nothing to tell it
+            pass
         finally:
             dist.destroy_process_group()
             for p in self.processes:

@@ -2,37 +2,69 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import requests
 
 from tests.reference_server.server import MODEL, TEST_FLAGS
-from tests.support.procs import BIN, Proc, free_port, loadlab
+from tests.support.procs import BIN, Proc, free_port, loadlab, wait_http
 
 
-@pytest.mark.parametrize("sig, tensor_parallel", [(signal.SIGTERM, "2"), (signal.SIGINT, "1")])
-def test_serve_runs_the_reference_server_until_a_signal_stops_it_and_its_ranks(tmp_path, sig, tensor_parallel):
-    port = free_port()
-    log = tmp_path / "server.log"
-    args = [str(BIN / "loadlab"), "serve", "--port", str(port), *TEST_FLAGS, "--tensor-parallel", tensor_parallel]
-    with Proc(args, ready_url=f"http://127.0.0.1:{port}/health", timeout=120, log=log) as server:
-        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]["id"] == MODEL
-        children = psutil.Process(server.pid).children(recursive=True)
-        if tensor_parallel == "2":
-            assert children, "no tensor-parallel rank was started"
-        assert server.stop(sig, timeout=30) == 0
+def serve_args(port: int, *flags: str) -> list[str]:
+    return [str(BIN / "loadlab"), "serve", "--port", str(port), *TEST_FLAGS, *flags]
+
+
+def assert_clean_exit(log: Path, ranks: list[psutil.Process]) -> None:
     deadline = time.monotonic() + 10
-    while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children) and time.monotonic() < deadline:
+    while any(alive(r) for r in ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    assert not any(alive(r) for r in ranks), "a tensor-parallel rank outlived the server"
     output = log.read_text()
     assert "shutting down" in output and "Traceback" not in output, output
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_serve_runs_the_reference_server_until_sigterm(tmp_path):
+    port = free_port()
+    log = tmp_path / "server.log"
+    with Proc(serve_args(port), ready_url=f"http://127.0.0.1:{port}/health", timeout=120, log=log) as server:
+        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]["id"] == MODEL
+        assert server.stop(signal.SIGTERM, timeout=30) == 0
+    assert_clean_exit(log, [])
+
+
+def test_ctrl_c_stops_the_server_and_its_tensor_parallel_ranks(tmp_path):
+    # Ctrl-C sends SIGINT to the whole foreground process group: the ranks get it too.
+    port = free_port()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(serve_args(port, "--tensor-parallel", "2"), stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=120, proc=server)
+        ranks = psutil.Process(server.pid).children(recursive=True)
+        assert ranks, "no tensor-parallel rank was started"
+        os.killpg(server.pid, signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert_clean_exit(log, ranks)
 
 
 def test_serve_help_lists_every_engine_flag():
