@@ -28,25 +28,26 @@ MAX_POINTS_PER_QUERY = 10_000
 ATTEMPTS = 2
 RETRY_PAUSE = 0.5
 
-_SELECTOR = re.compile(r"^\{(?P<matchers>.*)\}$", re.DOTALL)
+# Label matchers, with or without their braces: '{job="vllm"}' or 'job="vllm", instance=~"n.*"'.
+_SELECTOR = re.compile(r"^\{?(?P<matchers>[^{}]*?)\}?$", re.DOTALL)
+_MATCHER = re.compile(r"""^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*["'`]""")
 
 
 def series_query(selector: str = "") -> str:
     """The PromQL selector for every known engine metric (any suffix) and every DCGM series.
 
-    `selector` (e.g. '{job="vllm"}') adds its matchers to the query; it must be one `{...}` block.
+    `selector` adds its label matchers to the query: '{job="vllm"}' or 'job="vllm"'.
     """
     text = selector.strip()
-    match = _SELECTOR.match(text) if text else None
-    if text and match is None:
-        raise UserError(f"Prometheus selector must look like '{{job=\"vllm\"}}', got {selector!r}")
+    match = _SELECTOR.match(text)
+    matchers = match.group("matchers").strip().rstrip(",").strip() if match else None
+    balanced = text.startswith("{") == text.endswith("}")
+    if matchers is None or not balanced or (matchers and not _MATCHER.match(matchers)):
+        raise UserError(f"Prometheus selector must be label matchers such as '{{job=\"vllm\"}}', got {selector!r}")
     engine_names = sorted(name for name in ALL_MAPPINGS if name not in DCGM)
     # Metric names hold only [a-zA-Z0-9_:], none of them special in a regex.
     name_regex = f"({'|'.join(engine_names)})(_bucket|_sum|_count|_total)?|DCGM_FI_.+"
-    matchers = [f'__name__=~"{name_regex}"']
-    if match and match.group("matchers").strip():
-        matchers.append(match.group("matchers").strip().rstrip(","))
-    return "{" + ", ".join(matchers) + "}"
+    return "{" + ", ".join([f'__name__=~"{name_regex}"', *([matchers] if matchers else [])]) + "}"
 
 
 class PrometheusCollector:

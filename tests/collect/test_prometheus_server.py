@@ -32,9 +32,10 @@ def test_selector_is_merged_into_the_query():
     assert "vllm:num_requests_running" in query and "DCGM_FI_.+" in query
     assert "DCGM_FI_DEV_GPU_UTIL|" not in query   # DCGM comes in by prefix, not by list
     assert series_query("") == series_query("{}")
+    assert series_query('job="vllm"') == series_query('{job="vllm"}')   # braces optional
 
 
-@pytest.mark.parametrize("bad", ['job="vllm"', "{job='x'", "up{job='x'}"])
+@pytest.mark.parametrize("bad", ["{job='x'", 'up{job="x"}', "{job=\"x\"", "vllm", "{{}}"])
 def test_a_selector_that_is_not_one_brace_block_is_a_user_error(bad):
     with pytest.raises(UserError):
         PrometheusCollector("http://127.0.0.1:9090", bad)
