@@ -19,6 +19,8 @@ from loadlab.store.reader import RunData
 # Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
 SERVER_SOURCES = ("server", "prometheus")
 GPU_SOURCES = ("gpu", "prometheus")
+# NcclInspectorCollector's collective seconds per poll interval and rank (source "nccl").
+NCCL_COLLECTIVE_SECONDS = "collective_seconds"
 
 
 @dataclass
@@ -73,6 +75,8 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
     for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE):
         values[name] = _gauge(samples, name, GPU_SOURCES, "all", bins)
     collective = _counter_delta(samples, sig.COLLECTIVE_TIME + "_sum", SERVER_SOURCES, bins)
+    if np.all(np.isnan(collective)):   # no engine histogram: NCCL Inspector's estimate, if any
+        collective = _mean_over_ranks(samples, NCCL_COLLECTIVE_SECONDS, bins)
     step = _counter_delta(samples, sig.STEP_TIME + "_sum", SERVER_SOURCES, bins)
     with np.errstate(divide="ignore", invalid="ignore"):
         values["collective_share"] = np.where(step > 0, collective / step, np.nan)
@@ -176,7 +180,8 @@ def _mean_open(opened: np.ndarray, closed: np.ndarray, bins: _Bins, end: float) 
 def _used_samples(samples: pd.DataFrame) -> pd.DataFrame:
     """Only the signals the timeline shows (a run can hold millions of histogram buckets)."""
     used = {sig.REQUESTS_RUNNING, sig.REQUESTS_WAITING, sig.KV_USAGE, sig.PREEMPTIONS, sig.GPU_UTIL,
-            sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.COLLECTIVE_TIME + "_sum", sig.STEP_TIME + "_sum"}
+            sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.COLLECTIVE_TIME + "_sum", sig.STEP_TIME + "_sum",
+            NCCL_COLLECTIVE_SECONDS}
     return samples[samples["signal"].isin(used)]
 
 
@@ -221,4 +226,16 @@ def _counter_delta(samples: pd.DataFrame, signal: str, sources: tuple[str, ...],
         increase = np.where(increase < 0, values[1:], increase)
         i = bins.index(series["time"].to_numpy(float)[1:])
         np.add.at(out, i[i >= 0], increase[i >= 0])
+    return out
+
+
+def _mean_over_ranks(samples: pd.DataFrame, signal: str, bins: _Bins) -> np.ndarray:
+    """Per interval: each rank's total of `signal` (source "nccl"), averaged over ranks."""
+    df = samples[(samples["signal"] == signal) & (samples["source"] == "nccl")]
+    i = bins.index(df["time"])
+    keep = i >= 0
+    per_rank = df[keep].assign(bin=i[keep]).groupby(["bin", "labels"])["value"].sum()
+    means = per_rank.groupby(level="bin").mean()
+    out = np.full(bins.count, np.nan)
+    out[means.index.to_numpy()] = means.to_numpy()
     return out

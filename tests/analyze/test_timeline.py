@@ -153,3 +153,19 @@ def test_an_empty_run_has_one_row_and_only_time(tmp_path):
     write_run(tmp_path / "run", lambda t0: ([], []))
     tl = build_timeline(load_run(tmp_path / "run"))
     assert len(tl.rows) == 1 and tl.columns == ["t"]
+
+
+def test_collective_share_from_nccl_inspector_when_the_engine_has_no_histogram(tmp_path):
+    def content(t0: float) -> tuple[list[RequestRecord], list[Sample]]:
+        def s(t: float, signal: str, value: float, source: str, **labels: str) -> Sample:
+            return Sample(t0 + t, source, signal, value, labels)
+        return [], [
+            s(0.2, "step_time_sum", 2.0, "server"), s(1.2, "step_time_sum", 3.0, "server"),
+            # Second 1: rank 0 spends 0.2 + 0.1 s in collectives, rank 1 0.5 s: mean 0.4 of 1.0 s stepping.
+            s(1.4, "collective_seconds", 0.2, "nccl", rank="0"), s(1.9, "collective_seconds", 0.1, "nccl", rank="0"),
+            s(1.4, "collective_seconds", 0.5, "nccl", rank="1"),
+        ]
+    write_run(tmp_path / "run", content)
+    tl = build_timeline(load_run(tmp_path / "run"))
+    assert column(tl, "collective_share")[1] == pytest.approx(0.4)
+    assert "collective_share" in tl.columns
