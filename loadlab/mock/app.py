@@ -171,6 +171,7 @@ class MockServer:
                     deadline = loop.time()  # resume at the ITL pace, without a burst to catch up
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             await resp.write(writer.token(text[i], first=i == 0, last=i == n - 1))
+            await _drained(request)
             sent = now()
             truth.token_times.append(sent)
             self.metrics.generation_tokens.inc()
@@ -216,6 +217,16 @@ class MockServer:
         """Tokens held by running requests (prompt + generated so far) over the capacity."""
         held = sum(t.prompt_tokens + len(t.token_times) for t in self.active.values())
         return min(1.0, held / self.cfg.kv_capacity_tokens)
+
+
+async def _drained(request: web.Request) -> None:
+    """Wait until the socket took every byte written, so a token's time is when it left.
+
+    Only a client that stops reading leaves bytes buffered; otherwise this returns at once.
+    """
+    transport = request.transport
+    while transport is not None and not transport.is_closing() and transport.get_write_buffer_size():
+        await asyncio.sleep(0.001)
 
 
 def _hang_up(request: web.Request) -> None:
