@@ -74,8 +74,9 @@ class ParallelLinear(nn.Linear):
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, max_position: int, theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        freqs = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+        # Explicitly on CPU, also while the model is built on the meta device; moved with the model.
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim)
+        freqs = torch.outer(torch.arange(max_position, dtype=torch.float32, device="cpu"), inv_freq)
         self.register_buffer("cos", freqs.cos().repeat(1, 2), persistent=False)
         self.register_buffer("sin", freqs.sin().repeat(1, 2), persistent=False)
 
@@ -142,7 +143,9 @@ class Backbone(nn.Module):
 
     def __init__(self, shape: ModelShape, tp: TensorParallel) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
+        # An explicit weight skips nn.Embedding's random init (slow on the meta device, replaced anyway).
+        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size,
+                                         _weight=torch.empty(shape.vocab_size, shape.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(shape, tp, i) for i in range(shape.num_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
@@ -220,5 +223,5 @@ def load_model(shape: ModelShape, tp: TensorParallel, dtype: torch.dtype, device
             full = full.chunk(tp.world_size, dim)[tp.rank]
         params[name] = nn.Parameter(full.to(device=device, dtype=dtype).contiguous(), requires_grad=False)
     model.load_state_dict(params, assign=True, strict=True)
-    model.rope = RotaryEmbedding(shape.head_dim, shape.max_position, shape.rope_theta).to(device)
+    model.rope.to(device)
     return model.eval()

@@ -1,0 +1,233 @@
+"""AsyncEngine end to end on the tiny preset: streams, finish reasons, stop strings, aborts,
+preemption, static vs continuous batching, paged vs contiguous KV, queue limits, engine death."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reference_server.config import EngineConfig
+from reference_server.engine import AsyncEngine
+from reference_server.engine.runner import ModelRunner
+from reference_server.interface import EngineDead, QueueFull, SamplingParams
+
+from .conftest import Result, collect, run_engine
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+PROMPTS = [f"Request number {i}: " + "abc" * i for i in range(8)]
+
+
+def config(**overrides) -> EngineConfig:
+    return EngineConfig(**{"preset": "tiny", "max_model_len": 128, "num_kv_blocks": 64, **overrides})
+
+
+async def generate_all(engine: AsyncEngine, prompts: list[str], params: SamplingParams) -> list[Result]:
+    streams = [engine.add_request(f"r{i}", engine.tokenizer.encode(p), params) for i, p in enumerate(prompts)]
+    return list(await asyncio.gather(*map(collect, streams)))
+
+
+def metric(engine: AsyncEngine, name: str, **labels: str) -> float:
+    value = engine.registry.get_sample_value(name, {"model_name": engine.model_name, "engine": "0", **labels})
+    return 0.0 if value is None else value
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[str]:
+    """Greedy outputs of PROMPTS with ample KV memory and continuous batching."""
+    return [r.text for r in run_engine(config(), lambda e: generate_all(e, PROMPTS, GREEDY))]
+
+
+def test_a_request_streams_one_printable_byte_per_token_then_finishes_by_length(reference) -> None:
+    async def scenario(engine):
+        prompt = engine.tokenizer.encode("Hello")
+        return await collect(engine.add_request("one", prompt, SamplingParams(max_tokens=10, ignore_eos=True)))
+
+    result = run_engine(config(), scenario)
+    assert [o.output_tokens for o in result.outputs] == list(range(1, 11))
+    assert all(o.prompt_tokens == 5 for o in result.outputs)
+    assert [o.finish_reason for o in result.outputs] == [None] * 9 + ["length"]
+    assert len(result.text) == 10 and result.text.isascii()
+    assert all(len(o.text) == 1 and 0 <= o.token_id < 256 for o in result.outputs)
+    assert len(set(reference)) == len(reference)      # different prompts, different outputs
+
+
+def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
+    # 12 blocks of 16 tokens: 8 requests of up to ~65 tokens cannot all stay resident.
+    async def scenario(engine):
+        results = await generate_all(engine, PROMPTS, GREEDY)
+        return results, metric(engine, "vllm:num_preemptions_total")
+
+    results, preemptions = run_engine(config(num_kv_blocks=12), scenario)
+    assert preemptions > 0
+    assert [r.text for r in results] == reference
+    assert all(r.finish_reason == "length" for r in results)
+
+
+def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion(reference) -> None:
+    async def scenario(engine):
+        assert [r.text for r in await generate_all(engine, PROMPTS, GREEDY)] == reference
+        long = engine.add_request("long", [65] * 8, SamplingParams(max_tokens=60, temperature=0, ignore_eos=True))
+        first = await long.__anext__()           # the long request's batch is running
+        late = asyncio.ensure_future(collect(engine.add_request("late", [66] * 8, GREEDY)))
+        rest = await collect(long)
+        return first, rest, await late
+
+    for batching in ("static", "continuous"):
+        first, long, late = run_engine(config(batching=batching, max_num_seqs=4, static_batch_timeout=0.05),
+                                       scenario)
+        assert long.finish_reason == "length" and late.finish_reason == "length"
+        if batching == "static":
+            assert late.times[0] >= long.times[-1]    # the late request waited for the whole batch
+        else:
+            assert late.times[0] < long.times[-1]     # it joined the running batch
+
+
+def test_contiguous_kv_fits_fewer_sequences_in_the_same_memory(reference) -> None:
+    async def scenario(engine):
+        results = await generate_all(engine, PROMPTS, GREEDY)
+        steps = metric(engine, "loadlab_server_batch_size_count")
+        at_most_two = metric(engine, "loadlab_server_batch_size_bucket", le="2.0")
+        return [r.text for r in results], steps, at_most_two
+
+    # 16 blocks = 256 token slots; contiguous reserves max_model_len=128 per sequence: 2 at a time.
+    texts, steps, at_most_two = run_engine(config(kv="contiguous", num_kv_blocks=16), scenario)
+    assert texts == reference and steps > 0 and at_most_two == steps
+    _, steps, at_most_two = run_engine(config(kv="paged", num_kv_blocks=16), scenario)
+    assert at_most_two < steps
+
+
+def test_stop_string_ends_the_text_before_it(reference) -> None:
+    stop = reference[0][12:15]
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, stop=["never-appears", stop])
+    result = run_engine(config(), lambda e: generate_all(e, PROMPTS[:1], params))[0]
+    assert result.finish_reason == "stop"
+    assert result.text == reference[0][: reference[0].find(stop)]
+    assert result.outputs[-1].output_tokens == reference[0].find(stop) + len(stop)
+
+
+def test_seeded_sampling_is_reproducible_across_batches() -> None:
+    params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+
+    async def scenario(engine):
+        alone = await generate_all(engine, PROMPTS[:1], params)
+        crowd = await generate_all(engine, PROMPTS[:1] * 4, params)
+        unseeded = await generate_all(engine, PROMPTS[:1] * 4, SamplingParams(max_tokens=16, ignore_eos=True))
+        return alone[0].text, [r.text for r in crowd], {r.text for r in unseeded}
+
+    alone, crowd, unseeded = run_engine(config(), scenario)
+    assert crowd == [alone] * 4
+    assert len(unseeded) > 1
+
+
+def test_min_tokens_holds_eos_back() -> None:
+    async def scenario(engine):
+        params = SamplingParams(max_tokens=40, min_tokens=30, temperature=3.0, seed=3)
+        return await generate_all(engine, ["x"] * 6, params)
+
+    for r in run_engine(config(), scenario):
+        assert len(r.outputs) >= 30
+        assert r.finish_reason in ("stop", "length")
+
+
+def test_abort_ends_the_stream_and_frees_blocks_at_once() -> None:
+    async def scenario(engine):
+        stream = engine.add_request("a", [65] * 40, SamplingParams(max_tokens=100, ignore_eos=True))
+        waiting = engine.add_request("w", [65] * 40, SamplingParams(max_tokens=100, ignore_eos=True))
+        outputs = []
+        async for out in stream:
+            outputs.append(out)
+            if len(outputs) == 3:
+                assert engine.kv_blocks_free < engine.kv_blocks_total
+                stream.abort()
+                engine.abort("w")
+        rest = await collect(waiting)
+        return outputs, rest
+
+    outputs, rest = run_engine(config(max_num_seqs=1), scenario)
+    assert outputs[-1].finish_reason == "abort" and len(outputs) < 10
+    assert rest.finish_reason == "abort"
+
+
+def test_queue_limit_and_bad_prompts_are_refused() -> None:
+    async def scenario(engine):
+        params = SamplingParams(max_tokens=4)
+        streams = [engine.add_request(f"r{i}", [65], params) for i in range(2)]
+        with pytest.raises(QueueFull):
+            engine.add_request("r2", [65], params)
+        with pytest.raises(ValueError, match="context"):
+            engine.add_request("long", [65] * engine.max_model_len, params)
+        with pytest.raises(ValueError, match="empty"):
+            engine.add_request("empty", [], params)
+        with pytest.raises(ValueError, match="token ids"):
+            engine.add_request("bad", [100_000], params)
+        return streams
+
+    # A static batch that never fills and never times out keeps both requests waiting; shutdown aborts them.
+    async def run_and_shutdown():
+        engine = AsyncEngine(config(batching="static", static_batch_timeout=1000, max_waiting=2))
+        await engine.start()
+        streams = await scenario(engine)
+        await engine.shutdown()
+        return [await collect(s) for s in streams], engine
+
+    results, engine = asyncio.run(run_and_shutdown())
+    assert [r.finish_reason for r in results] == ["abort", "abort"]
+    assert engine.kv_blocks_free == engine.kv_blocks_total and not engine.healthy
+
+
+def test_metrics_use_vllm_names_and_labels() -> None:
+    async def scenario(engine):
+        await generate_all(engine, PROMPTS[:3], GREEDY)
+        return engine
+
+    engine = run_engine(config(), scenario)
+    text = __import__("prometheus_client").generate_latest(engine.registry).decode()
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                 "vllm:iteration_tokens_total_bucket", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
+                 "vllm:request_queue_time_seconds_bucket", "vllm:request_prefill_time_seconds_bucket",
+                 "vllm:request_decode_time_seconds_bucket", "vllm:request_inference_time_seconds_bucket",
+                 "vllm:request_success_total", "loadlab_server_step_seconds_bucket",
+                 "loadlab_server_batch_size_bucket", "loadlab_server_tokens_per_step_bucket",
+                 "loadlab_server_collective_seconds_bucket"]:
+        assert f'{name}{{engine="0",' in text, name
+    assert 'model_name="loadlab-reference"' in text
+    assert metric(engine, "vllm:request_success_total", finished_reason="length") == 3
+    assert metric(engine, "vllm:generation_tokens_total") == 3 * 24
+    assert metric(engine, "vllm:prompt_tokens_total") == sum(len(p) for p in PROMPTS[:3])
+    assert metric(engine, "vllm:time_to_first_token_seconds_count") == 3
+    assert metric(engine, "vllm:inter_token_latency_seconds_count") == 3 * 23
+    steps = sum(metric(engine, "loadlab_server_step_seconds_count", phase=p) for p in ("prefill", "decode", "mixed"))
+    assert steps == metric(engine, "loadlab_server_batch_size_count") > 0
+    assert metric(engine, "loadlab_server_step_seconds_count", phase="decode") > 0
+    assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
+
+
+def test_a_dead_engine_loop_fails_streams_and_new_requests(monkeypatch) -> None:
+    def broken(self, step):
+        raise RuntimeError("simulated device fault")
+
+    monkeypatch.setattr(ModelRunner, "execute", broken)
+
+    async def scenario():
+        engine = AsyncEngine(config())
+        await engine.start()
+        with pytest.raises(EngineDead):
+            await collect(engine.add_request("a", [65], SamplingParams()))
+        assert not engine.healthy
+        with pytest.raises(EngineDead):
+            engine.add_request("b", [65], SamplingParams())
+        await engine.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_configuration_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match="unknown preset"):
+        AsyncEngine(config(preset="gpt-5"))
+    with pytest.raises(ValueError, match="batching must be one of"):
+        AsyncEngine(config(batching="dynamic"))
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        AsyncEngine(config(num_kv_blocks=2))

@@ -1,0 +1,58 @@
+"""Model runner: step building, KV sizing, and tensor parallel over torch.distributed (gloo on CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from reference_server.config import EngineConfig
+from reference_server.engine.runner import build_step, kv_layout
+from reference_server.engine.scheduler import ScheduledChunk
+from reference_server.engine.sequence import Sequence
+from reference_server.interface import SamplingParams
+
+from .conftest import collect, run_engine
+
+PROMPTS = ["tensor parallel ", "two ranks, one answer: ", "x"]
+
+
+def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
+    params = SamplingParams()
+    decode = Sequence("d", [1, 2, 3], params, 0.0, output_ids=[4], num_computed=3, block_table=[7])
+    chunk = Sequence("c", list(range(40)), params, 0.0, num_computed=16, block_table=[2, 5, 9])
+    step = build_step([ScheduledChunk(chunk, 16), ScheduledChunk(decode, 1)], block_size=16)
+    assert step.input_ids.tolist() == [4] + list(range(16, 32))
+    assert step.positions.tolist() == [3] + list(range(16, 32))
+    assert step.meta.slot_mapping.tolist() == [7 * 16 + 3] + list(range(5 * 16, 6 * 16))
+    assert step.sample_rows.tolist() == [0]                  # the chunk does not reach the prompt's end
+    assert step.meta.decode_mask.tolist() == [[[[True] * 4]]]
+    assert step.meta.prefills[0].mask.shape == (16, 32)
+
+
+def test_kv_budget_sets_the_number_of_blocks() -> None:
+    # tiny: 4 layers x 2 kv heads x 64 dims x 2 (K and V) x 4 bytes = 4 KiB per token
+    layout = kv_layout(EngineConfig(preset="tiny", kv_memory_gb=0.004096 * 16, block_size=16), 1024)
+    assert layout.num_blocks == 1000 and layout.blocks_per_slab == 0
+    assert kv_layout(EngineConfig(preset="tiny", tensor_parallel=2, kv_memory_gb=0.004096 * 16), 1024).num_blocks == 2000
+    assert kv_layout(EngineConfig(preset="tiny", kv="contiguous", num_kv_blocks=200), 1000).blocks_per_slab == 63
+
+
+def greedy_texts_and_collective(tp: int) -> tuple[list[str], float, float]:
+    async def scenario(engine):
+        params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+        streams = [engine.add_request(f"r{i}", engine.tokenizer.encode(p), params) for i, p in enumerate(PROMPTS)]
+        texts = [r.text for r in await asyncio.gather(*map(collect, streams))]
+        labels = {"model_name": engine.model_name, "engine": "0"}
+        count = engine.registry.get_sample_value("loadlab_server_collective_seconds_count", labels)
+        total = engine.registry.get_sample_value("loadlab_server_collective_seconds_sum", labels)
+        return texts, count, total
+
+    return run_engine(EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=32, tensor_parallel=tp,
+                                   seed=11), scenario, timeout=120)
+
+
+def test_tensor_parallel_2_gives_the_same_greedy_output_and_measures_collectives() -> None:
+    single, steps1, collective1 = greedy_texts_and_collective(1)
+    double, steps2, collective2 = greedy_texts_and_collective(2)
+    assert double == single
+    assert steps2 == steps1 > 0
+    assert collective1 == 0.0 and collective2 > 0.0
