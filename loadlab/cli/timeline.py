@@ -25,7 +25,8 @@ def _ms(v: float) -> str:
 
 
 def _percent(v: float) -> str:
-    return f"{v * 100:.0f}%"
+    # One decimal below 10% so a small but non-zero share does not read as 0%.
+    return f"{v * 100:.1f}%" if abs(v) < 0.1 else f"{v * 100:.0f}%"
 
 
 # Column -> (heading, formatter), in TimelineRow's order.
