@@ -33,6 +33,10 @@ def metrics_url(endpoint_url: str, path: str = "/metrics") -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
+class MetricsNotFound(Exception):
+    """The server answers, but not with metrics at this path."""
+
+
 class ServerMetricsCollector(PollingCollector):
     """Scrapes `url` every `interval` seconds; samples carry canonical signal names (source "server").
 
@@ -67,7 +71,10 @@ class ServerMetricsCollector(PollingCollector):
                 with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
                     return response.read().decode("utf-8", errors="replace")
             except urllib.error.HTTPError as e:
-                if e.code == 404 and len(self.urls) > 1:
+                if e.code != 404:
+                    raise
+                if len(self.urls) > 1:
                     self.urls.pop(0)
                     continue
-                raise
+                raise MetricsNotFound(f"{self.url} answered 404: no metrics there (SGLang needs --enable-metrics; "
+                                      "or set --server-metrics URL / --no-server-metrics)") from None

@@ -231,3 +231,12 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
     assert total(after, "ttft_count") == 2
     # Two raw histograms carry tokens per step; the series is counted once.
     assert len([s for s in after if s.signal == "tokens_per_step" and s.labels["le"] == "+Inf"]) == 1
+
+
+def test_a_server_without_metrics_gets_a_hint_not_just_a_404():
+    with metrics_server({}) as (url, state):
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10,
+                                           fallback_urls=(f"{url}/prometheus/metrics",))
+        run_collector(collector, 0.05)
+    assert state.hits == {"/metrics": 1, "/prometheus/metrics": 2}   # start and stop; fallback kept
+    assert "404" in collector.coverage().error and "--enable-metrics" in collector.coverage().error
