@@ -42,7 +42,7 @@ class TimelineRow:
     gpu_util: float               # mean over GPUs and samples, 0..1
     gpu_sm_active: float
     gpu_dram_active: float
-    collective_share: float       # collective time / step time (server histograms' sums)
+    collective_share: float       # collective time / engine step time (NCCL Inspector if no histogram)
 
 
 COLUMNS = [f.name for f in fields(TimelineRow)]
