@@ -6,6 +6,7 @@ Forms accepted by `parse_length`:
     "normal:MEAN:STD[:MIN:MAX]"     normal, rounded and clipped
     "lognormal:MEAN:STD[:MIN:MAX]"  log-normal whose length (not log-length) has this mean and std
 Unless given, the clip range of normal/lognormal is [1, max(4096, MEAN + 6 STD)].
+Durations (think time) use the same forms in seconds: `parse_seconds` / `sample_seconds`.
 """
 
 from __future__ import annotations
