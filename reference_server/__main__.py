@@ -32,6 +32,7 @@ FLAG_HELP = {
     "kv_memory_gb": "memory for the KV cache when --num-kv-blocks is 0",
     "static_batch_timeout": "static batching: seconds to wait for a batch to fill",
     "tensor_parallel": "ranks to shard the model over (torch.distributed)",
+    "cpu_threads": "torch threads per rank on CPU (0 = all cores but one, split over the ranks)",
     "max_waiting": "waiting-queue limit; beyond it requests get 429",
     "model_name": "the model id clients see in /v1/models",
 }
@@ -56,8 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine = parser.add_argument_group("engine")
     for f in fields(EngineConfig):
         default = f.default if f.default is not MISSING else None
-        engine.add_argument("--" + f.name.replace("_", "-"), type=type(default), default=default,
-                            choices=FLAG_CHOICES.get(f.name), help=FLAG_HELP[f.name])
+        flag, text = "--" + f.name.replace("_", "-"), FLAG_HELP.get(f.name, f.name.replace("_", " "))
+        if isinstance(default, bool):  # --x / --no-x
+            engine.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
+        else:
+            engine.add_argument(flag, type=type(default), default=default, choices=FLAG_CHOICES.get(f.name), help=text)
     return parser
 
 

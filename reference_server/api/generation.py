@@ -117,9 +117,9 @@ async def _stream(http: web.Request, generation: Generation, builder: ResponseBu
         try:
             async for index, out in generation.outputs():
                 builder.add(index, out)
-                chunk = builder.chunk(index, out)
-                if chunk is not None:
-                    await response.write(sse(chunk))
+                event = builder.chunk_event(index, out)
+                if event is not None:
+                    await response.write(event)
             if builder.include_usage:
                 await response.write(sse(builder.usage_chunk()))
         except APIError as e:  # streaming has begun: the error travels as an event

@@ -8,12 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import psutil
 import pytest
 import requests
 
+from reference_server.config import EngineConfig
 from tests.reference_server.server import MODEL, TEST_FLAGS
 from tests.support.procs import BIN, Proc, free_port, loadlab, wait_http
 
@@ -70,8 +72,8 @@ def test_ctrl_c_stops_the_server_and_its_tensor_parallel_ranks(tmp_path):
 def test_serve_help_lists_every_engine_flag():
     result = loadlab("serve", "--help")
     assert result.returncode == 0
-    for flag in ("--host", "--port", "--api-key", "--export-tokenizer", "--max-num-seqs", "--kv-memory-gb",
-                 "--tensor-parallel", "--max-waiting", "--batching"):
+    engine_flags = ["--" + f.name.replace("_", "-") for f in fields(EngineConfig)]
+    for flag in ["--host", "--port", "--api-key", "--export-tokenizer", *engine_flags]:
         assert flag in result.stdout
 
 

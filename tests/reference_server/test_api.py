@@ -160,6 +160,8 @@ def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(serve
     assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 5 + ["length"]
     assert usage_chunk["choices"] == []
     assert usage_chunk["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    envelopes = {(c["id"], c["object"], c["created"], c["model"]) for c in body}
+    assert len(envelopes) == 1 and body[0]["model"] == MODEL
 
 
 def test_streamed_chat_sends_the_role_with_the_first_token(server):
