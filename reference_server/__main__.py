@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import socket
 import sys
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, then export the tokenizer or serve until a signal; bad input is one line, exit 2."""
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = EngineConfig(**{f.name: getattr(args, f.name) for f in fields(EngineConfig)})
     if args.export_tokenizer:
         from reference_server.tokenizer import ByteTokenizer

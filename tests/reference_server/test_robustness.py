@@ -90,6 +90,7 @@ def test_malformed_and_extreme_requests_get_a_4xx_or_a_good_answer_and_leak_noth
     event(f"HTTP {response.status_code}")  # --hypothesis-show-statistics: how many were served
     check_answer(response)
     assert server.pool_is_whole(), "KV blocks or sequences left behind"
+    assert server.get("/health").status_code == 200
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
