@@ -133,9 +133,9 @@ def parse_chat(raw: Any, model: ServedModel) -> GenerationRequest:
 def parse_prompt(prompt: Any, model: ServedModel) -> list[list[int]]:
     """Every prompt form clients send: str, [str] (a batch), [int] and [[int]] (a batch)."""
     if isinstance(prompt, str):
-        prompts = [model.tokenizer.encode(prompt)]
+        prompts = [encode(prompt, model, "prompt")]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = [model.tokenizer.encode(p) for p in prompt]
+        prompts = [encode(p, model, "prompt") for p in prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
         prompts = [parse_token_ids(p, model, "prompt") for p in prompt]
     elif isinstance(prompt, list) and prompt:
@@ -146,6 +146,14 @@ def parse_prompt(prompt: Any, model: ServedModel) -> list[list[int]]:
     if any(not p for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
     return prompts
+
+
+def encode(text: str, model: ServedModel, param: str) -> list[int]:
+    """Token ids of text; JSON may carry lone surrogates ("\\ud800"), which are no text at all."""
+    try:
+        return model.tokenizer.encode(text)
+    except UnicodeEncodeError:
+        raise bad_request(f"'{param}' holds invalid Unicode (a lone surrogate)", param) from None
 
 
 def parse_token_ids(ids: Any, model: ServedModel, param: str) -> list[int]:
@@ -159,7 +167,7 @@ def parse_token_ids(ids: Any, model: ServedModel, param: str) -> list[int]:
 
 def chat_prompt(messages: Any, model: ServedModel) -> list[int]:
     """The token ids of chat messages rendered through the model's chat template."""
-    return model.tokenizer.encode(model.tokenizer.apply_chat_template(parse_messages(messages)))
+    return encode(model.tokenizer.apply_chat_template(parse_messages(messages)), model, "messages")
 
 
 def parse_messages(messages: Any) -> list[dict[str, str]]:
@@ -264,7 +272,7 @@ def parse_tokenize(raw: Any, model: ServedModel) -> list[int]:
     prompt = fields.string("prompt")
     if prompt is None:
         raise bad_request("'prompt' (a string) or 'messages' is required", "prompt")
-    return model.tokenizer.encode(prompt)
+    return encode(prompt, model, "prompt")
 
 
 def parse_detokenize(raw: Any, model: ServedModel) -> list[int]:
