@@ -84,10 +84,10 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
     if open_loop and options.num_users is None:   # one scheduler per process
         options.num_users = options.expect_workers if isinstance(runner, MasterRunner) else 1
 
-    if options.loadlab_out:   # first: workers' HELLO (with their clock anchors) may come any time now
-        _write_run_folder(environment, Path(options.loadlab_out))
-    if isinstance(runner, MasterRunner):
+    if isinstance(runner, MasterRunner):   # first, before anything yields: workers may say HELLO now
         MasterShipper(environment)
+    if options.loadlab_out:
+        _write_run_folder(environment, Path(options.loadlab_out))
     live = LiveStats(open_loop, in_flight=lambda: in_flight_total(environment))
     loadlab_events.llm_request.add_listener(lambda record, **_: live.add(record))
     if web_ui:

@@ -48,6 +48,7 @@ from loadlab.config import RunConfig
 HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
                                         "loadlab_flush", "loadlab_done")
 SHIP_INTERVAL_S = 0.5          # a worker sends its records at least this often
+STEP_WATCH_S = 0.02           # the master notices a step set without llm_step this fast
 FINAL_FLUSH_GRACE_S = 15.0     # the master waits this long (plus stop_timeout) for workers' DONE
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class WorkerShipper:
         runner.register_message(FLUSH, self._on_flush)
         runner.greenlet.spawn(self._ship_loop)
         # Only now can the context be received: asking for it avoids the race with Locust's connect.
-        runner.send_message(HELLO, {"worker": self.worker, "anchor": process_anchor().to_dict()})
+        self._hello()
 
     def ship(self, always: bool = False) -> None:
         """Send the buffered records (and the in-flight count when it changed) to the master."""
@@ -102,9 +103,14 @@ class WorkerShipper:
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         self._buffer.append(dataclasses.asdict(record))
 
+    def _hello(self) -> None:
+        self.runner.send_message(HELLO, {"worker": self.worker, "anchor": process_anchor().to_dict()})
+
     def _ship_loop(self) -> None:
         while True:
             gevent.sleep(SHIP_INTERVAL_S)
+            if self._seq == 0:   # no context yet: the master may not have listened when we said HELLO
+                self._hello()
             self.ship()
 
     def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
@@ -130,6 +136,8 @@ class WorkerShipper:
     def _on_flush(self, environment: Environment, msg: Message, **_: Any) -> None:
         self.runner.stop()   # fires test_stop (which ships) unless the users were already stopped
         self.ship()
+        # Locust's own last statistics too: its master waits only ~0.5 s for them on quit.
+        self.runner._send_stats()
         self.runner.send_message(DONE, {"round": msg.data["round"]})
 
 
@@ -146,6 +154,7 @@ class MasterShipper:
         self.in_flight: dict[str, int] = {}        # Locust client id -> requests in flight there
         self.seen_seq: dict[str, int] = {}         # Locust client id -> last CONTEXT it answered
         self._seq = 0
+        self._sent_step: StepInfo | None = None
         self._round = 0
         self._pending: set[str] = set()
         environment.loadlab_master = self
@@ -156,6 +165,7 @@ class MasterShipper:
         runner.register_message(HELLO, self._on_hello)
         runner.register_message(RECORDS, self._on_records)
         runner.register_message(DONE, self._on_done)
+        runner.greenlet.spawn(self._watch_step)
 
     def ready_workers(self) -> list[str]:
         """Client ids of the connected workers that said HELLO, in Locust's worker-index order."""
@@ -174,6 +184,7 @@ class MasterShipper:
             return
         workers = self.ready_workers()
         self._seq += 1
+        self._sent_step = context.step
         base = {"seq": self._seq, "config": context.config.to_dict(), "api_key": context.config.api_key,
                 "step": dataclasses.asdict(context.step) if context.step else None,
                 "worker_count": len(workers)}
@@ -216,6 +227,14 @@ class MasterShipper:
         self.send_context()
         for client_id in self.ready_workers():   # again, for listeners added after the workers joined
             self._announce(client_id)
+
+    def _watch_step(self) -> None:
+        """Push a step change made without `llm_step` (step = None: send no more) to the workers."""
+        while True:
+            gevent.sleep(STEP_WATCH_S)
+            context: ClientContext | None = getattr(self.environment, "loadlab", None)
+            if context is not None and context.step is not self._sent_step:
+                self.send_context()
 
     def _announce(self, client_id: str) -> None:
         self.environment.events.llm_worker_anchor.fire(worker=self.workers[client_id],

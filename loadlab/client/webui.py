@@ -17,7 +17,8 @@ from loadlab.client.livestats import LiveStats
 
 TAB_KEY = "llm"
 ROUTE = "/loadlab/stats"
-_COLUMNS = [("name", "Metric"), ("value", "Value"), ("p50", "p50"), ("p90", "p90"),
+# The label column is not called "name": Locust's tables sort rows by "name" unless told otherwise.
+_COLUMNS = [("metric", "Metric"), ("value", "Value"), ("p50", "p50"), ("p90", "p90"),
             ("p99", "p99"), ("mean", "Mean"), ("count", "Count")]
 _LATENCIES = [("ttft", "TTFT (ms)"), ("itl", "ITL (ms)"), ("tpot", "TPOT (ms)"), ("e2e", "E2E (ms)")]
 
@@ -52,17 +53,17 @@ def tab_rows(snapshot: dict) -> list[dict]:
     rows = []
     for key, title in _LATENCIES:
         d = snapshot["latency_ms"][key]
-        rows.append({"name": title, "value": "", **{k: _fmt(d[k]) for k in ("p50", "p90", "p99", "mean")},
+        rows.append({"metric": title, "value": "", **{k: _fmt(d[k]) for k in ("p50", "p90", "p99", "mean")},
                      "count": d["count"]})
     window = f"last {snapshot['window_s']:.0f} s"
     rows += [
-        {"name": f"Output tokens/s ({window})", "value": _fmt(snapshot["output_tokens_per_s"])},
-        {"name": f"Requests/s ({window})", "value": _fmt(snapshot["requests_per_s"])},
-        {"name": "Requests in flight", "value": snapshot["in_flight"]},
-        {"name": "Requests OK", "value": snapshot["requests_ok"]},
-        {"name": "Requests failed", "value": snapshot["requests_failed"]},
+        {"metric": f"Output tokens/s ({window})", "value": _fmt(snapshot["output_tokens_per_s"])},
+        {"metric": f"Requests/s ({window})", "value": _fmt(snapshot["requests_per_s"])},
+        {"metric": "Requests in flight", "value": snapshot["in_flight"]},
+        {"metric": "Requests OK", "value": snapshot["requests_ok"]},
+        {"metric": "Requests failed", "value": snapshot["requests_failed"]},
     ]
-    rows += [{"name": f"Errors: {category}", "value": n} for category, n in sorted(snapshot["errors"].items())]
+    rows += [{"metric": f"Errors: {category}", "value": n} for category, n in sorted(snapshot["errors"].items())]
     blank = {key: "" for key, _ in _COLUMNS}
     return [{**blank, **row} for row in rows]
 

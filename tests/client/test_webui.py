@@ -1,0 +1,91 @@
+"""The LLM tab of Locust's web UI: live exact numbers at /loadlab/stats, and the tab in the page.
+
+Runs `locust -f locustfiles/openai_stream.py` with its web UI against `loadlab mock`, reads the
+JSON route while the test runs, renders the page in headless Chromium, stops the test from the
+web UI and checks the final numbers against the run folder's records.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+
+from loadlab.store.reader import load_run
+from tests.support.procs import BIN, Proc, free_port
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def render(url: str) -> str:
+    """The page's DOM after its scripts ran, from headless Chromium (ended by its timeout if stuck)."""
+    res = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--virtual-time-budget=8000", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=90)
+    return res.stdout
+
+
+def test_llm_tab_shows_exact_live_numbers(tmp_path):
+    mock_port, web_port, out = free_port(), free_port(), tmp_path / "run"
+    web = f"http://127.0.0.1:{web_port}"
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(mock_port), "--ttft", "0.05", "--itl", "0.02",
+               "--error-rate", "0.2"],
+              ready_url=f"http://127.0.0.1:{mock_port}/health"), \
+         Proc([str(BIN / "locust"), "-f", "locustfiles/openai_stream.py", "--host", f"http://127.0.0.1:{mock_port}",
+               "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "10",
+               "--loadlab-model", "mock", "--loadlab-output-len", "16", "--loadlab-out", str(out)],
+              ready_url=web + "/loadlab/stats", timeout=90, log=tmp_path / "locust.log") as locust:
+        live = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["requests_ok"] >= 10 and s,
+                        60, "10 finished requests")
+        # While it runs: real latencies of the mock (50 ms to the first token, 20 ms between tokens).
+        assert live["latency_ms"]["ttft"]["p50"] >= 45
+        assert 15 <= live["latency_ms"]["itl"]["p50"] <= 200
+        assert live["latency_ms"]["itl"]["count"] == 15 * live["requests_ok"]
+        assert live["in_flight"] in (0, 1, 2)
+        assert live["output_tokens_per_s"] > 0
+
+        dom = html.unescape(render(web + "/?tab=llm"))
+        assert re.search(r'aria-selected="true">(<[^>]+>)*LLM<', dom), "the LLM tab is missing or not selected"
+        assert re.search(r"TTFT \(ms\)(</?[^>]+>)+[0-9.]+<", dom), "the TTFT row has no numbers"
+        assert "Requests in flight" in dom
+
+        req = urllib.request.Request(web + "/stop", method="POST")
+        urllib.request.urlopen(req, timeout=30).close()
+        wait_for(lambda: get_json(web + "/stats/requests")["state"] == "stopped", 30, "the test to stop")
+        time.sleep(2.5)   # the run folder is flushed every second
+        final = get_json(web + "/loadlab/stats")
+        locust_requests = get_json(web + "/stats/requests")["stats"][-1]["num_requests"]
+        df = load_run(out).requests
+        locust.stop()
+
+    assert locust.proc.returncode in (0, 1), (tmp_path / "locust.log").read_text()[-3000:]
+    ok = df[df["error"] == ""]
+    # Locust counts one request per HTTP request, never per token event.
+    assert locust_requests == len(df)
+    assert final["requests_ok"] == len(ok) and final["requests_failed"] == len(df) - len(ok)
+    failed = df[df["error"] != ""]["error"].value_counts().to_dict()
+    assert final["errors"] == failed and {"http_5xx", "http_429"} & set(failed)   # the mock's injected errors
+    ttft = ok["first_token_time"] - ok["send_time"]
+    itl = np.concatenate([np.diff(np.asarray(t)) for t in ok["token_times"]])
+    for q in (50, 90, 99):
+        assert math.isclose(final["latency_ms"]["ttft"][f"p{q}"], np.percentile(ttft, q) * 1000, rel_tol=1e-9)
+        assert math.isclose(final["latency_ms"]["itl"][f"p{q}"], np.percentile(itl, q) * 1000, rel_tol=1e-9)
