@@ -22,13 +22,15 @@ from pathlib import Path
 
 import gevent
 from locust.env import Environment
+from locust.runners import LocalRunner
 from rich.console import Console
 
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck
 from loadlab.client.stream import Endpoint
-from loadlab.client.users import ClosedLoopUser, OpenLoopUser, in_flight
+from loadlab.client.shipping import in_flight_total
+from loadlab.client.users import ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
@@ -136,7 +138,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     with LiveDisplay(console) as live:
         def show(label: str) -> None:
             live.update(LiveStats(elapsed=time.perf_counter() - started, step_label=label,
-                                  in_flight=in_flight(env), done=tally.done, errors=tally.errors,
+                                  in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
                                   output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
                                   warning=_warning(selfcheck, tally, plans[0].mode)))
         try:
@@ -148,8 +150,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
         # per-request timeout to finish (none on Ctrl-C).
         env.loadlab.step = None
         try:
-            if status == "finished":
-                _drain(env, config.timeout, show)
+            if status == "finished" and isinstance(runner, LocalRunner):
+                _drain(env, config.timeout, show)   # (a master's stop drains its workers)
         except KeyboardInterrupt:
             status = "interrupted"
         selfcheck.stop()   # what follows is shutdown, not measurement
@@ -219,7 +221,7 @@ def _drain(env: Environment, limit: float, show) -> None:
     stack for a debug message) and would delay the timestamps of requests still streaming.
     """
     deadline = time.perf_counter() + limit
-    while in_flight(env) and time.perf_counter() < deadline:
+    while in_flight_total(env) and time.perf_counter() < deadline:
         show("finishing requests in flight")
         gevent.sleep(0.02)
 
