@@ -78,7 +78,10 @@ class _Routes:
 
 async def _json(request: web.Request) -> Any:
     """The request body as JSON, whatever Content-Type the client claimed."""
-    body = await request.read()
+    try:
+        body = await request.read()
+    except web.RequestPayloadError:  # e.g. a Content-Encoding the body does not match
+        raise bad_request("The request body could not be decoded (does it match its Content-Encoding?).") from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError):  # ValueError covers bad UTF-8 too

@@ -77,7 +77,8 @@ class _Fields:
         value = self.raw.get(name)
         if value is None:
             return default
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        # (an int is always finite; math.isfinite would overflow on a 400-digit one)
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))):
             raise bad_request(f"'{name}' must be a finite number", name)
         if value < lo or value > hi or (lo_open and value == lo):
             low = f"> {lo}" if lo_open else f">= {lo}"

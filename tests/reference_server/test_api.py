@@ -211,6 +211,8 @@ def test_streaming_errors_before_the_stream_are_plain_http_errors(server):
     ("/v1/completions", {"prompt": "x" * MAX_MODEL_LEN, "max_tokens": 1}, "prompt"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
     ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
+    ("/v1/completions", {"prompt": "x", "temperature": 10**400}, "temperature"),
+    ("/v1/completions", {"prompt": "x", "top_p": float("nan")}, "top_p"),
     ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
     ("/v1/completions", {"prompt": "x", "top_k": -2}, "top_k"),
     ("/v1/completions", {"prompt": "x", "stop": [1]}, "stop"),

@@ -29,7 +29,7 @@ json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6)
-extreme_ints = st.sampled_from([0, -1, MAX_MODEL_LEN, 2**31, 2**63, -(2**63) - 1, 2**64, 10**30])
+extreme_ints = st.sampled_from([0, -1, MAX_MODEL_LEN, 2**31, 2**63, -(2**63) - 1, 2**64, 10**30, -(10**400)])
 garbage = json_values | extreme_ints | st.floats() | st.text(max_size=3) | st.just("🦊" * 3000)
 
 texts = (st.text(max_size=40) | st.just("x" * (MAX_MODEL_LEN + 1)) | st.just("<|eos|><|im_end|>") | st.just("ü" * 120)
@@ -108,6 +108,8 @@ def test_the_server_is_healthy_after_abuse(server):
     check_answer(server.post("/v1/completions", {"prompt": "🦊" * 5000, "max_tokens": 1}))
     check_answer(server.post("/v1/completions", b"[" * 100_000))  # deeper than the JSON parser's recursion limit
     check_answer(server.post("/v1/completions", {"prompt": "x" * 20_000_000}))  # beyond the body limit: 413
+    for encoding in ("gzip", "deflate", "br"):  # a body that does not match its Content-Encoding
+        check_answer(server.post("/v1/completions", b"not compressed", headers={"Content-Encoding": encoding}))
     assert server.get("/health").status_code == 200
     assert server.pool_is_whole()
 
