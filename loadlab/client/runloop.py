@@ -30,7 +30,7 @@ from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck
 from loadlab.client.stream import Endpoint
 from loadlab.client.shipping import in_flight_total
-from loadlab.client.users import ClosedLoopUser, OpenLoopUser
+from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
@@ -140,7 +140,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
             live.update(LiveStats(elapsed=time.perf_counter() - started, step_label=label,
                                   in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
                                   output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
-                                  warning=_warning(selfcheck, tally, plans[0].mode)))
+                                  warning=_warning(env, selfcheck, tally, plans[0].mode)))
         try:
             for plan in plans:
                 _run_step(plan, env, runner, writer, tally, show, len(plans))
@@ -226,8 +226,11 @@ def _drain(env: Environment, limit: float, show) -> None:
         gevent.sleep(0.02)
 
 
-def _warning(selfcheck: SelfCheck, tally: Tally, mode: str) -> str:
+def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) -> str:
     reasons = selfcheck.warnings()
+    state = getattr(env, "loadlab_state", None)
+    if state is not None and state.cap_waits:
+        reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
     if mode == "open":
         p99 = tally.start_delay_p99()
         if p99 > START_DELAY_LIMIT_S:

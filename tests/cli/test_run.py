@@ -165,3 +165,17 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
     assert not Path(tmp_path / "never").exists()
+
+
+def test_multiturn_answers_feed_the_next_turn_and_think_time_paces_the_user(mock, tmp_path):
+    out = tmp_path / "multiturn"
+    run_ok("--url", mock, "--model", "m", "--concurrency", "1", "--requests", "6", "--workload", "multiturn",
+           "--input-len", "10", "--output-len", "5", "--think-time", "0.2", "--out", str(out))
+    req = load_run(out).requests.sort_values("scheduled_time")
+    assert req["error"].eq("").all() and req["conversation"].nunique() == 2
+    # each turn resends the history: 10 new characters per user turn plus the 5-token answer
+    assert req.groupby("turn")["input_tokens"].first().to_dict() == {0: 10, 1: 25, 2: 40}
+    served = truth(mock)
+    assert [served[r]["prompt_tokens"] for r in req["request_id"]] == req["input_tokens"].tolist()
+    pauses = req["scheduled_time"].to_numpy()[1:] - req["end_time"].to_numpy()[:-1]
+    assert (pauses >= 0.19).all()
