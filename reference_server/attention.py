@@ -6,7 +6,8 @@ A sequence owns blocks (its block table); token i of a sequence lives in slot
 
 - paged: blocks come from anywhere in the pool; attention gathers a sequence's blocks, then runs SDPA.
 - contiguous: a sequence owns one slab of max_model_len tokens (consecutive blocks, reserved up front);
-  attention slices the slab, the cheaper read that costs capacity.
+  when a step's decodes own consecutive slabs, attention reads them as one view without copying:
+  the cheaper read that costs capacity.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class AttentionMetadata:
     decode_tables: torch.Tensor | None = None  # [num_decodes, blocks] long
     decode_len: int = 0                        # longest decode context in the step
     decode_mask: torch.Tensor | None = None    # [num_decodes, 1, 1, decode_len] bool: key is visible
+    decode_first_slab: int = -1                # contiguous KV: decodes own slabs first.. in order (-1: not so)
     prefills: list[PrefillChunk] = field(default_factory=list)
 
     def to(self, device: torch.device) -> "AttentionMetadata":
@@ -44,7 +46,7 @@ class AttentionMetadata:
         move = (lambda t: None if t is None else t.to(device, non_blocking=True))
         return AttentionMetadata(
             move(self.slot_mapping), self.num_decodes, move(self.decode_tables), self.decode_len,
-            move(self.decode_mask),
+            move(self.decode_mask), self.decode_first_slab,
             [PrefillChunk(p.offset, p.length, p.start, move(p.block_table), move(p.mask)) for p in self.prefills])
 
 
@@ -65,15 +67,19 @@ class KVCache:
         self.k[layer].index_copy_(0, slots, k)
         self.v[layer].index_copy_(0, slots, v)
 
-    def gather(self, layer: int, tables: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, layer: int, tables: torch.Tensor, length: int,
+               first_slab: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of the first `length` tokens of each sequence: [B, length, kv_heads, head_dim]."""
-        return self._read(self.k[layer], tables, length), self._read(self.v[layer], tables, length)
+        return (self._read(self.k[layer], tables, length, first_slab),
+                self._read(self.v[layer], tables, length, first_slab))
 
-    def _read(self, cache: torch.Tensor, tables: torch.Tensor, length: int) -> torch.Tensor:
+    def _read(self, cache: torch.Tensor, tables: torch.Tensor, length: int, first_slab: int) -> torch.Tensor:
         heads, dim = cache.shape[1:]
         if self.blocks_per_slab:
             slab = self.blocks_per_slab * self.block_size
             slabs = cache[: self.num_slabs * slab].view(self.num_slabs, slab, heads, dim)
+            if first_slab >= 0:   # consecutive slabs: a view, no copy
+                return slabs[first_slab: first_slab + tables.shape[0], :length]
             return slabs[:, :length][tables[:, 0] // self.blocks_per_slab]
         blocks = tables[:, : -(-length // self.block_size)]
         pages = cache.view(-1, self.block_size, heads, dim)[blocks]      # the paged gather
@@ -87,7 +93,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, met
     out = torch.empty_like(q)
     nd = meta.num_decodes
     if nd:
-        keys, values = cache.gather(layer, meta.decode_tables, meta.decode_len)
+        keys, values = cache.gather(layer, meta.decode_tables, meta.decode_len, meta.decode_first_slab)
         o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2),
                                            attn_mask=meta.decode_mask, enable_gqa=True)
         out[:nd] = o.squeeze(2)

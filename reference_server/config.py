@@ -47,5 +47,6 @@ class EngineConfig:
     static_batch_timeout: float = 0.05   # static batching: wait this long to fill a batch
     kv: str = "paged"                    # paged | contiguous
     tensor_parallel: int = 1
+    cpu_threads: int = 0                 # torch threads per rank on CPU; 0 = all cores but one, split over ranks
     max_waiting: int = 1024              # waiting-queue limit; beyond it the API answers 429
     model_name: str = "loadlab-reference"

@@ -182,16 +182,17 @@ def _shard_dim(model: CausalLM, name: str) -> int | None:
     return module.shard_dim(param_name) if isinstance(module, ParallelLinear) else None
 
 
-def _random_tensor(name: str, shape: torch.Size, seed: int, device: torch.device) -> torch.Tensor:
+def _random_tensor(name: str, shape: torch.Size, seed: int, device: torch.device, tied: bool) -> torch.Tensor:
     """A seeded tensor for one full (unsharded) parameter; same values on every rank."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
     if name.endswith(".bias"):
         return torch.zeros(shape, device=device)
     gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    # Embeddings ~ N(0, 1) (RMSNorm rescales anyway); linears ~ N(0, 1/fan_in) keep activations and
-    # logits at unit scale, so sampling at temperature 1 stays diverse rather than degenerate.
-    std = 1.0 if "embed_tokens" in name else shape[-1] ** -0.5
+    # N(0, 1/fan_in) keeps activations and logits at unit scale, so sampling at temperature 1 stays
+    # diverse. Embeddings ~ N(0, 1) dominate the residual stream, so even greedy output varies with
+    # the token; tied ones get the linear scale, or every token would predict itself.
+    std = 1.0 if "embed_tokens" in name and not tied else shape[-1] ** -0.5
     return torch.empty(shape, device=device).normal_(0.0, std, generator=gen)
 
 
@@ -212,7 +213,7 @@ def load_model(shape: ModelShape, tp: TensorParallel, dtype: torch.dtype, device
         if dim is not None:
             full_shape[dim] *= tp.world_size
         if checkpoint is None:
-            full = _random_tensor(name, torch.Size(full_shape), seed, device)
+            full = _random_tensor(name, torch.Size(full_shape), seed, device, shape.tie_embeddings)
         else:
             if name not in available:
                 raise ValueError(f"{weights}: tensor {name} is missing")

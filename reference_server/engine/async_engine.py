@@ -209,9 +209,8 @@ class AsyncEngine:
 
     def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk]) -> list[tuple[RequestStream, TokenOutput]]:
         start = time.perf_counter()
-        step = build_step(chunks, self.blocks.block_size)
+        step, sampled = build_step(chunks, self.blocks.block_size, self.blocks.blocks_per_slab)
         logits, collective = runner.execute(step)
-        sampled = [c.seq for c in chunks if c.completes]
         tokens = self.sampler.sample(logits, sampled)
         elapsed = time.perf_counter() - start
         now = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from reference_server.engine.sequence import Sequence
@@ -12,7 +13,8 @@ class BlockManager:
 
     paged (blocks_per_slab == 0): a sequence gets blocks one at a time, as its tokens need them.
     contiguous (blocks_per_slab > 0): a sequence gets a whole slab of consecutive blocks for
-    max_model_len tokens at its first allocation, whether it will use them or not.
+    max_model_len tokens at its first allocation, whether it will use them or not. The lowest free
+    slab goes first, so a batch admitted together owns neighbouring slabs (read without a copy).
     """
 
     def __init__(self, num_blocks: int, block_size: int, blocks_per_slab: int = 0) -> None:
@@ -20,7 +22,7 @@ class BlockManager:
         self.blocks_per_slab = blocks_per_slab
         if blocks_per_slab:
             self.total = num_blocks // blocks_per_slab * blocks_per_slab
-            self._free = deque(range(self.total // blocks_per_slab))      # free slabs
+            self._free = list(range(self.total // blocks_per_slab))       # free slabs, a min-heap
         else:
             self.total = num_blocks
             self._free = deque(range(num_blocks))                          # free blocks
@@ -43,7 +45,7 @@ class BlockManager:
         """Grow seq's block table to hold `num_tokens` tokens (caller checked can_allocate)."""
         if self.blocks_per_slab:
             if not seq.block_table:
-                first = self._free.popleft() * self.blocks_per_slab
+                first = heapq.heappop(self._free) * self.blocks_per_slab
                 seq.block_table = list(range(first, first + self.blocks_per_slab))
             return
         for _ in range(self._blocks_short(seq, num_tokens)):
@@ -52,7 +54,7 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Return all of seq's blocks to the pool."""
         if self.blocks_per_slab and seq.block_table:
-            self._free.append(seq.block_table[0] // self.blocks_per_slab)
+            heapq.heappush(self._free, seq.block_table[0] // self.blocks_per_slab)
         elif not self.blocks_per_slab:
             self._free.extend(seq.block_table)
         seq.block_table = []

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from reference_server.attention import AttentionMetadata, KVCache, PrefillChunk
 from reference_server.config import EngineConfig
 from reference_server.engine.scheduler import ScheduledChunk
+from reference_server.engine.sequence import Sequence
 from reference_server.model import PRESETS, load_model
 from reference_server.parallel import TensorParallel
 
@@ -61,14 +62,20 @@ def kv_layout(config: EngineConfig, max_model_len: int) -> KVLayout:
     return KVLayout(num_blocks, config.block_size, per_seq if config.kv == "contiguous" else 0)
 
 
-def build_step(chunks: list[ScheduledChunk], block_size: int) -> StepInput:
-    """Flatten the scheduled chunks into one batch: single-token decodes first, then prompt chunks."""
-    decodes = [c for c in chunks if c.num_tokens == 1]
+def build_step(chunks: list[ScheduledChunk], block_size: int,
+               blocks_per_slab: int = 0) -> tuple[StepInput, list[Sequence]]:
+    """Flatten the scheduled chunks into one batch: single-token decodes first, then prompt chunks.
+
+    Decodes are ordered by their first block so that consecutive contiguous-KV slabs line up.
+    Returns the step and the sequences that get a new token, in the order of its sample rows.
+    """
+    decodes = sorted((c for c in chunks if c.num_tokens == 1), key=lambda c: c.seq.block_table[0])
     prefills = [c for c in chunks if c.num_tokens > 1]
     ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
     sample_rows: list[int] = []
+    sampled: list[Sequence] = []
     for c in decodes + prefills:
         seq, start, end = c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens
         ids += seq.token_ids(start, end)
@@ -76,6 +83,7 @@ def build_step(chunks: list[ScheduledChunk], block_size: int) -> StepInput:
         slots += [seq.block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
         if c.completes:
             sample_rows.append(len(ids) - 1)
+            sampled.append(seq)
     meta = AttentionMetadata(slot_mapping=torch.tensor(slots), num_decodes=len(decodes))
     if decodes:
         lens = torch.tensor([c.seq.num_computed + 1 for c in decodes])
@@ -84,6 +92,10 @@ def build_step(chunks: list[ScheduledChunk], block_size: int) -> StepInput:
                                            for c in decodes])
         meta.decode_len = int(lens.max())
         meta.decode_mask = (torch.arange(meta.decode_len)[None, :] < lens[:, None])[:, None, None, :]
+        firsts = [c.seq.block_table[0] for c in decodes]
+        if blocks_per_slab and firsts == list(range(firsts[0], firsts[0] + len(firsts) * blocks_per_slab,
+                                                     blocks_per_slab)):
+            meta.decode_first_slab = firsts[0] // blocks_per_slab
     offset = len(decodes)
     for c in prefills:
         start = c.seq.num_computed
@@ -92,7 +104,7 @@ def build_step(chunks: list[ScheduledChunk], block_size: int) -> StepInput:
             mask = torch.arange(start + c.num_tokens)[None, :] <= (start + torch.arange(c.num_tokens))[:, None]
         meta.prefills.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
         offset += c.num_tokens
-    return StepInput(torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(sample_rows))
+    return StepInput(torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(sample_rows)), sampled
 
 
 class Worker:
@@ -117,9 +129,11 @@ class Worker:
 
 
 def _set_threads(config: EngineConfig) -> None:
-    # Ranks share the machine's cores; oversubscribing them makes every step slower.
+    # Ranks share the cores, and one is left to the HTTP event loop: an oversubscribed core makes
+    # torch's worker threads wait on each other (on a busy 2-core box, 2 threads ran 20x slower than 1).
     if config.device == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel))
+        spare = max(1, (os.cpu_count() or 1) - 1)
+        torch.set_num_threads(config.cpu_threads or max(1, spare // config.tensor_parallel))
 
 
 def _init_group(config: EngineConfig, rank: int, port: int) -> None:

@@ -4,6 +4,7 @@ preemption, static vs continuous batching, paged vs contiguous KV, queue limits,
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,9 @@ from reference_server.interface import EngineDead, QueueFull, SamplingParams
 
 from .conftest import Result, collect, run_engine
 
-GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+# Seeded sampling rather than greedy: batches of different sizes round differently, which can flip
+# an argmax between near-tied tokens, but almost never moves a seeded draw across a boundary.
+SEEDED = SamplingParams(max_tokens=24, temperature=1.0, seed=7, ignore_eos=True)
 PROMPTS = [f"Request number {i}: " + "abc" * i for i in range(8)]
 
 
@@ -23,7 +26,10 @@ def config(**overrides) -> EngineConfig:
 
 
 async def generate_all(engine: AsyncEngine, prompts: list[str], params: SamplingParams) -> list[Result]:
-    streams = [engine.add_request(f"r{i}", engine.tokenizer.encode(p), params) for i, p in enumerate(prompts)]
+    """Send all prompts at once (a seeded request i gets seed + i) and collect every stream."""
+    streams = [engine.add_request(f"r{i}", engine.tokenizer.encode(p),
+                                  params if params.seed is None else replace(params, seed=params.seed + i))
+               for i, p in enumerate(prompts)]
     return list(await asyncio.gather(*map(collect, streams)))
 
 
@@ -34,8 +40,8 @@ def metric(engine: AsyncEngine, name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def reference() -> list[str]:
-    """Greedy outputs of PROMPTS with ample KV memory and continuous batching."""
-    return [r.text for r in run_engine(config(), lambda e: generate_all(e, PROMPTS, GREEDY))]
+    """Outputs of PROMPTS with ample KV memory and continuous batching."""
+    return [r.text for r in run_engine(config(), lambda e: generate_all(e, PROMPTS, SEEDED))]
 
 
 def test_a_request_streams_one_printable_byte_per_token_then_finishes_by_length(reference) -> None:
@@ -55,7 +61,7 @@ def test_a_request_streams_one_printable_byte_per_token_then_finishes_by_length(
 def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
     # 12 blocks of 16 tokens: 8 requests of up to ~65 tokens cannot all stay resident.
     async def scenario(engine):
-        results = await generate_all(engine, PROMPTS, GREEDY)
+        results = await generate_all(engine, PROMPTS, SEEDED)
         return results, metric(engine, "vllm:num_preemptions_total")
 
     results, preemptions = run_engine(config(num_kv_blocks=12), scenario)
@@ -66,10 +72,10 @@ def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
 
 def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion(reference) -> None:
     async def scenario(engine):
-        assert [r.text for r in await generate_all(engine, PROMPTS, GREEDY)] == reference
+        assert [r.text for r in await generate_all(engine, PROMPTS, SEEDED)] == reference
         long = engine.add_request("long", [65] * 8, SamplingParams(max_tokens=60, temperature=0, ignore_eos=True))
         first = await long.__anext__()           # the long request's batch is running
-        late = asyncio.ensure_future(collect(engine.add_request("late", [66] * 8, GREEDY)))
+        late = asyncio.ensure_future(collect(engine.add_request("late", [66] * 8, SEEDED)))
         rest = await collect(long)
         return first, rest, await late
 
@@ -85,7 +91,7 @@ def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion
 
 def test_contiguous_kv_fits_fewer_sequences_in_the_same_memory(reference) -> None:
     async def scenario(engine):
-        results = await generate_all(engine, PROMPTS, GREEDY)
+        results = await generate_all(engine, PROMPTS, SEEDED)
         steps = metric(engine, "loadlab_server_batch_size_count")
         at_most_two = metric(engine, "loadlab_server_batch_size_bucket", le="2.0")
         return [r.text for r in results], steps, at_most_two
@@ -99,7 +105,7 @@ def test_contiguous_kv_fits_fewer_sequences_in_the_same_memory(reference) -> Non
 
 def test_stop_string_ends_the_text_before_it(reference) -> None:
     stop = reference[0][12:15]
-    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, stop=["never-appears", stop])
+    params = SamplingParams(max_tokens=24, temperature=1.0, seed=7, ignore_eos=True, stop=["never-appears", stop])
     result = run_engine(config(), lambda e: generate_all(e, PROMPTS[:1], params))[0]
     assert result.finish_reason == "stop"
     assert result.text == reference[0][: reference[0].find(stop)]
@@ -110,13 +116,14 @@ def test_seeded_sampling_is_reproducible_across_batches() -> None:
     params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
 
     async def scenario(engine):
-        alone = await generate_all(engine, PROMPTS[:1], params)
-        crowd = await generate_all(engine, PROMPTS[:1] * 4, params)
-        unseeded = await generate_all(engine, PROMPTS[:1] * 4, SamplingParams(max_tokens=16, ignore_eos=True))
-        return alone[0].text, [r.text for r in crowd], {r.text for r in unseeded}
+        prompt = engine.tokenizer.encode(PROMPTS[0])
+        alone = await collect(engine.add_request("alone", prompt, params))
+        crowd = await asyncio.gather(*(collect(engine.add_request(f"c{i}", prompt, params)) for i in range(4)))
+        others = await generate_all(engine, PROMPTS[:1] * 4, replace(params, seed=None))
+        return alone.text, [r.text for r in crowd], {r.text for r in others}
 
     alone, crowd, unseeded = run_engine(config(), scenario)
-    assert crowd == [alone] * 4
+    assert crowd == [alone] * 4          # same seed, same text, whatever the batch around it
     assert len(unseeded) > 1
 
 
@@ -178,7 +185,7 @@ def test_queue_limit_and_bad_prompts_are_refused() -> None:
 
 def test_metrics_use_vllm_names_and_labels() -> None:
     async def scenario(engine):
-        await generate_all(engine, PROMPTS[:3], GREEDY)
+        await generate_all(engine, PROMPTS[:3], SEEDED)
         return engine
 
     engine = run_engine(config(), scenario)

@@ -19,13 +19,16 @@ def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
     params = SamplingParams()
     decode = Sequence("d", [1, 2, 3], params, 0.0, output_ids=[4], num_computed=3, block_table=[7])
     chunk = Sequence("c", list(range(40)), params, 0.0, num_computed=16, block_table=[2, 5, 9])
-    step = build_step([ScheduledChunk(chunk, 16), ScheduledChunk(decode, 1)], block_size=16)
+    step, sampled = build_step([ScheduledChunk(chunk, 16), ScheduledChunk(decode, 1)], block_size=16)
     assert step.input_ids.tolist() == [4] + list(range(16, 32))
     assert step.positions.tolist() == [3] + list(range(16, 32))
     assert step.meta.slot_mapping.tolist() == [7 * 16 + 3] + list(range(5 * 16, 6 * 16))
-    assert step.sample_rows.tolist() == [0]                  # the chunk does not reach the prompt's end
+    assert step.sample_rows.tolist() == [0] and sampled == [decode]   # the chunk does not end the prompt
     assert step.meta.decode_mask.tolist() == [[[[True] * 4]]]
     assert step.meta.prefills[0].mask.shape == (16, 32)
+    finishing = Sequence("f", list(range(32)), params, 0.0, num_computed=16, block_table=[2, 5])
+    _, sampled = build_step([ScheduledChunk(finishing, 16), ScheduledChunk(decode, 1)], block_size=16)
+    assert sampled == [decode, finishing]      # row order, not scheduling order
 
 
 def test_kv_budget_sets_the_number_of_blocks() -> None:
@@ -56,3 +59,24 @@ def test_tensor_parallel_2_gives_the_same_greedy_output_and_measures_collectives
     assert double == single
     assert steps2 == steps1 > 0
     assert collective1 == 0.0 and collective2 > 0.0
+
+
+def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None:
+    import torch
+
+    from reference_server.attention import KVCache
+
+    params = SamplingParams()
+    seqs = [Sequence(str(i), [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[b, b + 1])
+            for i, b in ((0, 4), (1, 2))]
+    step, sampled = build_step([ScheduledChunk(s, 1) for s in seqs], block_size=4, blocks_per_slab=2)
+    assert sampled == seqs[::-1] and step.meta.decode_first_slab == 1   # sorted: slabs 1, 2
+    cache = KVCache(1, 8, 4, 1, 2, torch.float32, torch.device("cpu"), blocks_per_slab=2)
+    cache.k.copy_(torch.randn_like(cache.k))
+    view, _ = cache.gather(0, step.meta.decode_tables, 3, first_slab=1)
+    copied, _ = cache.gather(0, step.meta.decode_tables, 3)
+    torch.testing.assert_close(view, copied)
+    apart, _ = build_step([ScheduledChunk(seqs[0], 1)] + [ScheduledChunk(Sequence(
+        "x", [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[0, 1]), 1)], 4, 2)
+    assert apart.meta.decode_first_slab == -1                                          # slabs 0 and 2
+    assert build_step([ScheduledChunk(s, 1) for s in seqs], 4)[0].meta.decode_first_slab == -1   # paged
