@@ -99,7 +99,11 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
         context = environment.loadlab
         context.config = run_config(environment)
         rate = context.config.rate
-        target = rate[0] if rate else environment.runner.target_user_count
+        users, processes = environment.runner.target_user_count, environment.runner.worker_count
+        if rate and users != processes:
+            log.warning("open loop runs one scheduler user per process: use -u %d (not %d), or the rate "
+                        "is %d/%d times --loadlab-rate", processes, users, users, processes)
+        target = rate[0] if rate else users
         mode = "open" if rate else "closed"
         label = f"rate={target:g}" if rate else f"concurrency={target}"
         step = StepInfo(index=0, label=label, mode=mode, target=target, start_time=now())
