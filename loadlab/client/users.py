@@ -106,7 +106,9 @@ class LLMUser(FastHttpUser):
         timeout = self.state.endpoint.timeout
         # Read by FastHttpUser.__init__: the pool must never make a request wait for a socket.
         self.concurrency = self.max_in_flight
-        self.network_timeout = timeout
+        # No socket timeout: it would arm a timer on every recv (per token); the per-request
+        # timeout in stream_request covers stalls.
+        self.network_timeout = None
         self.connection_timeout = min(timeout, 10.0)
         super().__init__(environment)
         self.http = self.client.client.clientpool.get_client(URL(self.state.endpoint.base_url))
