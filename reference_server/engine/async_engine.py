@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 
@@ -17,7 +18,7 @@ import torch
 from reference_server.config import EngineConfig
 from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.metrics import EngineMetrics
-from reference_server.engine.runner import ModelRunner, build_step, kv_layout
+from reference_server.engine.runner import DTYPES, ModelRunner, build_step, kv_layout
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
@@ -65,13 +66,7 @@ class AsyncEngine:
     """Continuous-batching engine with a paged KV cache (static batching / contiguous KV as A/B modes)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        if config.preset not in PRESETS:
-            raise ValueError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
-        for name, value, allowed in (("batching", config.batching, ("continuous", "static")),
-                                     ("kv", config.kv, ("paged", "contiguous")),
-                                     ("device", config.device, ("cpu", "cuda"))):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        _validate(config)
         self.config = config
         self.shape = PRESETS[config.preset]
         self.tokenizer = ByteTokenizer()
@@ -335,6 +330,30 @@ class AsyncEngine:
         except RuntimeError:   # the event loop is already closed
             pass
         runner.shutdown()
+
+
+def _validate(config: EngineConfig) -> None:
+    """Refuse a bad configuration with one clear ValueError before anything is loaded."""
+    if config.preset not in PRESETS:
+        raise ValueError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
+    for name, value, allowed in (("batching", config.batching, ("continuous", "static")),
+                                 ("kv", config.kv, ("paged", "contiguous")),
+                                 ("device", config.device, ("cpu", "cuda")),
+                                 ("dtype", config.dtype, tuple(DTYPES))):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel", "max_waiting"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be at least 1, not {getattr(config, name)}")
+    for name in ("max_model_len", "long_prefill_token_threshold", "num_kv_blocks", "kv_memory_gb",
+                 "static_batch_timeout", "cpu_threads"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must not be negative, not {getattr(config, name)}")
+    if config.weights and not os.path.isfile(config.weights):
+        raise ValueError(f"weights file {config.weights!r} does not exist")
+    if config.device == "cuda" and config.tensor_parallel > torch.cuda.device_count():
+        raise ValueError(f"tensor_parallel={config.tensor_parallel} needs that many CUDA devices; "
+                         f"{torch.cuda.device_count()} found")
 
 
 def _put_all(outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:

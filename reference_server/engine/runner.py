@@ -104,7 +104,8 @@ def build_step(chunks: list[ScheduledChunk], block_size: int,
             mask = torch.arange(start + c.num_tokens)[None, :] <= (start + torch.arange(c.num_tokens))[:, None]
         meta.prefills.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
         offset += c.num_tokens
-    return StepInput(torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(sample_rows)), sampled
+    return StepInput(torch.tensor(ids), torch.tensor(positions), meta,
+                     torch.tensor(sample_rows, dtype=torch.long)), sampled
 
 
 class Worker:

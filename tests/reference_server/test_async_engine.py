@@ -70,6 +70,18 @@ def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
     assert all(r.finish_reason == "length" for r in results)
 
 
+def test_chunked_prefill_under_a_small_budget_gives_the_same_tokens(reference) -> None:
+    async def scenario(engine):
+        results = await generate_all(engine, PROMPTS, SEEDED)
+        return [r.text for r in results], metric(engine, "loadlab_server_tokens_per_step_bucket", le="32.0"), \
+            metric(engine, "loadlab_server_tokens_per_step_count")
+
+    texts, small_steps, steps = run_engine(config(max_num_batched_tokens=32, long_prefill_token_threshold=8),
+                                           scenario)
+    assert texts == reference
+    assert small_steps == steps          # no step went over the 32-token budget
+
+
 def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion(reference) -> None:
     async def scenario(engine):
         assert [r.text for r in await generate_all(engine, PROMPTS, SEEDED)] == reference
@@ -238,3 +250,11 @@ def test_configuration_errors_are_clear() -> None:
         AsyncEngine(config(batching="dynamic"))
     with pytest.raises(ValueError, match="cannot hold one sequence"):
         AsyncEngine(config(num_kv_blocks=2))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        AsyncEngine(config(dtype="int4"))
+    with pytest.raises(ValueError, match="max_num_seqs must be at least 1"):
+        AsyncEngine(config(max_num_seqs=0))
+    with pytest.raises(ValueError, match="does not exist"):
+        AsyncEngine(config(weights="/nonexistent/model.safetensors"))
+    with pytest.raises(ValueError, match="does not divide num_kv_heads"):
+        AsyncEngine(config(tensor_parallel=4))
