@@ -31,7 +31,7 @@ def run(
     arrival: Optional[str] = typer.Option(None, "--arrival", help="Open-loop arrivals: poisson | constant | gamma."),
     burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
     think_time: Optional[str] = typer.Option(None, "--think-time", help="Closed-loop pause between a user's requests, seconds (a distribution, e.g. uniform:0:2)."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Seconds to run (per step when there are several and no --step-duration)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Seconds to run (per step when there are several and no --step-duration). Without it or --requests a step lasts 60 s."),
     requests: Optional[int] = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
     step_duration: Optional[float] = typer.Option(None, "--step-duration", help="Seconds per step."),
     warmup_requests: Optional[int] = typer.Option(None, "--warmup-requests", help="First N requests of each step, excluded from results."),

@@ -4,6 +4,10 @@ faults, and one-line errors for bad input. Runs are 1-2 s each."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -11,7 +15,7 @@ import pytest
 
 from loadlab.client.records import ErrorCategory
 from loadlab.store.run_folder import load_run
-from tests.support.procs import BIN, Proc, free_port, loadlab
+from tests.support.procs import BIN, REPO, Proc, free_port, loadlab
 
 QUIET = ("--no-server-metrics", "--no-gpu")
 
@@ -179,3 +183,29 @@ def test_multiturn_answers_feed_the_next_turn_and_think_time_paces_the_user(mock
     assert [served[r]["prompt_tokens"] for r in req["request_id"]] == req["input_tokens"].tolist()
     pauses = req["scheduled_time"].to_numpy()[1:] - req["end_time"].to_numpy()[:-1]
     assert (pauses >= 0.19).all()
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    url, proc = start_mock("--ttft", "0.02", "--itl", "0.05")
+    out = tmp_path / "interrupted"
+    with proc:
+        run = subprocess.Popen([str(BIN / "loadlab"), "run", "--url", url, "--model", "m", "--concurrency", "3",
+                                "--duration", "60", "--output-len", "20", "--out", str(out), *QUIET],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:
+                time.sleep(0.1)    # some requests finished and were flushed
+            os.kill(run.pid, signal.SIGINT)
+            stdout, stderr = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                os.kill(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, stderr[-2000:]
+    data = load_run(out)
+    assert data.meta.status == "interrupted"
+    errors = set(data.requests["error"])
+    assert "" in errors and errors <= {"", ErrorCategory.ABORTED.value}
+    step = json.loads((out / "summary.json").read_text())["steps"][0]
+    assert step["sent"] == len(data.requests) == step["succeeded"] + step["failed"] + step["aborted"]
+    assert "[interrupted]" in stdout
