@@ -23,6 +23,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadlab.cli.run import discover_model
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.livestats import LiveStats
 from loadlab.client.records import StepInfo
@@ -40,28 +41,31 @@ log = logging.getLogger("loadlab")
 
 @events.init_command_line_parser.add_listener
 def add_options(parser) -> None:
-    group = parser   # Locust's parser itself: its argument groups do not take is_secret / include_in_web_ui
-    group.add_argument("--loadlab-model", default="", help="model name sent in each request")
-    group.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
-                       help="/chat/completions or /completions")
-    group.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", is_secret=True,
-                       help="bearer token (default: $OPENAI_API_KEY); never written to disk")
-    group.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
-    group.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
-    group.add_argument("--loadlab-rate", type=float, default=0.0,
-                       help="open loop: requests/s over all processes (0: closed loop with -u users)")
-    group.add_argument("--loadlab-arrival", default="poisson", help="open loop: poisson | constant | gamma")
-    group.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
-    group.add_argument("--loadlab-out", default="", include_in_web_ui=False,
-                       help="run folder for every request record (on the master / single process)")
+    # On Locust's parser itself: its argument groups do not take is_secret / include_in_web_ui.
+    parser.add_argument("--loadlab-model", default="",
+                        help="model name sent in each request (default: the first of GET /v1/models)")
+    parser.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
+                        help="/chat/completions or /completions")
+    parser.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", is_secret=True,
+                        help="bearer token (default: $OPENAI_API_KEY); never written to disk")
+    parser.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
+    parser.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
+    parser.add_argument("--loadlab-rate", type=float, default=0.0,
+                        help="open loop: requests/s over all processes (0: closed loop with -u users)")
+    parser.add_argument("--loadlab-arrival", default="poisson", help="open loop: poisson | constant | gamma")
+    parser.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
+    parser.add_argument("--loadlab-out", default="", include_in_web_ui=False,
+                        help="run folder for every request record (on the master / single process)")
 
 
 def run_config(environment: Environment) -> RunConfig:
     """The RunConfig of the loadlab options and --host (UserError when one is wrong)."""
     o = environment.parsed_options
     rate = float(o.loadlab_rate or 0)
+    url = environment.host or ""
+    model = o.loadlab_model or (discover_model(url, o.loadlab_api_key, 10.0) if url else "")
     return apply_overrides(
-        RunConfig(), url=environment.host or "", model=o.loadlab_model, api=o.loadlab_api,
+        RunConfig(), url=url, model=model, api=o.loadlab_api,
         api_key=o.loadlab_api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
         rate=[rate] if rate > 0 else [], concurrency=[], arrival=o.loadlab_arrival,
         timeout=o.loadlab_timeout, out=o.loadlab_out)
@@ -120,12 +124,14 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         log.error("error: %s", e)
         sys.exit(2)
     writer.start_autoflush()
-    events_ = environment.events
-    events_.llm_request.add_listener(lambda record, **_: writer.add_requests([record]))
-    events_.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
-    events_.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
-    events_.test_stop.add_listener(lambda **_: writer.end_step(environment.loadlab.step.index, now())
-                                   if environment.loadlab.step else None)
+    hooks = environment.events
+    hooks.llm_request.add_listener(lambda record, **_: writer.add_requests([record]))
+    hooks.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
+    hooks.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
+
+    def end_step(**_) -> None:
+        if environment.loadlab.step is not None:
+            writer.end_step(environment.loadlab.step.index, now())
 
     def close(**_) -> None:
         # Locust quits the runner only after the quitting listeners: quit it first, so the
@@ -133,4 +139,5 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         environment.runner.quit()
         writer.close()
 
-    events_.quitting.add_listener(close)
+    hooks.test_stop.add_listener(end_step)
+    hooks.quitting.add_listener(close)

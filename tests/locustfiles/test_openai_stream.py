@@ -54,7 +54,7 @@ def test_headless_master_and_two_workers_write_one_run_folder(tmp_path):
 
 
 def test_bad_loadlab_option_is_one_line_error(tmp_path):
-    res = locust("--headless", "--host", "http://127.0.0.1:9", "--loadlab-input-len", "banana",
+    res = locust("--headless", "--host", "http://127.0.0.1:9", "--loadlab-model", "m", "--loadlab-input-len", "banana",
                  "--run-time", "1s", timeout=60)
     assert res.returncode == 2
     assert "error: " in res.stderr and "banana" in res.stderr and "Traceback" not in res.stderr
