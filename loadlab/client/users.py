@@ -8,6 +8,7 @@ all a worker process needs, so the same users run unchanged locally or on distri
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -36,6 +37,7 @@ from loadlab.workload.spec import RequestSpec
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 _IDLE_S = 0.05   # how often an idle user looks for a new step / budget
 CONNECT_BACKOFF_S = 0.1   # a closed-loop user pauses this long after a refused connection
+_WORKER_SEED_STRIDE = 1_000_003
 
 
 class RequestFailed(Exception):
@@ -49,7 +51,11 @@ class ProcessState:
         self.environment = environment
         ctx = self.ctx
         self.endpoint = Endpoint.from_config(ctx.config)
-        self.workload = make_workload(ctx.config.workload, ctx.config.api)
+        # Each process draws its own requests: the same seed everywhere would send identical
+        # prompts from every worker (and let a prefix cache flatter the server).
+        workload = ctx.config.workload
+        seed = workload.seed + _WORKER_SEED_STRIDE * ctx.worker_index
+        self.workload = make_workload(dataclasses.replace(workload, seed=seed), ctx.config.api)
         self.in_flight = 0             # requests sent here and not finished yet
         self.cap_waits = 0             # open-loop arrivals that found every slot taken
         self._issued: dict[int, int] = defaultdict(int)
@@ -183,6 +189,7 @@ class OpenLoopUser(LLMUser):
         gaps = iter(())
         try:
             while self._state != LOCUST_STATE_STOPPING:
+                ctx = self.state.ctx
                 step = ctx.step
                 if step is None or step.mode != "open":
                     gevent.sleep(_IDLE_S)
