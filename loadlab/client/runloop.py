@@ -115,10 +115,13 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     plans = plan_steps(config)
     anchor = process_anchor()
     collectors = build_collectors(config)
-    writer = RunWriter(folder, config, anchor)
-    writer.start_autoflush(1.0)
-
     env, runner = _start_environment(config, plans[0].mode, anchor)
+    try:
+        writer = RunWriter(folder, config, anchor)
+    except BaseException:
+        runner.quit()   # e.g. the folder already holds a run: end the workers too
+        raise
+    writer.start_autoflush(1.0)
     tally = Tally()
 
     def on_record(record: RequestRecord, **_: object) -> None:
