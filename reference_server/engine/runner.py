@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 from datetime import timedelta
 from dataclasses import dataclass
 
@@ -159,6 +160,9 @@ def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int) -
             if box[0] is None:
                 break
             worker.execute(box[0])
+    except RuntimeError as e:   # rank 0 died: the connection closed under a collective
+        print(f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})",
+              file=sys.stderr)
     finally:
         dist.destroy_process_group()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import psutil
+
 from reference_server.config import EngineConfig
 from reference_server.engine.runner import build_step, kv_layout
 from reference_server.engine.scheduler import ScheduledChunk
@@ -59,6 +61,8 @@ def test_tensor_parallel_2_gives_the_same_greedy_output_and_measures_collectives
     assert double == single
     assert steps2 == steps1 > 0
     assert collective1 == 0.0 and collective2 > 0.0
+    ranks = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+    assert not ranks                    # the worker rank ended with the engine
 
 
 def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None:
