@@ -16,6 +16,7 @@ import time
 import torch
 
 from reference_server.config import EngineConfig
+from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.metrics import EngineMetrics
 from reference_server.engine.runner import DTYPES, ModelRunner, build_step, kv_layout
@@ -226,61 +227,20 @@ class AsyncEngine:
             m.itl.observe(now - seq.last_token)
         seq.last_token = now
         seq.output_ids.append(token)
-        p = seq.params
-        if token == self.tokenizer.eos_token_id:
-            return self._finish(seq, "stop", TokenOutput(token, self._take_text(seq, len(seq.text))))
-        seq.text += self.tokenizer.decode([token])
-        out = TokenOutput(token, "")
-        for stop in p.stop:
-            # A stop string can only end at the newest character: search just the tail.
-            at = seq.text.find(stop, max(0, len(seq.text) - len(stop) - 1)) if stop else -1
-            if at >= 0:
-                out.text = self._take_text(seq, at)
-                return self._finish(seq, "stop", out)
-        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            out.text = self._take_text(seq, len(seq.text))
-            return self._finish(seq, "length", out)
-        out.text = self._take_text(seq, len(seq.text) - self._held_back(seq))
-        return self._streams[seq.request_id], self._counted(seq, out)
-
-    def _held_back(self, seq: Sequence) -> int:
-        """Characters at the end of the text that may be the start of a stop string: not sent yet."""
-        held = 0
-        for stop in seq.params.stop:
-            for n in range(min(len(stop) - 1, len(seq.text)), held, -1):
-                if seq.text.endswith(stop[:n]):
-                    held = n
-                    break
-        return held
-
-    def _take_text(self, seq: Sequence, end: int) -> str:
-        text = seq.text[seq.emitted:end]
-        seq.emitted = max(seq.emitted, end)
-        return text
-
-    def _counted(self, seq: Sequence, out: TokenOutput) -> TokenOutput:
-        out.prompt_tokens = len(seq.prompt_ids)
-        out.output_tokens = len(seq.output_ids)
-        return out
+        text, reason = stopping.advance(seq, token, self.tokenizer, self.max_model_len)
+        out = TokenOutput(token, text)
+        if reason is not None:
+            return self._finish(seq, reason, out)
+        return self._streams[seq.request_id], _counted(seq, out)
 
     def _finish(self, seq: Sequence, reason: str, out: TokenOutput) -> tuple[RequestStream, TokenOutput]:
         """Free seq's blocks, record its metrics and mark `out` as its final output."""
         self.scheduler.remove(seq)
         out.finish_reason = reason
-        m, end = self.metrics, time.monotonic()
-        m.request_finished(reason)
-        m.e2e.observe(end - seq.arrival)
-        m.prompt_tokens_per_request.observe(len(seq.prompt_ids))
-        m.generation_tokens_per_request.observe(len(seq.output_ids))
-        if seq.first_scheduled is not None:
-            m.queue_time.observe(seq.first_scheduled - seq.arrival)
-            if seq.first_token is not None:
-                m.prefill_time.observe(seq.first_token - seq.first_scheduled)
-                m.decode_time.observe(seq.last_token - seq.first_token)
-                m.inference_time.observe(seq.last_token - seq.first_scheduled)
+        self.metrics.request_finished(seq, reason, time.monotonic())
         with self._lock:
             stream = self._streams.pop(seq.request_id)
-        return stream, self._counted(seq, out)
+        return stream, _counted(seq, out)
 
     def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float,
                      generated: int) -> None:
@@ -354,6 +314,12 @@ def _validate(config: EngineConfig) -> None:
     if config.device == "cuda" and config.tensor_parallel > torch.cuda.device_count():
         raise ValueError(f"tensor_parallel={config.tensor_parallel} needs that many CUDA devices; "
                          f"{torch.cuda.device_count()} found")
+
+
+def _counted(seq: Sequence, out: TokenOutput) -> TokenOutput:
+    out.prompt_tokens = len(seq.prompt_ids)
+    out.output_tokens = len(seq.output_ids)
+    return out
 
 
 def _put_all(outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from reference_server.engine.sequence import Sequence
+
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -84,5 +86,15 @@ class EngineMetrics:
         for reason in ("stop", "length", "abort"):
             self._success.labels(**values, finished_reason=reason)   # export zeros from the start
 
-    def request_finished(self, reason: str) -> None:
+    def request_finished(self, seq: Sequence, reason: str, now: float) -> None:
+        """Count a finished request and observe its phases (those it reached)."""
         self._success.labels(**self._values, finished_reason=reason).inc()
+        self.e2e.observe(now - seq.arrival)
+        self.prompt_tokens_per_request.observe(len(seq.prompt_ids))
+        self.generation_tokens_per_request.observe(len(seq.output_ids))
+        if seq.first_scheduled is not None:
+            self.queue_time.observe(seq.first_scheduled - seq.arrival)
+            if seq.first_token is not None:
+                self.prefill_time.observe(seq.first_token - seq.first_scheduled)
+                self.decode_time.observe(seq.last_token - seq.first_token)
+                self.inference_time.observe(seq.last_token - seq.first_scheduled)

@@ -1,0 +1,45 @@
+"""When a sequence stops, and how much of its text may be streamed yet.
+
+Text that could be the start of a stop string is held back until it is clear either way, so a
+client never sees part of a stop string; the stop string itself is never sent.
+"""
+
+from __future__ import annotations
+
+from reference_server.engine.sequence import Sequence
+from reference_server.tokenizer import ByteTokenizer
+
+
+def advance(seq: Sequence, token: int, tokenizer: ByteTokenizer, max_model_len: int) -> tuple[str, str | None]:
+    """Account for seq's newest token (already in output_ids): the text to send now and the finish
+    reason ("stop", "length") or None."""
+    p = seq.params
+    if token == tokenizer.eos_token_id:
+        return _take(seq, len(seq.text)), "stop"
+    seq.text += tokenizer.decode([token])
+    for stop in p.stop:
+        # A stop string can only end at the newest character: search just the tail.
+        at = seq.text.find(stop, max(0, len(seq.text) - len(stop) - 1)) if stop else -1
+        if at >= 0:
+            return _take(seq, at), "stop"
+    if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= max_model_len:
+        return _take(seq, len(seq.text)), "length"
+    return _take(seq, len(seq.text) - _held_back(seq)), None
+
+
+def _held_back(seq: Sequence) -> int:
+    """How many characters at the end of the text may be the start of a stop string."""
+    held = 0
+    for stop in seq.params.stop:
+        for n in range(min(len(stop) - 1, len(seq.text)), held, -1):
+            if seq.text.endswith(stop[:n]):
+                held = n
+                break
+    return held
+
+
+def _take(seq: Sequence, end: int) -> str:
+    """The text from what was already sent up to `end`, now marked as sent."""
+    text = seq.text[seq.emitted:end]
+    seq.emitted = max(seq.emitted, end)
+    return text
