@@ -7,6 +7,7 @@ way (see locustfiles/openai_stream.py); records and context travel through loadl
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import os
 import signal
@@ -42,8 +43,8 @@ def start_master_with_workers(environment: Environment, n: int,
     port = _free_port()
     runner = environment.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
     shipper = MasterShipper(environment)
-    procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)])
-             for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)],
+                              preexec_fn=_die_with_parent) for _ in range(n)]
     atexit.register(_kill, procs)   # a crash of this process must not leave workers behind
     runner.greenlet.spawn(_end_with_runner, procs)
 
@@ -57,6 +58,14 @@ def start_master_with_workers(environment: Environment, n: int,
             raise UserError(f"could not start {n} load-generator processes: {why}")
         gevent.sleep(0.05)
     return runner
+
+
+def _die_with_parent() -> None:
+    """In the worker, before exec: SIGTERM when this process dies, even by kill -9 (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):   # not Linux: Locust's heartbeat ends orphans after 60 s
+        pass
 
 
 def _end_with_runner(procs: list[subprocess.Popen]) -> None:

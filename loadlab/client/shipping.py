@@ -216,7 +216,10 @@ class MasterShipper:
         for client_id in list(self._pending):
             self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
         deadline = time.monotonic() + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
-        while self._pending and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            self._pending &= set(self.ready_workers())   # a worker that died is not waited for
+            if not self._pending:
+                return
             gevent.sleep(0.05)
         if self._pending:
             log.warning("no final records from %d worker(s) after %.0f s: %s", len(self._pending),

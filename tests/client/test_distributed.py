@@ -7,15 +7,17 @@ mock says it served (GET /truth): no record lost, none counted twice, every work
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from loadlab.store.reader import load_run
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab
@@ -112,3 +114,33 @@ def test_interrupt_mid_stream_loses_no_record(tmp_path):
     assert sorted(df["request_id"]) == sorted(t["request_id"] for t in served)
     assert (df["error"] == "aborted").all()
     assert df["worker"].nunique() == 2
+
+
+def test_a_worker_killed_mid_run_costs_only_its_unsent_requests(tmp_path):
+    """kill -9 of one worker: the run goes on with the other, ends on time, keeps what was shipped."""
+    port, out = free_port(), tmp_path / "run"
+    with mock(port):
+        args = [str(BIN / "loadlab"), *run_args(port, out, "--concurrency", "4", "--duration", "6",
+                                                 "--output-len", "16", "--processes", "2")]
+        proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 90
+            while not list((out / "requests").glob("part-*.parquet")):   # records are arriving
+                assert time.monotonic() < deadline and proc.poll() is None, "load never started"
+                time.sleep(0.2)
+            time.sleep(1.0)   # at least one more shipment from each worker
+            victim = psutil.Process(proc.pid).children()[0]
+            victim_id = f"{socket.gethostname()}:{victim.pid}"
+            os.kill(victim.pid, signal.SIGKILL)
+            _, stderr = proc.communicate(timeout=60)   # bounded: no wait for the dead worker's "done"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, stderr
+    run = load_run(out)
+    assert run.meta.status == "finished"
+    counts = run.requests["worker"].value_counts()
+    assert len(counts) == 2 and counts[victim_id] > 0   # what the dead worker had shipped is kept
+    assert (run.requests["error"] == "").all()
