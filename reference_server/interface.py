@@ -1,7 +1,8 @@
 """The contract between the serving engine and the HTTP API.
 
 The API turns an OpenAI request into token ids and SamplingParams, calls
-`AsyncEngine.generate(...)` and streams the TokenOutputs it yields. The engine owns the
+`AsyncEngine.add_request(request_id, prompt_ids, params)` and streams the TokenOutputs of the
+RequestStream it returns. The engine owns the
 scheduler, the KV cache, the model and the Prometheus registry that `/metrics` serves.
 """
 

@@ -4,6 +4,7 @@ preemption, static vs continuous batching, paged vs contiguous KV, queue limits,
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import replace
 
 import pytest
@@ -258,3 +259,37 @@ def test_configuration_errors_are_clear() -> None:
         AsyncEngine(config(weights="/nonexistent/model.safetensors"))
     with pytest.raises(ValueError, match="does not divide num_kv_heads"):
         AsyncEngine(config(tensor_parallel=4))
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_random_configurations_finish_every_request_and_return_every_block(trial: int) -> None:
+    rng = random.Random(trial)
+    block_size = rng.choice([4, 8, 16])
+    cfg = config(block_size=block_size, num_kv_blocks=rng.randint(128 // block_size, 512 // block_size),
+                 max_num_batched_tokens=rng.choice([8, 16, 64, 256]), long_prefill_token_threshold=rng.choice([0, 4, 16]),
+                 max_num_seqs=rng.choice([1, 3, 8]), batching=rng.choice(["continuous", "static"]),
+                 kv=rng.choice(["paged", "contiguous"]), static_batch_timeout=0.01)
+    requests = [([rng.randint(0, 255) for _ in range(rng.randint(1, 127))],
+                 SamplingParams(max_tokens=rng.randint(1, 30), temperature=rng.choice([0, 1.0]),
+                                min_tokens=rng.choice([0, 5]), stop=rng.choice([[], ["a"], ["xy", "~"]])),
+                 rng.random() < 0.2) for _ in range(10)]
+
+    async def one(engine, i, prompt, params, abort):
+        await asyncio.sleep(i * 0.005)
+        stream = engine.add_request(f"r{i}", prompt, params)
+        outputs = []
+        async for out in stream:
+            outputs.append(out)
+            if abort and len(outputs) == 2:
+                stream.abort()
+        return len(prompt), params, outputs[-1]
+
+    async def scenario(engine):
+        return await asyncio.gather(*(one(engine, i, *r) for i, r in enumerate(requests)))
+
+    for prompt_len, params, last in run_engine(cfg, scenario):
+        assert last.finish_reason in ("stop", "length", "abort")
+        if last.finish_reason == "length":
+            assert last.output_tokens == params.max_tokens or prompt_len + last.output_tokens == 128
+        if last.finish_reason == "stop" and not params.stop:
+            assert last.output_tokens > params.min_tokens      # EOS only after min_tokens
