@@ -12,6 +12,7 @@ import errno
 import json
 import math
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -141,8 +142,10 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
         except (HTTPParseError, ConnectionResetError, BrokenPipeError) as e:
             raise _Failure(ErrorCategory.DISCONNECT, f"closed before the response: {e}") from None
         except OSError as e:
-            if isinstance(e, socket.gaierror) or e.errno in _CONNECT_ERRNOS:
-                raise _Failure(ErrorCategory.CONNECT, str(e)) from None
+            # Before a response only the connection can time out (the sockets of loadlab's
+            # users have no read timeout): an unreachable host, like a refusal or a TLS failure.
+            if isinstance(e, (socket.gaierror, TimeoutError, ssl.SSLError)) or e.errno in _CONNECT_ERRNOS:
+                raise _Failure(ErrorCategory.CONNECT, str(e) or type(e).__name__) from None
             raise
         rec.status = resp.status_code
         if rec.status != 200:

@@ -209,3 +209,15 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     step = json.loads((out / "summary.json").read_text())["steps"][0]
     assert step["sent"] == len(data.requests) == step["succeeded"] + step["failed"] + step["aborted"]
     assert "[interrupted]" in stdout
+
+
+def test_flags_override_the_scenario_file(mock, tmp_path):
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nduration = 30\n'
+                        f'[workload]\noutput_len = "4"\n')
+    out = tmp_path / "scenario-run"
+    run_ok("-c", str(scenario), "--rate", "20", "--requests", "5", "--out", str(out))
+    run = load_run(out)
+    assert [s.label for s in run.meta.steps] == ["rate=20"]       # the flag chose the load model
+    assert len(run.requests) == 5 and (run.requests["completion_tokens"] == 4).all()
+    assert run.meta.config["rate"] == [20.0] and run.meta.config["concurrency"] == []
