@@ -6,7 +6,7 @@ calls runner.start/stop/quit, sets `environment.loadlab.step` and listens to `ll
 Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and/or until its
 `--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
 DEFAULT_STEP_SECONDS. After the last step no new request starts; requests in flight get up to the
-per-request timeout to finish, then are aborted (counted, category "aborted").
+per-request timeout to finish; on Ctrl-C they are aborted (counted, category "aborted").
 """
 
 from __future__ import annotations
@@ -181,6 +181,8 @@ def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
     user = ClosedLoopUser if mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user], host=Endpoint.from_config(config).base_url)
     add_loadlab_events(env.events)
+    # Users stopped by a smaller next step (or the end) finish the request they are on.
+    env.stop_timeout = config.timeout
     env.loadlab = ClientContext(config=config, worker=f"{socket.gethostname()}:{os.getpid()}",
                                 worker_count=config.processes, anchor=anchor)
     if config.processes > 1:
