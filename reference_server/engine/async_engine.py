@@ -71,9 +71,9 @@ class AsyncEngine:
         self.config = config
         self.shape = PRESETS[config.preset]
         self.tokenizer = ByteTokenizer()
-        self.max_model_len = min(config.max_model_len or self.shape.max_position, self.shape.max_position)
         self.model_name = config.model_name
-        layout = kv_layout(config, self.max_model_len)
+        layout = kv_layout(config)
+        self.max_model_len = layout.max_model_len
         self._layout = layout
         self.blocks = BlockManager(layout.num_blocks, layout.block_size, layout.blocks_per_slab)
         self.scheduler = Scheduler(config, self.blocks)

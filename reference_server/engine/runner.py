@@ -41,26 +41,34 @@ class StepInput:
 
 @dataclass(frozen=True)
 class KVLayout:
-    """How many KV blocks this configuration gets and whether they form per-sequence slabs."""
+    """How many KV blocks this configuration gets, the context length, and whether blocks form slabs."""
 
     num_blocks: int
     block_size: int
+    max_model_len: int
     blocks_per_slab: int          # 0 = paged
 
 
-def kv_layout(config: EngineConfig, max_model_len: int) -> KVLayout:
-    """Size the KV pool from num_kv_blocks or the kv_memory_gb budget (per rank)."""
+def kv_layout(config: EngineConfig) -> KVLayout:
+    """Size the KV pool from num_kv_blocks or the kv_memory_gb budget (per rank).
+
+    max_model_len 0 means the preset's context, capped at what the pool can hold for one sequence.
+    """
     shape = PRESETS[config.preset]
     tp = TensorParallel(0, config.tensor_parallel)
     kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
     bytes_per_block = 2 * shape.num_layers * config.block_size * kv_heads * shape.head_dim \
         * DTYPES[config.dtype].itemsize
     num_blocks = config.num_kv_blocks or int(config.kv_memory_gb * 1e9 // bytes_per_block)
+    if config.max_model_len > shape.max_position:
+        raise ValueError(f"max_model_len={config.max_model_len} is beyond the {shape.name} preset's "
+                         f"context of {shape.max_position} tokens")
+    max_model_len = config.max_model_len or min(shape.max_position, num_blocks * config.block_size)
     per_seq = -(-max_model_len // config.block_size)
-    if num_blocks < per_seq:
+    if num_blocks < max(per_seq, 1) or max_model_len < 2:
         raise ValueError(f"KV cache of {num_blocks} blocks x {config.block_size} tokens cannot hold one "
                          f"sequence of max_model_len={max_model_len}: raise kv_memory_gb or num_kv_blocks")
-    return KVLayout(num_blocks, config.block_size, per_seq if config.kv == "contiguous" else 0)
+    return KVLayout(num_blocks, config.block_size, max_model_len, per_seq if config.kv == "contiguous" else 0)
 
 
 def build_step(chunks: list[ScheduledChunk], block_size: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import psutil
+import pytest
 
 from reference_server.config import EngineConfig
 from reference_server.engine.runner import build_step, kv_layout
@@ -33,12 +34,19 @@ def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
     assert sampled == [decode, finishing]      # row order, not scheduling order
 
 
-def test_kv_budget_sets_the_number_of_blocks() -> None:
+def test_kv_budget_sets_the_number_of_blocks_and_caps_the_default_context() -> None:
     # tiny: 4 layers x 2 kv heads x 64 dims x 2 (K and V) x 4 bytes = 4 KiB per token
-    layout = kv_layout(EngineConfig(preset="tiny", kv_memory_gb=0.004096 * 16, block_size=16), 1024)
-    assert layout.num_blocks == 1000 and layout.blocks_per_slab == 0
-    assert kv_layout(EngineConfig(preset="tiny", tensor_parallel=2, kv_memory_gb=0.004096 * 16), 1024).num_blocks == 2000
-    assert kv_layout(EngineConfig(preset="tiny", kv="contiguous", num_kv_blocks=200), 1000).blocks_per_slab == 63
+    layout = kv_layout(EngineConfig(preset="tiny", kv_memory_gb=0.004096 * 16, block_size=16))
+    assert (layout.num_blocks, layout.max_model_len, layout.blocks_per_slab) == (1000, 1024, 0)
+    assert kv_layout(EngineConfig(preset="tiny", tensor_parallel=2, kv_memory_gb=0.004096 * 16)).num_blocks == 2000
+    small_pool = kv_layout(EngineConfig(preset="tiny", num_kv_blocks=40, block_size=16))
+    assert small_pool.max_model_len == 640          # the preset's 1024 would not fit: capped
+    contiguous = kv_layout(EngineConfig(preset="tiny", kv="contiguous", num_kv_blocks=200, max_model_len=1000))
+    assert contiguous.blocks_per_slab == 63
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        kv_layout(EngineConfig(preset="tiny", num_kv_blocks=40, max_model_len=1000))
+    with pytest.raises(ValueError, match="beyond the tiny preset's context"):
+        kv_layout(EngineConfig(preset="tiny", max_model_len=4096))
 
 
 def greedy_texts_and_collective(tp: int) -> tuple[list[str], float, float]:
