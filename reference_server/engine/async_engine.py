@@ -22,7 +22,7 @@ from reference_server.engine.metrics import EngineMetrics
 from reference_server.engine.runner import DTYPES, ModelRunner, build_step, kv_layout
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
-from reference_server.engine.sequence import Sequence, Status
+from reference_server.engine.sequence import Sequence
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
