@@ -41,12 +41,13 @@ log = logging.getLogger("loadlab")
 
 @events.init_command_line_parser.add_listener
 def add_options(parser) -> None:
-    # On Locust's parser itself: its argument groups do not take is_secret / include_in_web_ui.
+    # On Locust's parser itself: its argument groups do not take include_in_web_ui.
     parser.add_argument("--loadlab-model", default="",
                         help="model name sent in each request (default: the first of GET /v1/models)")
     parser.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
                         help="/chat/completions or /completions")
-    parser.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", is_secret=True,
+    # Not in the web UI: Locust would put its value into the page's source.
+    parser.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", include_in_web_ui=False,
                         help="bearer token (default: $OPENAI_API_KEY); never written to disk")
     parser.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
     parser.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
@@ -99,8 +100,10 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
 
     @events.test_start.add_listener
     def begin_step(environment: Environment, **_) -> None:
-        # The web UI may have changed the host or the options since init.
+        # Each test started (from the web UI, again and again) is a new step of the run; the host
+        # and the options may have changed since init.
         context = environment.loadlab
+        index = 0 if context.step is None else context.step.index + 1
         context.config = run_config(environment)
         rate = context.config.rate
         users, processes = environment.runner.target_user_count, environment.runner.worker_count
@@ -110,7 +113,8 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
         target = rate[0] if rate else users
         mode = "open" if rate else "closed"
         label = f"rate={target:g}" if rate else f"concurrency={target}"
-        step = StepInfo(index=0, label=label, mode=mode, target=target, start_time=now())
+        step = StepInfo(index=index, label=label, mode=mode, target=target, start_time=now())
+        live.reset()   # like Locust's own statistics, the LLM tab shows the current test
         context.step = step
         loadlab_events.llm_step.fire(step=step)
 

@@ -54,8 +54,8 @@ def test_llm_tab_shows_exact_live_numbers(tmp_path):
                "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "10",
                "--loadlab-model", "mock", "--loadlab-output-len", "16", "--loadlab-out", str(out)],
               ready_url=web + "/loadlab/stats", timeout=90, log=tmp_path / "locust.log") as locust:
-        live = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["requests_ok"] >= 10 and s,
-                        60, "10 finished requests")
+        live = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["requests_ok"] >= 10
+                        and s["requests_failed"] >= 1 and s, 60, "10 finished requests and an injected error")
         # While it runs: real latencies of the mock (50 ms to the first token, 20 ms between tokens).
         assert live["latency_ms"]["ttft"]["p50"] >= 45
         assert 15 <= live["latency_ms"]["itl"]["p50"] <= 200
