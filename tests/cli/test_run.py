@@ -221,3 +221,18 @@ def test_flags_override_the_scenario_file(mock, tmp_path):
     assert [s.label for s in run.meta.steps] == ["rate=20"]       # the flag chose the load model
     assert len(run.requests) == 5 and (run.requests["completion_tokens"] == 4).all()
     assert run.meta.config["rate"] == [20.0] and run.meta.config["concurrency"] == []
+
+
+def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
+    """~20 requests in flight at once: a pool of Locust's default 10 sockets would queue half of
+    them and their TTFT (from the scheduled time) would grow by a whole request."""
+    out = tmp_path / "pool"
+    run_ok("--url", mock, "--model", "m", "--rate", "40", "--arrival", "constant", "--requests", "30",
+           "--output-len", "50", "--out", str(out))
+    req = load_run(out).requests
+    assert len(req) == 30 and req["error"].eq("").all()
+    starts, ends = req["send_time"].to_numpy(), req["end_time"].to_numpy()
+    peak = max(((starts <= t) & (ends > t)).sum() for t in starts)
+    assert peak >= 15
+    ttft = (req["first_token_time"] - req["scheduled_time"]).sort_values()
+    assert ttft.iloc[int(0.9 * len(ttft))] < 0.3      # the mock's TTFT is 0.02 s; a request lasts ~0.5 s
