@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,8 +24,6 @@ from loadlab.errors import UserError
 CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
 EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are signalled
 
-log = logging.getLogger(__name__)
-
 
 def start_master_with_workers(environment: Environment, n: int,
                               timeout: float = CONNECT_TIMEOUT_S) -> MasterRunner:
@@ -40,8 +36,9 @@ def start_master_with_workers(environment: Environment, n: int,
     """
     if n < 1:
         raise UserError(f"processes must be >= 1, got {n}")
-    port = _free_port()
-    runner = environment.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=port)
+    # Port 0: ZeroMQ picks a free port itself (no race with other programs for it).
+    runner = environment.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=0)
+    port = runner.server.port
     shipper = MasterShipper(environment)
     procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)],
                               preexec_fn=_die_with_parent) for _ in range(n)]
@@ -94,8 +91,3 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
