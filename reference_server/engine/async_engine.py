@@ -195,6 +195,7 @@ class AsyncEngine:
             with self._lock:
                 if not self._inbox and not self._aborts and not self._stopping:
                     self._lock.wait(STATIC_POLL if self.scheduler.waiting else IDLE_WAIT)
+            runner.keepalive()
         return True
 
     def _find(self, request_id: str) -> Sequence | None:

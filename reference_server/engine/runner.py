@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from datetime import timedelta
 from dataclasses import dataclass
 
@@ -25,7 +26,11 @@ from reference_server.engine.sequence import Sequence
 from reference_server.model import PRESETS, load_model
 from reference_server.parallel import TensorParallel
 
-RENDEZVOUS_TIMEOUT = 60     # seconds; a rank that never arrives fails start() instead of hanging it
+# Every collective (the rendezvous included) fails after this long: enough for a rank to load a big
+# checkpoint. An idle rank 0 sends a keepalive more often, so waiting workers never time out.
+COLLECTIVE_TIMEOUT = 600     # seconds
+KEEPALIVE_EVERY = 5.0        # seconds
+KEEPALIVE = "keepalive"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -146,28 +151,29 @@ def _set_threads(config: EngineConfig) -> None:
         torch.set_num_threads(config.cpu_threads or max(1, spare // config.tensor_parallel))
 
 
-def _init_group(config: EngineConfig, rank: int, port: int) -> None:
+def _init_group(config: EngineConfig, rank: int, port: int, timeout: float) -> None:
     backend = "nccl" if config.device == "cuda" else "gloo"
     if config.device == "cuda":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=config.tensor_parallel, timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT))
+                            world_size=config.tensor_parallel, timeout=timedelta(seconds=timeout))
 
 
-def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int) -> None:
+def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int, timeout: float) -> None:
     """A worker rank: run every step rank 0 broadcasts until it sends None (or goes away)."""
     # Ctrl-C reaches the whole process group: only rank 0 decides when the workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_threads(config)
-    _init_group(config, rank, port)
+    _init_group(config, rank, port, timeout)
     worker = Worker(config, layout, TensorParallel(rank, config.tensor_parallel))
     try:
         while True:
-            box: list[StepInput | None] = [None]
+            box: list[StepInput | str | None] = [None]
             dist.broadcast_object_list(box, src=0)
             if box[0] is None:
                 break
-            worker.execute(box[0])
+            if box[0] != KEEPALIVE:
+                worker.execute(box[0])
     except RuntimeError as e:   # rank 0 died: the connection closed under a collective
         print(f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})",
               file=sys.stderr)
@@ -185,20 +191,29 @@ class ModelRunner:
         if self.world_size > 1:
             port = _free_port()
             ctx = mp.get_context("spawn")
-            self.processes = [ctx.Process(target=_worker_main, args=(config, layout, r, port), daemon=True)
+            self.processes = [ctx.Process(target=_worker_main, args=(config, layout, r, port, COLLECTIVE_TIMEOUT),
+                                          daemon=True)
                               for r in range(1, self.world_size)]
             for p in self.processes:
                 p.start()
-            _init_group(config, 0, port)
+            _init_group(config, 0, port, COLLECTIVE_TIMEOUT)
         self.worker = Worker(config, layout, TensorParallel(0, self.world_size))
+        self._last_broadcast = time.monotonic()
 
     def execute(self, step: StepInput) -> tuple[torch.Tensor, float]:
         """Logits of the sample rows and the seconds spent in collectives during this step."""
         if self.world_size > 1:
             self.worker.tp.take_collective_seconds()
             dist.broadcast_object_list([step], src=0)
+            self._last_broadcast = time.monotonic()
         logits = self.worker.execute(step)
         return logits, self.worker.tp.take_collective_seconds()
+
+    def keepalive(self) -> None:
+        """Call while idle: tells the worker ranks, blocked in a broadcast, that rank 0 is alive."""
+        if self.world_size > 1 and time.monotonic() - self._last_broadcast >= KEEPALIVE_EVERY:
+            dist.broadcast_object_list([KEEPALIVE], src=0)
+            self._last_broadcast = time.monotonic()
 
     def shutdown(self) -> None:
         """Stop the worker ranks and leave the process group."""

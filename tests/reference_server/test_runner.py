@@ -92,3 +92,18 @@ def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None
         "x", [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[0, 1]), 1)], 4, 2)
     assert apart.meta.decode_first_slab == -1                                          # slabs 0 and 2
     assert build_step([ScheduledChunk(s, 1) for s in seqs], 4)[0].meta.decode_first_slab == -1   # paged
+
+
+def test_tensor_parallel_engine_survives_idling_past_the_collective_timeout(monkeypatch) -> None:
+    from reference_server.engine import runner
+
+    monkeypatch.setattr(runner, "COLLECTIVE_TIMEOUT", 3)
+    monkeypatch.setattr(runner, "KEEPALIVE_EVERY", 0.5)
+
+    async def scenario(engine):
+        await asyncio.sleep(5)          # without keepalives the idle worker rank times out here
+        result = await collect(engine.add_request("late", [65] * 4, SamplingParams(max_tokens=4)))
+        return result.finish_reason, engine.healthy
+
+    config = EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=16, tensor_parallel=2)
+    assert run_engine(config, scenario, timeout=60) == ("length", True)
