@@ -62,7 +62,8 @@ class ParallelLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.split == "column":
             return super().forward(x)
-        return self.tp.all_reduce(nn.functional.linear(x, self.weight)) 
+        out = self.tp.all_reduce(nn.functional.linear(x, self.weight))
+        return out if self.bias is None else out + self.bias   # the bias once, after the sum
 
     def shard_dim(self, param_name: str) -> int | None:
         """Which dimension of the full checkpoint tensor this rank slices (None: replicated)."""
