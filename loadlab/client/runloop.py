@@ -181,8 +181,6 @@ def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
     user = ClosedLoopUser if mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user], host=Endpoint.from_config(config).base_url)
     add_loadlab_events(env.events)
-    # Users stopped by a smaller next step (or the end) finish the request they are on.
-    env.stop_timeout = config.timeout
     env.loadlab = ClientContext(config=config, worker=f"{socket.gethostname()}:{os.getpid()}",
                                 worker_count=config.processes, anchor=anchor)
     if config.processes > 1:
@@ -192,6 +190,9 @@ def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
     else:
         runner = env.create_local_runner()
         env.events.init.fire(environment=env, runner=runner, web_ui=None)
+        # Users stopped by a smaller next step finish the request they are on. (Not on a master:
+        # workers keep the stop_timeout of their spawn message, and Ctrl-C must stop them at once.)
+        env.stop_timeout = config.timeout
     return env, runner
 
 
