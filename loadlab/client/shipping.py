@@ -49,7 +49,8 @@ HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loa
                                         "loadlab_flush", "loadlab_done")
 SHIP_INTERVAL_S = 0.5          # a worker sends its records at least this often
 STEP_WATCH_S = 0.02           # the master notices a step set without llm_step this fast
-FINAL_FLUSH_GRACE_S = 15.0     # the master waits this long (plus stop_timeout) for workers' DONE
+FINAL_FLUSH_GRACE_S = 15.0     # the master waits this long (plus stop_timeout) for workers' DONE ...
+MISSING_WORKER_WAIT_S = 5.0    # ... but only this long for one Locust marks missing (dead, or starved)
 
 log = logging.getLogger(__name__)
 
@@ -208,22 +209,27 @@ class MasterShipper:
             gevent.sleep(0.05)
 
     def collect_final_records(self) -> None:
-        """Ask every worker to stop, send its last records and answer DONE; wait (bounded) for all."""
+        """Ask every worker to stop, send its last records and answer DONE; wait (bounded) for all.
+
+        A worker Locust marks missing (no heartbeat for 3 s) may only be starved of CPU: it is
+        asked too, but waited for at most MISSING_WORKER_WAIT_S (a dead one costs that much).
+        """
         self._round += 1
-        self._pending = set(self.ready_workers())
-        if not self._pending:
-            return
-        for client_id in list(self._pending):
+        clients = self.runner.clients
+        self._pending = {c for c in self.workers if c in clients}
+        for client_id in self._pending:
             self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
-        deadline = time.monotonic() + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
-        while time.monotonic() < deadline:
-            self._pending &= set(self.ready_workers())   # a worker that died is not waited for
-            if not self._pending:
+        now = time.monotonic()
+        live_deadline = now + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
+        missing_deadline = now + MISSING_WORKER_WAIT_S
+        while self._pending:
+            self._pending &= set(clients)   # Locust forgot it: gone for good
+            live = self._pending & set(self.ready_workers())
+            if time.monotonic() > (live_deadline if live else missing_deadline):
+                log.warning("no final records from %d worker(s): %s", len(self._pending),
+                            ", ".join(self.workers[c] for c in self._pending))
                 return
             gevent.sleep(0.05)
-        if self._pending:
-            log.warning("no final records from %d worker(s) after %.0f s: %s", len(self._pending),
-                        FINAL_FLUSH_GRACE_S, ", ".join(self.workers.get(c, c) for c in self._pending))
 
     def _on_step(self, step: StepInfo, **_: Any) -> None:
         self.environment.loadlab.step = step

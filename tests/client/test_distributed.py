@@ -103,7 +103,7 @@ def test_interrupt_mid_stream_loses_no_record(tmp_path):
                 time.sleep(0.2)
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
-            proc.wait(60)
+            proc.wait(90)
         finally:
             if proc.poll() is None:
                 proc.kill()
