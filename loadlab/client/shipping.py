@@ -168,11 +168,19 @@ class MasterShipper:
         runner.register_message(DONE, self._on_done)
         runner.greenlet.spawn(self._watch_step)
 
-    def ready_workers(self) -> list[str]:
-        """Client ids of the connected workers that said HELLO, in Locust's worker-index order."""
-        clients = self.runner.clients
-        ids = [c for c in self.workers if c in clients and clients[c].state != STATE_MISSING]
+    def joined_workers(self) -> list[str]:
+        """Client ids of the workers that said HELLO and Locust still knows, in worker-index order.
+
+        Workers Locust marks missing (no heartbeat for 3 s, maybe only starved of CPU) stay in:
+        the worker count that splits the open-loop rate must not jump when one is slow.
+        """
+        ids = [c for c in self.workers if c in self.runner.clients]
         return sorted(ids, key=self.runner.get_worker_index)
+
+    def ready_workers(self) -> list[str]:
+        """The joined workers that are not missing."""
+        clients = self.runner.clients
+        return [c for c in self.joined_workers() if clients[c].state != STATE_MISSING]
 
     def in_flight_total(self) -> int:
         """Requests in flight over all connected workers (as last reported)."""
@@ -183,7 +191,7 @@ class MasterShipper:
         context: ClientContext | None = getattr(self.environment, "loadlab", None)
         if context is None:
             return
-        workers = self.ready_workers()
+        workers = self.joined_workers()
         self._seq += 1
         self._sent_step = context.step
         base = {"seq": self._seq, "config": context.config.to_dict(), "api_key": context.config.api_key,
@@ -216,7 +224,7 @@ class MasterShipper:
         """
         self._round += 1
         clients = self.runner.clients
-        self._pending = {c for c in self.workers if c in clients}
+        self._pending = set(self.joined_workers())
         for client_id in self._pending:
             self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
         now = time.monotonic()
@@ -234,7 +242,7 @@ class MasterShipper:
     def _on_step(self, step: StepInfo, **_: Any) -> None:
         self.environment.loadlab.step = step
         self.send_context()
-        for client_id in self.ready_workers():   # again, for listeners added after the workers joined
+        for client_id in self.joined_workers():   # again, for listeners added after the workers joined
             self._announce(client_id)
 
     def _watch_step(self) -> None:
