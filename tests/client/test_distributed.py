@@ -144,3 +144,36 @@ def test_a_worker_killed_mid_run_costs_only_its_unsent_requests(tmp_path):
     counts = run.requests["worker"].value_counts()
     assert len(counts) == 2 and counts[victim_id] > 0   # what the dead worker had shipped is kept
     assert (run.requests["error"] == "").all()
+
+
+def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_master(tmp_path):
+    """kill -9 of the run process mid-run: the folder already holds both workers' records (they
+    are shipped continuously, not at the end) and no worker process outlives the master."""
+    port, out = free_port(), tmp_path / "run"
+    with mock(port):
+        args = [str(BIN / "loadlab"), *run_args(port, out, "--concurrency", "4", "--duration", "60",
+                                                 "--output-len", "16", "--processes", "2")]
+        proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        workers: list[psutil.Process] = []
+        try:
+            deadline = time.monotonic() + 90
+            while len(list((out / "requests").glob("part-*.parquet"))) < 3:
+                assert time.monotonic() < deadline and proc.poll() is None, "no records while running"
+                time.sleep(0.2)
+            workers = psutil.Process(proc.pid).children()
+            assert len(workers) == 2
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            _, alive = psutil.wait_procs(workers, timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for w in workers:   # by PID, should the test fail
+                if w.is_running():
+                    w.kill()
+    assert not alive, "worker processes outlived the master"
+    run = load_run(out)
+    assert run.meta.cut_off
+    assert run.requests["worker"].nunique() == 2
