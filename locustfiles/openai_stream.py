@@ -51,7 +51,8 @@ def add_options(parser) -> None:
                         help="bearer token (default: $OPENAI_API_KEY); never written to disk")
     parser.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
     parser.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
-    parser.add_argument("--loadlab-rate", type=float, default=0.0,
+    # Command line only: it picks the user class (closed or open loop) when Locust starts.
+    parser.add_argument("--loadlab-rate", type=float, default=0.0, include_in_web_ui=False,
                         help="open loop: requests/s over all processes (0: closed loop with -u users)")
     parser.add_argument("--loadlab-arrival", default="poisson", help="open loop: poisson | constant | gamma")
     parser.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
