@@ -35,7 +35,7 @@ def install_llm_tab(environment: Environment, live: LiveStats) -> None:
 
     @web_ui.app.after_request
     def add_llm_rows(response: Response) -> Response:
-        if request.path != "/stats/requests" or response.status_code != 200:
+        if not request.path.endswith("/stats/requests") or response.status_code != 200:
             return response
         report = json.loads(response.get_data())
         report["extended_stats"] = [{"key": TAB_KEY, "data": tab_rows(live.snapshot())}]
