@@ -5,7 +5,7 @@ possibly on other hosts). Messages are Locust custom messages with msgpack-able 
 
     worker -> master  HELLO    {worker, anchor}               once the worker can take a context
     master -> worker  CONTEXT  {seq, config, api_key, step, worker_index, worker_count}
-                                                              on HELLO, each step and test_stopping
+                                                              on HELLO and whenever the step changes
     worker -> master  RECORDS  {records: [RequestRecord as dict], in_flight, seq}
                                                               every SHIP_INTERVAL_S and after a CONTEXT
     master -> worker  FLUSH    {round}                        at the master's test_stop
