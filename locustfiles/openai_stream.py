@@ -27,6 +27,7 @@ from loadlab.cli.run import discover_model
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.livestats import LiveStats
 from loadlab.client.records import StepInfo
+from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
 from loadlab.client.webui import install_llm_tab
@@ -92,6 +93,9 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
 
     if isinstance(runner, MasterRunner):   # first, before anything yields: workers may say HELLO now
         MasterShipper(environment)
+    else:   # a single process watches its own CPU and loop lag (workers do it in WorkerShipper)
+        SelfCheck(environment.loadlab.worker).start(
+            lambda samples: loadlab_events.llm_samples.fire(samples=samples))
     if options.loadlab_out:
         _write_run_folder(environment, Path(options.loadlab_out))
     live = LiveStats(open_loop, in_flight=lambda: in_flight_total(environment))
@@ -132,6 +136,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
     hooks = environment.events
     hooks.llm_request.add_listener(lambda record, **_: writer.add_requests([record]))
     hooks.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
+    hooks.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
     hooks.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
 
     def end_step(**_) -> None:

@@ -42,10 +42,12 @@ def add_loadlab_events(events: Events) -> Events:
     - `llm_worker_anchor(worker: str, anchor: ClockAnchor)`: fired on a master when a worker
       process joins, and again for every worker when a step begins, with that worker's clock
       anchor (for run.json's `worker_anchors`).
+    - `llm_samples(samples: list[Sample])`: fired on a master for the self-check samples (client
+      CPU, event-loop lag) that a worker process shipped, so every process's self-check is stored.
     Locust's own `request` event is fired once per HTTP request (never per token), so Locust's
     request counts stay honest.
     """
-    for name in ("llm_request", "llm_step", "llm_worker_anchor"):
+    for name in ("llm_request", "llm_step", "llm_worker_anchor", "llm_samples"):
         if not hasattr(events, name):
             setattr(events, name, EventHook())
     return events

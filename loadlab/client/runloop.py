@@ -131,6 +131,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     env.events.llm_request.add_listener(on_record)
     env.events.llm_worker_anchor.add_listener(
         lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
+    env.events.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
     selfcheck = SelfCheck(env.loadlab.worker)
     selfcheck.start(writer.add_samples)
     for c in collectors:

@@ -6,14 +6,15 @@ possibly on other hosts). Messages are Locust custom messages with msgpack-able 
     worker -> master  HELLO    {worker, anchor}               once the worker can take a context
     master -> worker  CONTEXT  {seq, config, api_key, step, worker_index, worker_count}
                                                               on HELLO and whenever the step changes
-    worker -> master  RECORDS  {records: [RequestRecord as dict], in_flight, seq}
-                                                              every SHIP_INTERVAL_S and after a CONTEXT
+    worker -> master  RECORDS  {records: [RequestRecord as dict], samples: [Sample as dict],
+                               in_flight, seq}                every SHIP_INTERVAL_S and after a CONTEXT
     master -> worker  FLUSH    {round}                        at the master's test_stop
     worker -> master  DONE     {round}                        after the worker's users stopped and
                                                               its last records were sent
 
 The master fires `llm_request` for every shipped record, so listeners (the run writer, the live
-LLM stats) see the same stream as in a single process. When a run stops without a step (step
+LLM stats) see the same stream as in a single process; the samples are the worker's own
+self-check (client CPU, event-loop lag), passed on with `llm_samples`. When a run stops without a step (step
 None), the master drains first, like a local runner: it tells the workers, then waits (up to
 stop_timeout) until each has answered that context with nothing in flight; only then does
 Locust's stop message end the users. Locust's master waits only ~0.5 s for
@@ -42,7 +43,9 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from loadlab.client import users
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, process_anchor
+from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
 
 HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
@@ -76,6 +79,7 @@ class WorkerShipper:
         self.runner = runner
         self.worker = worker_id()
         self._buffer: list[dict[str, Any]] = []
+        self._samples: list[dict[str, Any]] = []
         self._last_in_flight = -1
         self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
         events = add_loadlab_events(environment.events)
@@ -85,24 +89,33 @@ class WorkerShipper:
         runner.register_message(CONTEXT, self._on_context)
         runner.register_message(FLUSH, self._on_flush)
         runner.greenlet.spawn(self._ship_loop)
+        # Each load-generator process watches its own CPU and event-loop lag (for the summary's
+        # client-limited verdict); it runs as long as the worker does.
+        SelfCheck(self.worker).start(self._on_samples)
         # Only now can the context be received: asking for it avoids the race with Locust's connect.
         self._hello()
 
     def ship(self, always: bool = False) -> None:
         """Send the buffered records (and the in-flight count when it changed) to the master."""
         records, self._buffer = self._buffer, []
+        samples, self._samples = self._samples, []
         in_flight = users.in_flight(self.environment)
-        if not (records or always or in_flight != self._last_in_flight):
+        if not (records or samples or always or in_flight != self._last_in_flight):
             return
         try:
-            self.runner.send_message(RECORDS, {"records": records, "in_flight": in_flight, "seq": self._seq})
+            self.runner.send_message(RECORDS, {"records": records, "samples": samples,
+                                               "in_flight": in_flight, "seq": self._seq})
             self._last_in_flight = in_flight
         except RPCError as e:  # keep them for the next try; the connection may come back
             self._buffer[:0] = records
+            self._samples[:0] = samples
             log.warning("could not send %d records to the master (will retry): %s", len(records), e)
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         self._buffer.append(dataclasses.asdict(record))
+
+    def _on_samples(self, samples: list[Sample]) -> None:
+        self._samples.extend(dataclasses.asdict(s) for s in samples)
 
     def _hello(self) -> None:
         self.runner.send_message(HELLO, {"worker": self.worker, "anchor": process_anchor().to_dict()})
@@ -268,6 +281,8 @@ class MasterShipper:
         self.seen_seq[msg.node_id] = msg.data["seq"]
         for fields in msg.data["records"]:
             environment.events.llm_request.fire(record=RequestRecord(**fields))
+        if msg.data.get("samples"):
+            environment.events.llm_samples.fire(samples=[Sample(**s) for s in msg.data["samples"]])
 
     def _on_done(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.data["round"] == self._round:

@@ -8,7 +8,6 @@ all a worker process needs, so the same users run unchanged locally or on distri
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -37,7 +36,6 @@ from loadlab.workload.spec import RequestSpec
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 _IDLE_S = 0.05   # how often an idle user looks for a new step / budget
 CONNECT_BACKOFF_S = 0.1   # a closed-loop user pauses this long after a refused connection
-_WORKER_SEED_STRIDE = 1_000_003
 
 
 class RequestFailed(Exception):
@@ -51,11 +49,10 @@ class ProcessState:
         self.environment = environment
         ctx = self.ctx
         self.endpoint = Endpoint.from_config(ctx.config)
-        # Each process draws its own requests: the same seed everywhere would send identical
-        # prompts from every worker (and let a prefix cache flatter the server).
-        workload = ctx.config.workload
-        seed = workload.seed + _WORKER_SEED_STRIDE * ctx.worker_index
-        self.workload = make_workload(dataclasses.replace(workload, seed=seed), ctx.config.api)
+        # Each process draws its own requests (its worker index is its stream): the same
+        # sequence everywhere would send identical prompts from every worker and let a prefix
+        # cache flatter the server. Shared-prefix workloads keep one prefix pool across streams.
+        self.workload = make_workload(ctx.config.workload, ctx.config.api, stream=ctx.worker_index)
         self.in_flight = 0             # requests sent here and not finished yet
         self.cap_waits = 0             # open-loop arrivals that found every slot taken
         self._issued: dict[int, int] = defaultdict(int)
@@ -139,11 +136,14 @@ class LLMUser(FastHttpUser):
         rec = result.record
         self.state.workload.complete(spec, result.text, rec.ok)
         events = self.environment.events
-        events.request.fire(request_type="POST", name=self.state.endpoint.path,
-                            response_time=_ms(rec.end_time - rec.send_time),
-                            response_length=result.response_bytes,
-                            exception=None if rec.ok else RequestFailed(rec.error),
-                            context={})
+        # A request cut off by the tester's stop says nothing about the server: it is kept in the
+        # run folder (category "aborted") but not counted as a failure in Locust's statistics.
+        if not result.aborted:
+            events.request.fire(request_type="POST", name=self.state.endpoint.path,
+                                response_time=_ms(rec.end_time - rec.send_time),
+                                response_length=result.response_bytes,
+                                exception=None if rec.ok else RequestFailed(rec.error),
+                                context={})
         events.llm_request.fire(record=rec)
 
 

@@ -59,6 +59,10 @@ def test_two_workers_merge_into_one_run_folder(tmp_path):
     assert len(workers) == 2 and workers.min() > 0, workers
     assert set(run.meta.worker_anchors) == set(workers.index)
 
+    # Every worker process watched itself: its self-check samples reached the folder too.
+    lag = run.samples[run.samples["signal"] == "client_loop_lag"]
+    assert set(workers.index) <= {json.loads(labels)["worker"] for labels in lag["labels"]}
+
     # One merged result: the summary's percentiles are exact over all workers' records.
     summary = json.loads((out / "summary.json").read_text())["overall"]
     ttft = df["first_token_time"] - df["send_time"]
