@@ -114,7 +114,7 @@ class StepSummary:
     e2e: Distribution
     user_tokens_per_s: Distribution   # per-user speed, one value per request
     start_delay: Distribution   # send − scheduled time
-    achieved: float             # closed: concurrency by Little's law; open: sent requests/s
+    achieved: float             # closed: mean requests in flight (Little's law); open: sent requests/s
     achieved_ratio: float       # achieved / target
     tokens: TokenCheck
     client: ClientCheck
@@ -282,7 +282,7 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
 
     gaps = np.concatenate(list(ok["gaps"])) if len(ok) else np.empty(0)
     output_tokens = int(ok["out_tokens"].sum())
-    achieved = _achieved(measured, mode, per_s)
+    achieved = _achieved(measured, mode, window)
     summary = StepSummary(
         index=index, label=label, mode=mode, target=float(target), start_time=start, end_time=end,
         window=seconds, sent=len(measured), succeeded=len(ok), failed=len(failed),
@@ -307,13 +307,21 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
     return summary
 
 
-def _achieved(measured: pd.DataFrame, mode: str, per_s) -> float:
-    """Closed loop: Little's law, finished requests/s × mean E2E. Open loop: requests sent per second."""
+def _achieved(measured: pd.DataFrame, mode: str, window: tuple[float, float, float]) -> float:
+    """Open loop: requests sent per second. Closed loop: the time-weighted mean number of requests
+    in flight over the window (Little's law by integration): a request that straddles the
+    window's start or end counts only its time inside, so a step's last, long requests do not
+    push the figure above the number of users."""
+    start, end, seconds = window
+    if seconds <= 0:
+        return math.nan
     if mode == "open":
-        return per_s(len(measured))
-    e2e = measured["e2e"].to_numpy(dtype=float)
-    e2e = e2e[np.isfinite(e2e)]
-    return per_s(len(e2e)) * float(e2e.mean()) if e2e.size else math.nan
+        return len(measured) / seconds
+    sent = measured["send_time"].to_numpy(dtype=float)
+    ended = measured["end_time"].to_numpy(dtype=float)
+    known = np.isfinite(sent) & np.isfinite(ended)
+    inside = np.minimum(ended[known], end) - np.maximum(sent[known], start)
+    return float(np.clip(inside, 0.0, None).sum() / seconds) if known.any() else math.nan
 
 
 def _token_check(ok: pd.DataFrame) -> TokenCheck:
@@ -382,15 +390,14 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
     finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
     seconds = window[2]
     if finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0:
+        achieved = _achieved(measured, step.mode, window)
         if step.mode == "open":
-            achieved = len(measured) / seconds
             check.values["achieved_rate_ratio"] = achieved / step.target
             if achieved < MIN_RATE_RATIO * step.target:
                 check.limited = True
                 check.reasons.append(f"achieved {achieved:.2f} req/s < {MIN_RATE_RATIO} × requested "
                                      f"{step.target:g} req/s")
         elif not think_time:  # with think time, users are idle by design
-            achieved = _achieved(measured, "closed", lambda n: n / seconds)
             check.values["achieved_concurrency_ratio"] = achieved / step.target
             if achieved < MIN_CONCURRENCY_RATIO * step.target:
                 check.limited = True

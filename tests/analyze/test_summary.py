@@ -123,6 +123,15 @@ def test_closed_loop_achieved_concurrency_by_littles_law(users: int, think_time:
     assert any("concurrency 4.00 < 0.8 × 8 users" in r for r in s.client.reasons) is limited
 
 
+def test_achieved_concurrency_counts_only_the_time_inside_the_step() -> None:
+    # 4 users busy for the whole 10 s window, but each one's last request runs 5 s past its end:
+    # still 4 in flight on average, not 4 + 4 x 4 s / 10 s (whole durations would say 5.6).
+    records = [req(u * 10 + k, T + k, [T + k + 0.5, T + k + (5.0 if k == 9 else 1.0)])
+               for u in range(4) for k in range(10)]
+    s = summarize(run_of(records, [closed(4)])).steps[0]
+    assert s.achieved == pytest.approx(4.0)
+
+
 def test_client_cpu_and_loop_lag_samples_inside_the_step_trip_the_self_check() -> None:
     samples = ([Sample(T + i, "client", "client_cpu", 0.2, {"worker": "a"}) for i in range(10)]
                + [Sample(T + i, "client", "client_cpu", 0.5 if i < 5 else 0.9, {"worker": "b"}) for i in range(10)]
