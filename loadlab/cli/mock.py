@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
 def mock(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8100, help="Port to listen on."),
+    port: int = typer.Option(8100, min=1, max=65535, help="Port to listen on."),
     model: str = typer.Option("mock", help="The one model it serves (others get 404)."),
     ttft: float = typer.Option(0.05, help="Seconds from request to first token."),
     itl: float = typer.Option(0.02, help="Seconds between tokens."),

@@ -325,7 +325,7 @@ def test_client_that_goes_away_is_recorded(mocks):
     assert truth["client_disconnected"] and not truth["finished"]
 
 
-@pytest.mark.parametrize("args", [["--error-rate", "2"], ["--error-codes", "abc"]])
+@pytest.mark.parametrize("args", [["--error-rate", "2"], ["--error-codes", "abc"], ["--port", "-5"]])
 def test_bad_flags_are_one_line_errors(args):
     result = loadlab("mock", "--port", str(free_port()), *args, timeout=60)
     assert result.returncode == 2
