@@ -91,8 +91,8 @@ def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host, port), family=family)
-    except OSError as e:
-        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    except (OSError, OverflowError) as e:  # taken port, no such address, port out of range
+        raise OSError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
 
 
 async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | None) -> None:

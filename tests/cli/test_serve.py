@@ -80,6 +80,7 @@ def test_serve_help_lists_every_engine_flag():
 @pytest.mark.parametrize("args, mentions", [
     (["--max-num-seqs", "many"], "--max-num-seqs"),
     (["--no-such-flag"], "--no-such-flag"),
+    (["--port", "99999"], "cannot listen on 127.0.0.1:99999"),
 ])
 def test_bad_flags_are_a_short_error_and_exit_2(args, mentions):
     result = loadlab("serve", *args)
