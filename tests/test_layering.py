@@ -1,0 +1,23 @@
+"""The toolkit stays light: no module of `loadlab` imports torch (only `reference_server` does)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CODE = """
+import importlib, pkgutil, sys
+sys.modules['torch'] = None          # any `import torch` now raises ImportError
+import loadlab
+names = [m.name for m in pkgutil.walk_packages(loadlab.__path__, 'loadlab.')
+         if not m.name.endswith('__main__')]   # entry points run when imported
+for name in names:
+    importlib.import_module(name)
+print(len(names))
+"""
+
+
+def test_every_loadlab_module_imports_without_torch():
+    result = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout) > 30   # the walk really found the package's modules
