@@ -33,6 +33,7 @@ START_DELAY_P99_MAX = 0.010     # s, open loop: p99 of send − scheduled time
 LOOP_LAG_P99_MAX = 0.010        # s, p99 of the client's event-loop lag samples
 MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
 MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
+MAX_REFUSED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a refusing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
 
 
@@ -389,7 +390,11 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
 
     finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
     seconds = window[2]
-    if finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0:
+    # Users pause after a refused connection (by design): a down endpoint, not the client, then
+    # keeps the load below target.
+    refused = int((measured["error"] == ErrorCategory.CONNECT.value).sum())
+    if (finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0
+            and refused <= MAX_REFUSED_SHARE_FOR_LOAD_CHECK * len(measured)):
         achieved = _achieved(measured, step.mode, window)
         if step.mode == "open":
             check.values["achieved_rate_ratio"] = achieved / step.target

@@ -123,6 +123,15 @@ def test_closed_loop_achieved_concurrency_by_littles_law(users: int, think_time:
     assert any("concurrency 4.00 < 0.8 × 8 users" in r for r in s.client.reasons) is limited
 
 
+def test_a_refusing_endpoint_does_not_make_the_client_look_limited() -> None:
+    # 2 of 8 users' worth of requests succeed; the rest were refused and their users backed off.
+    ok = [req(k, T + k, [T + k + 0.5, T + k + 1.0]) for k in range(10)]
+    refused = [req(100 + k, T + k * 0.1, [], T + k * 0.1 + 0.001, error="connect", status=0)
+               for k in range(90)]
+    s = summarize(run_of(ok + refused, [closed(8)])).steps[0]
+    assert s.achieved < 0.8 * 8 and not s.client.limited
+
+
 def test_achieved_concurrency_counts_only_the_time_inside_the_step() -> None:
     # 4 users busy for the whole 10 s window, but each one's last request runs 5 s past its end:
     # still 4 in flight on average, not 4 + 4 x 4 s / 10 s (whole durations would say 5.6).
