@@ -14,14 +14,14 @@ from collections.abc import Iterator
 
 import typer
 
+from loadlab.collect.signals import GPU_EXPORTER_PREFIX
 from loadlab.errors import UserError
 
-METRIC_PREFIX = "loadlab_"
 
 
 def metric_name(signal_name: str) -> str:
     """Prometheus name of a GPU signal: `gpu_util` -> `loadlab_gpu_util`."""
-    return METRIC_PREFIX + signal_name
+    return GPU_EXPORTER_PREFIX + signal_name
 
 
 class LatestGpuSamples:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadlab.collect.gpu.reading import signal_names as gpu_signal_names
+
 # Canonical signals from serving engines. Histograms become one sample per bucket (label `le`)
 # plus `<signal>_sum` and `<signal>_count`.
 REQUESTS_RUNNING = "requests_running"      # gauge: requests in the running batch
@@ -129,11 +131,16 @@ DCGM = {
     "DCGM_FI_DEV_FB_USED": SignalMapping(GPU_MEM_USED, scale=1024 * 1024),  # MiB
 }
 
+# `loadlab gpu-exporter` on a remote GPU host serves each `gpu_<x>` signal of GpuCollector as
+# `loadlab_gpu_<x>`: scraped back, it is the same canonical signal.
+GPU_EXPORTER_PREFIX = "loadlab_"
+GPU_EXPORTER = {GPU_EXPORTER_PREFIX + name: SignalMapping(name) for name in gpu_signal_names()}
+
 SERVER_FAMILIES: dict[str, dict[str, SignalMapping]] = {
     "vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "trtllm": TRTLLM, "reference": REFERENCE,
 }
 ALL_MAPPINGS: dict[str, SignalMapping] = {
-    raw: m for table in (*SERVER_FAMILIES.values(), DCGM) for raw, m in table.items()
+    raw: m for table in (*SERVER_FAMILIES.values(), DCGM, GPU_EXPORTER) for raw, m in table.items()
 }
 
 # Sample-name suffixes of counters and histograms, and what they become on the canonical name.

@@ -82,3 +82,18 @@ def test_without_nvml_and_without_replay_it_refuses_to_start():
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: GPU signals unavailable"), out.stderr
+
+
+def test_a_run_scraping_the_exporter_gets_the_canonical_gpu_signals(tmp_path):
+    """The remote path: `loadlab run --server-metrics http://gpu-host:9400/metrics` on the exporter."""
+    from loadlab.collect.server_metrics import ServerMetricsCollector
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    args = [str(BIN / "loadlab"), "gpu-exporter", "--port", str(port), "--interval", "0.1", "--replay", str(TRACE)]
+    with Proc(args, ready_url=url, log=tmp_path / "exporter.log"):
+        samples = ServerMetricsCollector(url).poll()
+    by_signal = {(s.signal, s.labels["gpu"]): s.value for s in samples if "gpu" in s.labels}
+    for signal in ("gpu_util", "gpu_sm_active", "gpu_tensor_active", "gpu_dram_active", "gpu_power"):
+        assert {gpu for (name, gpu) in by_signal if name == signal} == {"0", "1"}, signal
+    assert all(0.0 <= by_signal[("gpu_sm_active", g)] <= 1.0 for g in ("0", "1"))
