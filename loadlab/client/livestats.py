@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadlab.analyze.stats import Distribution
-from loadlab.client.records import RequestRecord
+from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.clock import now
 
 RATE_WINDOW_S = 10.0   # tokens/s and requests/s are averaged over this many recent seconds
@@ -64,6 +64,7 @@ class LiveStats:
             self._itl: list[float] = []
             self._errors: Counter[str] = Counter()
             self._ok = 0
+            self._aborted = 0
             self._recent: deque[tuple[float, int]] = deque()  # (end_time, output tokens) of recent requests
 
     def add(self, record: RequestRecord) -> None:
@@ -71,6 +72,9 @@ class LiveStats:
         if record.warmup:
             return
         with self._lock:
+            if record.error == ErrorCategory.ABORTED.value:   # cut off by the stop: no failure
+                self._aborted += 1
+                return
             if not record.ok:
                 self._errors[record.error] += 1
                 return
@@ -85,7 +89,8 @@ class LiveStats:
             self._recent.append((record.end_time, tokens))
 
     def snapshot(self) -> dict:
-        """Latency percentiles in ms, recent throughput, requests in flight, errors by category.
+        """Latency percentiles in ms, recent throughput, requests in flight, errors by category
+        (requests cut off by a stop are counted apart, as in the run's summary).
 
         Throughput counts the requests that finished in the last RATE_WINDOW_S seconds (a
         request's tokens count when it ends): in steady state this is the token rate.
@@ -100,6 +105,7 @@ class LiveStats:
             return {
                 "requests_ok": self._ok,
                 "requests_failed": sum(self._errors.values()),
+                "requests_aborted": self._aborted,
                 "errors": dict(self._errors),
                 "in_flight": self.in_flight(),
                 "output_tokens_per_s": sum(t for _, t in recent) / RATE_WINDOW_S,

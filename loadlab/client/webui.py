@@ -62,6 +62,7 @@ def tab_rows(snapshot: dict) -> list[dict]:
         {"metric": "Requests in flight", "value": snapshot["in_flight"]},
         {"metric": "Requests OK", "value": snapshot["requests_ok"]},
         {"metric": "Requests failed", "value": snapshot["requests_failed"]},
+        {"metric": "Requests aborted by a stop", "value": snapshot["requests_aborted"]},
     ]
     rows += [{"metric": f"Errors: {category}", "value": n} for category, n in sorted(snapshot["errors"].items())]
     blank = {key: "" for key, _ in _COLUMNS}

@@ -60,8 +60,9 @@ def test_failures_are_counted_by_category_and_kept_out_of_latencies():
     live.add(record(2, t - 1, 0.1, [0.02], error="http_5xx"))
     live.add(record(3, t - 1, 0.1, [0.02], error="timeout"))
     live.add(record(4, t - 1, 9.0, [0.02], warmup=True))
+    live.add(record(5, t - 1, 0.1, [0.02], error="aborted"))   # cut off by a stop: no failure
     snap = live.snapshot()
-    assert snap["requests_ok"] == 1 and snap["requests_failed"] == 3
+    assert snap["requests_ok"] == 1 and snap["requests_failed"] == 3 and snap["requests_aborted"] == 1
     assert snap["errors"] == {"http_5xx": 2, "timeout": 1}
     assert snap["latency_ms"]["ttft"]["count"] == 1   # neither the failures nor the warm-up
 
