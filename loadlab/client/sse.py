@@ -2,7 +2,8 @@
 
 Full JSON decoding of every event is the main client cost at high token rates, so a content
 event is recognised by a byte scan; only the events that carry something we must read exactly
-(a finish reason, usage, an error) are decoded in full.
+(a finish reason, usage, an error) are decoded in full. The common results (a token, [DONE],
+nothing) are shared constants: no allocation per token.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class StreamErrorEvent(Exception):
     """The server sent `{"error": ...}` inside the stream."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Event:
     """What one `data:` event told us. `content` is True when it carried a non-empty token."""
 
@@ -40,7 +41,9 @@ class Event:
     completion_tokens: int = -1
 
 
-_EMPTY = Event()
+_TOKEN_EVENT = Event(content=True)
+_DONE_EVENT = Event(done=True)
+_EMPTY_EVENT = Event()
 
 
 def line_kind(line: bytes) -> str:
@@ -57,15 +60,13 @@ def line_kind(line: bytes) -> str:
 def parse_data(line: bytes) -> Event:
     """Interpret one `data:` line. Raises MalformedEvent or StreamErrorEvent."""
     payload = line[5:].strip()
-    if payload == DONE:
-        return Event(done=True)
     if not (payload.startswith(b"{") and payload.endswith(b"}")):
+        if payload == DONE:
+            return _DONE_EVENT
         raise MalformedEvent(_short(payload))
     if _DECODE.search(payload):
         return _decode(payload)
-    if _CONTENT.search(payload):
-        return Event(content=True)
-    return _EMPTY
+    return _TOKEN_EVENT if _CONTENT.search(payload) else _EMPTY_EVENT
 
 
 def _decode(payload: bytes) -> Event:
@@ -79,7 +80,8 @@ def _decode(payload: bytes) -> Event:
         err = obj["error"]
         message = err.get("message", "") if isinstance(err, dict) else err
         raise StreamErrorEvent(str(message)[:200])
-    event = Event()
+    content = False
+    finish_reason = ""
     choices = obj.get("choices") or []
     if not isinstance(choices, list):
         raise MalformedEvent(_short(payload))
@@ -90,14 +92,15 @@ def _decode(payload: bytes) -> Event:
         text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") \
             or delta.get("reasoning")
         if text:
-            event.content = True
+            content = True
         if choice.get("finish_reason"):
-            event.finish_reason = str(choice["finish_reason"])
+            finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
-    if isinstance(usage, dict):
-        event.prompt_tokens = _int(usage.get("prompt_tokens"))
-        event.completion_tokens = _int(usage.get("completion_tokens"))
-    return event
+    if not isinstance(usage, dict):
+        usage = {}
+    return Event(content=content, finish_reason=finish_reason,
+                 prompt_tokens=_int(usage.get("prompt_tokens")),
+                 completion_tokens=_int(usage.get("completion_tokens")))
 
 
 def _int(value: object) -> int:

@@ -7,12 +7,14 @@ subprocess and reports, per X-Request-Id, when it really sent each token (GET /t
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import urllib.request
 
 import gevent
 import pytest
+from gevent.server import StreamServer
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.url import URL
 
@@ -87,6 +89,44 @@ def test_token_times_match_the_mock_truth(clean_mock, api):
     # on a busy shared 2-core machine, typically within a few ms.
     assert errors[0] > -0.005
     assert errors[len(errors) // 2] < 0.025
+
+
+def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_end():
+    """A hand-written server (CRLF line endings): two events in one write, then an event whose
+    line comes in two writes 0.2 s apart, then [DONE]."""
+    event = b'data: {"choices":[{"delta":{"content":"%s"},"finish_reason":%s}]}\r\n\r\n'
+    together = event % (b"a", b"null") + event % (b"b", b"null")
+    split = event % (b"c", b'"stop"') + b"data: [DONE]\r\n\r\n"
+    writes = [together, split[:30], split[30:]]
+
+    def serve(conn, _address) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(65536)
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for i, data in enumerate(writes):
+            gevent.sleep(0.2 if i else 0)
+            conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+        conn.sendall(b"0\r\n\r\n")
+        conn.recv(1)     # keep the connection open while the client reads
+
+    server = StreamServer(("127.0.0.1", 0), serve)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        rec = send(url, client(url), "batched")
+    finally:
+        server.stop(timeout=1)
+    assert rec.ok, rec.error_detail
+    assert rec.finish_reason == "stop" and rec.client_tokens == 3
+    first, second, third = rec.token_times
+    assert first == second                  # one read brought both lines
+    assert third - second >= 0.39           # complete only with the third write, 0.4 s later
 
 
 def test_request_body_pins_the_output_and_asks_for_usage():
