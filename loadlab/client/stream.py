@@ -1,10 +1,9 @@
 """One streaming request, timed token by token: the core of the load generator.
 
-The response is read from geventhttpclient's response as lines complete (`readline` returns as
-soon as a line is complete; Locust's iter_lines waits for ~1 KB and delays every event). The
-lines that one read completed are taken together and timed with one time.perf_counter() reading,
-converted to epoch seconds through the process's clock anchor. Every failure ends in exactly one
-ErrorCategory.
+The body is taken from geventhttpclient's response as soon as a line is complete (Locust's
+iter_lines waits for ~1 KB and delays every event). The lines that one recv completed are taken
+together and timed with one time.perf_counter() reading, converted to epoch seconds through the
+process's clock anchor. Every failure ends in exactly one ErrorCategory.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from urllib.parse import urlsplit
 import gevent
 from gevent import GreenletExit
 from geventhttpclient.client import HTTPClient
-from geventhttpclient.response import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
 from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
@@ -190,25 +189,29 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
     return StreamResult(rec, nbytes, text, aborted)
 
 
-def _line_batches(resp) -> Iterator[tuple[bytes, float]]:
+def _line_batches(resp: HTTPSocketResponse) -> Iterator[tuple[bytes, float]]:
     """The body as it arrives, in batches of complete lines (each batch ends with "\n"), each with
     the perf_counter() reading taken when its lines became available: lines that arrived in the
-    same read share it. Ends with the body."""
-    readline = resp.readline
-    # What geventhttpclient has received but readline() has not returned yet. Taking the other
-    # complete lines from it at once saves a readline() (a rescan and two copies) per line.
-    received = resp._body_buffer
+    same recv share it. Ends with the body.
+
+    This is geventhttpclient's readline() loop (same buffer, socket and parser), except that it
+    takes every complete line at once: readline() rescans and copies the buffer for each line.
+    """
+    received = resp._body_buffer   # the decoded body that has not been taken yet
     now = time.perf_counter
     while True:
-        batch = readline(b"\n")   # waits (recv) until a line is complete
-        t = now()
-        if not batch:
-            return
         end = received.rfind(b"\n") + 1
         if end:
-            batch += received[:end]
+            t = now()
+            batch = bytes(received[:end])
             del received[:end]
-        yield batch, t
+            yield batch, t
+        elif resp.message_complete:
+            return
+        elif resp._sock is None:
+            raise HTTPConnectionClosed("connection closed.")
+        else:
+            resp.feed(resp._sock.recv(resp.block_size))   # waits for the next packet
 
 
 def _read_events(resp, rec: RequestRecord, perf_times: list[float],
