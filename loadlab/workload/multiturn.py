@@ -10,7 +10,7 @@ from loadlab.errors import UserError
 from loadlab.workload.base import Workload
 from loadlab.workload.distributions import sample_length
 from loadlab.workload.spec import RequestSpec
-from loadlab.workload.text import TextSource
+from loadlab.workload.text import TextSource, token_count
 
 
 @dataclass
@@ -50,7 +50,7 @@ class MultiTurnWorkload(Workload):
         return RequestSpec(
             prompt=render_prompt(messages), messages=messages,
             max_tokens=sample_length(self.cfg.output_len, self.rng),
-            input_tokens=sum(len(m["content"]) for m in messages),
+            input_tokens=sum(token_count(m["content"]) for m in messages),
             conversation=conv.id, turn=conv.turns_sent - 1)
 
     def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:

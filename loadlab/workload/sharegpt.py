@@ -11,6 +11,7 @@ from loadlab.errors import UserError
 from loadlab.workload.base import Workload, single_turn
 from loadlab.workload.distributions import sample_length
 from loadlab.workload.spec import RequestSpec
+from loadlab.workload.text import token_count
 
 _HUMAN = ("human", "user")
 _ASSISTANT = ("gpt", "assistant", "chatgpt")
@@ -22,11 +23,6 @@ class PromptPair:
 
     prompt: str
     answer_tokens: int
-
-
-def token_count(text: str) -> int:
-    """Length in the reference server's tokens: one per UTF-8 byte."""
-    return len(text.encode("utf-8"))
 
 
 def load_sharegpt(path: str | Path) -> list[PromptPair]:

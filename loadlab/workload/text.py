@@ -23,6 +23,11 @@ _WORDS = (
 _TAG_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
+def token_count(text: str) -> int:
+    """Length in the reference server's tokens: one per UTF-8 byte."""
+    return len(text.encode("utf-8"))
+
+
 class TextSource:
     """Cuts prompt text of exact lengths (in ASCII characters) out of a seeded pool of words."""
 

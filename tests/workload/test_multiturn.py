@@ -40,6 +40,16 @@ def test_without_answers_new_conversations_start_so_callers_never_wait():
     assert len({s.conversation for s in specs}) == 5 and {s.turn for s in specs} == {0}
 
 
+def test_input_tokens_count_utf8_bytes_of_the_history():
+    # The reference server's tokens are bytes: a non-ASCII answer weighs more than its characters.
+    w = multiturn()
+    first = w.next_request()
+    w.complete(first, "caf\u00e9 \u2192 \u6f22\u5b57", ok=True)
+    second = w.next_request()
+    assert second.input_tokens == sum(len(m["content"].encode("utf-8")) for m in second.messages)
+    assert second.input_tokens > sum(len(m["content"]) for m in second.messages)
+
+
 def test_a_failed_turn_ends_its_conversation():
     w = multiturn()
     first = w.next_request()
