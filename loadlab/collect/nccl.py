@@ -107,7 +107,12 @@ class NcclInspectorCollector(PollingCollector):
         seconds: dict[int, float] = defaultdict(float)
         for path in self._files():
             tail = self._tails.setdefault(path, _Tail(path))
-            for lineno, line in tail.new_lines():
+            try:
+                lines = tail.new_lines()
+            except OSError as e:  # gone since the listing: the other files' records still count
+                self.note_error(f"cannot read NCCL Inspector file {path}: {e.strerror or e}")
+                continue
+            for lineno, line in lines:
                 try:
                     rec = CollectiveRecord.parse(line)
                 except (ValueError, KeyError, TypeError, AttributeError) as e:

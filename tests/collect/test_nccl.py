@@ -96,6 +96,17 @@ def test_no_files_at_all_is_recorded_in_coverage(tmp_path):
     assert "no NCCL Inspector records" in collector.coverage().error
 
 
+def test_a_file_gone_since_the_listing_loses_nothing_read_from_the_others(tmp_path, monkeypatch):
+    rank0 = tmp_path / "node0-pid4100.log"
+    append(rank0, inspector_line(0, 10, 400))
+    collector = NcclInspectorCollector(str(tmp_path), interval=0.05)
+    # The plugin's process exited and its file was removed between rglob() and open().
+    monkeypatch.setattr(collector, "_files", lambda: [tmp_path / "node0-pid4101.log", rank0])
+    samples = collector.poll()
+    assert [x.value for x in samples if x.signal == "collective_time"] == [0.0004]
+    assert "node0-pid4101.log" in collector.coverage().error
+
+
 def s(signal: str, t: float, value: float, **labels: str) -> Sample:
     return Sample(t, "server", signal, value, labels)
 
