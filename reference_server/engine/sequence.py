@@ -41,7 +41,10 @@ class Sequence:
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens start..end-1 of prompt + output."""
+        # Slice each part rather than concatenate them: a decode step asks for one token.
         p = len(self.prompt_ids)
         if end <= p:
             return self.prompt_ids[start:end]
-        return (self.prompt_ids + self.output_ids)[start:end]
+        if start >= p:
+            return self.output_ids[start - p:end - p]
+        return self.prompt_ids[start:] + self.output_ids[:end - p]
