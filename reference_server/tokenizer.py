@@ -40,6 +40,7 @@ class ByteTokenizer:
 
     def __init__(self) -> None:
         self.special_ids = {tok: 256 + i for i, tok in enumerate(SPECIAL_TOKENS)}
+        self._special_names = {i: tok for tok, i in self.special_ids.items()}
         self.bos_token_id = self.special_ids["<|bos|>"]
         self.eos_token_id = self.special_ids["<|eos|>"]
         self.pad_token_id = self.special_ids["<|pad|>"]
@@ -60,12 +61,11 @@ class ByteTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of ids; invalid UTF-8 is replaced, specials dropped unless asked for."""
         out = bytearray()
-        names = {i: t for t, i in self.special_ids.items()}
         for i in ids:
             if i < 256:
                 out.append(i)
-            elif i in names and not skip_special_tokens:
-                out.extend(names[i].encode())
+            elif i in self._special_names and not skip_special_tokens:
+                out.extend(self._special_names[i].encode())
         return out.decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
