@@ -115,10 +115,10 @@ def event_text(line: bytes) -> str:
     """The token text of one content `data:` line (decoded in full: used only where text matters)."""
     try:
         obj = json.loads(line[5:])
-    except ValueError:
+        parts = []
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or {}
+            parts.append(choice.get("text") or delta.get("content") or "")
+        return "".join(parts)
+    except (ValueError, AttributeError, TypeError):   # an odd shape the byte scan let through
         return ""
-    parts = []
-    for choice in obj.get("choices") or []:
-        delta = choice.get("delta") or {}
-        parts.append(choice.get("text") or delta.get("content") or "")
-    return "".join(parts)

@@ -58,3 +58,12 @@ def test_line_kinds():
 def test_event_text_for_conversations():
     assert event_text(b'data: {"choices":[{"delta":{"content":"ab"}}]}') == "ab"
     assert event_text(b'data: {"choices":[{"text":"cd"}]}') == "cd"
+
+
+def test_event_text_of_an_odd_shaped_token_event_is_empty_not_an_exception():
+    # The byte scan takes these for tokens without decoding them; event_text runs after
+    # stream_request's try block, so it must not raise on them.
+    for line in (b'data: {"choices": [1], "text": "a"}', b'data: {"choices": [{"delta": "x"}], "text": "a"}',
+                 b'data: {"choices": [{"text": 5}], "content": "a"}'):
+        assert parse_data(line).content
+        assert event_text(line) == ""
