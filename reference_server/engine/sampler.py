@@ -17,7 +17,6 @@ class Sampler:
     """Samples one token per sequence from the candidate tokens (printable bytes + EOS)."""
 
     def __init__(self, eos_token_id: int, seed: int) -> None:
-        self.eos_token_id = eos_token_id
         self.candidates = torch.tensor(PRINTABLE + [eos_token_id])
         self.generator = torch.Generator().manual_seed(seed)
 

@@ -93,7 +93,7 @@ class Scheduler:
             chunks.append(ScheduledChunk(seq, n))
             budget -= n
         if not preempted and self._may_admit(now):
-            budget = self._admit(now, budget, chunks)
+            self._admit(now, budget, chunks)
         return chunks
 
     def _may_admit(self, now: float) -> bool:
@@ -107,7 +107,8 @@ class Scheduler:
         full = len(self.waiting) >= self.config.max_num_seqs
         return full or now - self.waiting[0].arrival >= self.config.static_batch_timeout
 
-    def _admit(self, now: float, budget: int, chunks: list[ScheduledChunk]) -> int:
+    def _admit(self, now: float, budget: int, chunks: list[ScheduledChunk]) -> None:
+        """Move waiting sequences to running (oldest first) while seats, budget and blocks allow."""
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             n = self._chunk_size(seq, budget)
@@ -125,4 +126,3 @@ class Scheduler:
                 self.blocks.allocate(seq, n)
                 chunks.append(ScheduledChunk(seq, n))
                 budget -= n
-        return budget
