@@ -1,7 +1,7 @@
 """The numbers of a run, per load step and overall: latency distributions, throughput, errors,
 achieved vs target load, token-count checks and the client self-check.
 
-Definitions (kept in docs/metrics.md; change both together):
+Definitions (kept in docs/metrics.md, the per-request formulas in request_metrics.py; change together):
 - TTFT: first content event − the request's start. The start is the scheduled time in open loop
   (no coordinated omission) and the send time in closed loop; TTFT from the send time is kept too.
 - E2E: last event − start. ITL: every gap between consecutive content events of all requests.
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution, percentile
 from loadlab.client.records import ErrorCategory, StepInfo
 from loadlab.collect.samples import Coverage
@@ -178,9 +179,9 @@ def _num(v: float | None) -> float:
 
 def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     """Compute the summary of a run folder's data (finished or cut off)."""
-    steps = _steps_of(run)
+    steps = steps_of(run)
     mode_of = {s.index: s.mode for s in steps}
-    requests = _per_request(run.requests, mode_of)
+    requests = per_request(run.requests, mode_of)
     measured = requests[~requests["warmup"]]
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))
@@ -215,8 +216,9 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
                       coverage=list(run.meta.coverage), slo=slo, warnings=warnings)
 
 
-def _steps_of(run: RunData) -> list[StepInfo]:
-    """The steps from run.json, plus any step index that only appears in the records."""
+def steps_of(run: RunData) -> list[StepInfo]:
+    """The run's load steps by index: those in run.json, plus any step index that only appears in
+    the records (a run cut off before run.json listed it), with its target from the config."""
     steps = list(run.meta.steps)
     known = {s.index for s in steps}
     config = run.meta.config
@@ -232,22 +234,25 @@ def _steps_of(run: RunData) -> list[StepInfo]:
     return sorted(steps, key=lambda s: s.index)
 
 
-def _per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
-    """The records plus the per-request metrics (seconds; NaN where undefined)."""
+def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
+    """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
+    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot,
+    user_tokens_per_s and gaps (an array of inter-token gaps per request).
+
+    `mode_of` maps a step index to its mode ("open" or "closed"), which sets the start.
+    """
     df = requests.copy()
     df["ok"] = df["error"].fillna("") == ""
-    open_loop = df["step"].map(mode_of).eq("open")
-    df["start"] = np.where(open_loop, df["scheduled_time"], df["send_time"])
+    df["start"] = request_start(df["scheduled_time"], df["send_time"], df["step"].map(mode_of).eq("open"))
     df["ttft"] = df["first_token_time"] - df["start"]
     df["ttft_from_send"] = df["first_token_time"] - df["send_time"]
     df["e2e"] = df["end_time"] - df["start"]
     df["start_delay"] = df["send_time"] - df["scheduled_time"]
-    df["out_tokens"] = np.where(df["completion_tokens"] >= 0, df["completion_tokens"], df["client_tokens"])
+    df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
+    df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
     decode = df["end_time"] - df["first_token_time"]    # E2E − TTFT
-    df["tpot"] = decode / (df["out_tokens"] - 1).where(df["out_tokens"] > 1)
     df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
-    df["gaps"] = [np.diff(np.asarray(t, dtype=float)) if t is not None else np.empty(0)
-                  for t in df["token_times"]]
+    df["gaps"] = [inter_token_gaps(t) for t in df["token_times"]]
     return df
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.summary import _per_request, _steps_of
+from loadlab.analyze.summary import per_request, steps_of
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
 
@@ -142,7 +142,7 @@ def _time_range(run: RunData) -> tuple[float, float]:
 
 
 def _client_columns(run: RunData, bins: _Bins, end: float) -> dict[str, np.ndarray]:
-    df = _per_request(run.requests, {s.index: s.mode for s in _steps_of(run)})
+    df = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
     # Content events are not always single tokens: weight each so a request's events add up to
     # the server's token count.

@@ -13,6 +13,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution
 from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.clock import now
@@ -22,24 +23,22 @@ RATE_WINDOW_S = 10.0   # tokens/s and requests/s are averaged over this many rec
 
 @dataclass(frozen=True)
 class Latencies:
-    """The latencies of one successful request, in seconds (NaN where undefined)."""
+    """The metrics of one successful request: latencies in seconds (NaN where undefined)."""
 
     ttft: float
     e2e: float
     tpot: float
     itls: list[float]
+    output_tokens: int
 
 
 def request_latencies(record: RequestRecord, open_loop: bool) -> Latencies:
-    """TTFT/E2E from the scheduled start (open loop) or the send time (closed loop), as in DESIGN.md."""
-    start = record.scheduled_time if open_loop else record.send_time
-    ttft = record.first_token_time - start
-    e2e = record.end_time - start
-    tokens = record.completion_tokens if record.completion_tokens >= 0 else record.client_tokens
-    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else math.nan
-    times = record.token_times
-    itls = [b - a for a, b in zip(times, times[1:])]
-    return Latencies(ttft=ttft, e2e=e2e, tpot=tpot, itls=itls)
+    """One record's metrics, by the run summary's formulas (loadlab.analyze.request_metrics)."""
+    start = float(request_start(record.scheduled_time, record.send_time, open_loop))
+    tokens = int(output_tokens(record.completion_tokens, record.client_tokens))
+    return Latencies(ttft=record.first_token_time - start, e2e=record.end_time - start,
+                     tpot=float(time_per_output_token(record.first_token_time, record.end_time, tokens)),
+                     itls=inter_token_gaps(record.token_times).tolist(), output_tokens=tokens)
 
 
 class LiveStats:
@@ -85,8 +84,7 @@ class LiveStats:
             if not math.isnan(lat.tpot):
                 self._tpot.append(lat.tpot)
             self._itl.extend(lat.itls)
-            tokens = record.completion_tokens if record.completion_tokens >= 0 else record.client_tokens
-            self._recent.append((record.end_time, tokens))
+            self._recent.append((record.end_time, lat.output_tokens))
 
     def snapshot(self) -> dict:
         """Latency percentiles in ms, recent throughput, requests in flight, errors by category
