@@ -147,29 +147,19 @@ ALL_MAPPINGS: dict[str, SignalMapping] = {
 _SUFFIXES = {"_bucket": "", "_sum": "_sum", "_count": "_count", "_total": ""}
 
 
-@dataclass(frozen=True)
-class Canonical:
-    """Where one raw sample lands: its signal name and the factor applied to its value."""
-
-    signal: str
-    scale: float = 1.0
-    known: bool = True
-
-
-def canonical_name(sample_name: str) -> Canonical:
-    """Map one exposed sample name (e.g. `vllm:e2e_request_latency_seconds_bucket`).
-
-    Unknown names come back unchanged with `known=False`.
+def canonical_name(sample_name: str) -> SignalMapping:
+    """Where one exposed sample (e.g. `vllm:e2e_request_latency_seconds_bucket`) lands: its
+    signal and the factor applied to its value. Unknown names come back unchanged, scale 1.
     """
     mapping = ALL_MAPPINGS.get(sample_name)
     if mapping is not None:
-        return Canonical(mapping.signal, mapping.scale)
+        return mapping
     for suffix, canonical_suffix in _SUFFIXES.items():
         if sample_name.endswith(suffix):
             mapping = ALL_MAPPINGS.get(sample_name[: -len(suffix)])
             if mapping is not None:
                 # Histogram sums are in the metric's own unit; counts are never scaled.
                 scale = 1.0 if canonical_suffix == "_count" else mapping.scale
-                return Canonical(mapping.signal + canonical_suffix, scale)
-    return Canonical(sample_name, known=False)
+                return SignalMapping(mapping.signal + canonical_suffix, scale)
+    return SignalMapping(sample_name)
 
