@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,9 +25,9 @@ from rich.console import Console
 
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
-from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck
+from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck, p99
 from loadlab.client.stream import Endpoint
-from loadlab.client.shipping import in_flight_total
+from loadlab.client.shipping import in_flight_total, worker_id
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
@@ -96,10 +94,6 @@ class Tally:
             self.recent_tokens.popleft()
         return sum(n for _, n in self.recent_tokens) / _RATE_WINDOW_S
 
-    def start_delay_p99(self) -> float:
-        delays = sorted(self.recent_start_delays)
-        return delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else 0.0
-
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -111,11 +105,11 @@ class RunOutcome:
 
 def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     """Run the load the config describes, writing the run folder; returns how it ended."""
-    Endpoint.from_config(config)   # validates url and api before anything starts
+    endpoint = Endpoint.from_config(config)   # validates url and api before anything starts
     plans = plan_steps(config)
     anchor = process_anchor()
     collectors = build_collectors(config)
-    env, runner = _start_environment(config, plans[0].mode, anchor)
+    env, runner = _start_environment(config, endpoint.base_url, plans[0].mode, anchor)
     try:
         writer = RunWriter(folder, config, anchor)
     except BaseException:
@@ -177,12 +171,12 @@ class _NoSpawnRateWarning(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
-def _start_environment(config: RunConfig, mode: str, anchor: ClockAnchor):
+def _start_environment(config: RunConfig, host: str, mode: str, anchor: ClockAnchor):
     logging.getLogger("locust.runners").addFilter(_NoSpawnRateWarning())
     user = ClosedLoopUser if mode == "closed" else OpenLoopUser
-    env = Environment(user_classes=[user], host=Endpoint.from_config(config).base_url)
+    env = Environment(user_classes=[user], host=host)
     add_loadlab_events(env.events)
-    env.loadlab = ClientContext(config=config, worker=f"{socket.gethostname()}:{os.getpid()}",
+    env.loadlab = ClientContext(config=config, worker=worker_id(),
                                 worker_count=config.processes, anchor=anchor)
     if config.processes > 1:
         from loadlab.client.distributed import start_master_with_workers
@@ -239,7 +233,7 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) ->
     if state is not None and state.cap_waits:
         reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
     if mode == "open":
-        p99 = tally.start_delay_p99()
-        if p99 > START_DELAY_LIMIT_S:
-            reasons.append(f"start delay p99 {p99 * 1000:.0f} ms > {START_DELAY_LIMIT_S * 1000:.0f} ms")
+        delay = p99(tally.recent_start_delays)
+        if delay > START_DELAY_LIMIT_S:
+            reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_LIMIT_S * 1000:.0f} ms")
     return "client-limited? " + "; ".join(reasons) if reasons else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Iterable
 
 import gevent
 
@@ -23,6 +24,13 @@ CPU_LIMIT_CORES = 0.6        # per process
 LAG_LIMIT_S = 0.010          # loop lag p99
 START_DELAY_LIMIT_S = 0.010  # open-loop start delay p99
 _PROBE_S = 0.1
+
+
+def p99(values: Iterable[float]) -> float:
+    """The nearest-rank 99th percentile of a few recent values (0.0 when there are none); no numpy
+    here, so a worker process stays light."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
 class SelfCheck:
@@ -61,11 +69,9 @@ class SelfCheck:
         found = []
         if self.last_cpu > CPU_LIMIT_CORES:
             found.append(f"client CPU {self.last_cpu:.2f} cores > {CPU_LIMIT_CORES}")
-        if self.recent_lags:
-            lags = sorted(self.recent_lags)
-            p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-            if p99 > LAG_LIMIT_S:
-                found.append(f"event-loop lag p99 {p99 * 1000:.0f} ms > {LAG_LIMIT_S * 1000:.0f} ms")
+        lag = p99(self.recent_lags)
+        if lag > LAG_LIMIT_S:
+            found.append(f"event-loop lag p99 {lag * 1000:.0f} ms > {LAG_LIMIT_S * 1000:.0f} ms")
         return found
 
     def _probe_lag(self) -> None:
