@@ -18,7 +18,6 @@ from loadlab.collect.signals import GPU_EXPORTER_PREFIX
 from loadlab.errors import UserError
 
 
-
 def metric_name(signal_name: str) -> str:
     """Prometheus name of a GPU signal: `gpu_util` -> `loadlab_gpu_util`."""
     return GPU_EXPORTER_PREFIX + signal_name
