@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-
-WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
 
 
 def summary(
@@ -21,7 +18,7 @@ def summary(
 ) -> None:
     """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""
     from loadlab.analyze.summary import Slo, summarize
-    from loadlab.report.console import print_summary
+    from loadlab.report.console import print_summary, table_console
     from loadlab.store.meta import write_json_atomic
     from loadlab.store.reader import SUMMARY_JSON, load_run
 
@@ -35,10 +32,7 @@ def summary(
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=WIDE)
-        print_summary(result, console)
+        print_summary(result, table_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -8,12 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from loadlab.errors import UserError
-
-WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
 
 
 def _number(digits: int) -> Callable[[float], str]:
@@ -59,6 +56,7 @@ def timeline(
     """Print the run interval by interval: requests, tokens/s, TTFT/ITL p50, in flight, and the
     server's queue, KV usage, preemptions, GPU activity and collective share when recorded."""
     from loadlab.analyze.timeline import build_timeline
+    from loadlab.report.console import table_console
     from loadlab.store.reader import load_run
 
     if not interval > 0:
@@ -80,10 +78,7 @@ def timeline(
             value = getattr(row, name)
             cells.append("[dim]-[/dim]" if math.isnan(value) else formats[name](value))
         table.add_row(*cells)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=WIDE)
-    console.print(table)
+    table_console().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,13 @@ from loadlab.analyze.stats import Distribution
 from loadlab.analyze.summary import RunSummary, StepSummary
 
 DASH = "–"
+WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
+
+
+def table_console() -> Console:
+    """A console for printing tables: the terminal's width, or WIDE columns into a file or pipe."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE)
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:
