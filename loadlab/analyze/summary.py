@@ -25,7 +25,7 @@ from loadlab.analyze.stats import Distribution, percentile
 from loadlab.client.records import ErrorCategory, StepInfo
 from loadlab.collect.samples import Coverage
 from loadlab.errors import UserError
-from loadlab.store.meta import json_safe
+from loadlab.store.meta import float_or_nan, json_safe
 from loadlab.store.reader import RunData
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
@@ -163,7 +163,7 @@ class RunSummary:
         """Read back summary.json."""
         return cls(
             path=d["path"], status=d["status"], cut_off=d["cut_off"],
-            started_at=_num(d["started_at"]), ended_at=_num(d["ended_at"]),
+            started_at=float_or_nan(d["started_at"]), ended_at=float_or_nan(d["ended_at"]),
             steps=[StepSummary.from_dict(s) for s in d["steps"]],
             overall=StepSummary.from_dict(d["overall"]),
             client=ClientCheck(**d["client"]),
@@ -171,10 +171,6 @@ class RunSummary:
             slo=Slo(**d["slo"]) if d.get("slo") else None,
             warnings=list(d.get("warnings", [])),
         )
-
-
-def _num(v: float | None) -> float:
-    return math.nan if v is None else float(v)
 
 
 def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:

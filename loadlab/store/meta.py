@@ -65,14 +65,15 @@ class RunMeta:
             host=d.get("host") or {},
             anchor=ClockAnchor(**d["anchors"]),
             worker_anchors={w: ClockAnchor(**a) for w, a in (d.get("worker_anchors") or {}).items()},
-            started_at=_num(d.get("started_at")),
-            ended_at=_num(d.get("ended_at")),
-            steps=[StepInfo(**{**s, "end_time": _num(s.get("end_time"))}) for s in d.get("steps") or []],
+            started_at=float_or_nan(d.get("started_at")),
+            ended_at=float_or_nan(d.get("ended_at")),
+            steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time"))}) for s in d.get("steps") or []],
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
         )
 
 
-def _num(value: float | None) -> float:
+def float_or_nan(value: float | None) -> float:
+    """A number read from JSON, where null stands for NaN (see json_safe)."""
     return math.nan if value is None else float(value)
 
 
