@@ -14,7 +14,7 @@ import socket
 import sys
 from dataclasses import MISSING, fields
 
-from reference_server.config import EngineConfig
+from reference_server.config import CHOICES, EngineConfig
 
 FLAG_HELP = {
     "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/model.py)",
@@ -37,12 +37,6 @@ FLAG_HELP = {
     "max_waiting": "waiting-queue limit; beyond it requests get 429",
     "model_name": "the model id clients see in /v1/models",
 }
-FLAG_CHOICES = {
-    "device": ["cpu", "cuda"],
-    "dtype": ["float32", "bfloat16", "float16"],
-    "batching": ["continuous", "static"],
-    "kv": ["paged", "contiguous"],
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(default, bool):  # --x / --no-x
             engine.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         else:
-            engine.add_argument(flag, type=type(default), default=default, choices=FLAG_CHOICES.get(f.name), help=text)
+            engine.add_argument(flag, type=type(default), default=default, choices=CHOICES.get(f.name), help=text)
     return parser
 
 

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The values each string setting of EngineConfig accepts: the server's flag choices and the engine's
+# validation both read them.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "device": ("cpu", "cuda"),
+    "dtype": ("float32", "bfloat16", "float16"),
+    "batching": ("continuous", "static"),
+    "kv": ("paged", "contiguous"),
+}
+
 
 @dataclass(frozen=True)
 class ModelShape:

@@ -15,11 +15,11 @@ import time
 
 import torch
 
-from reference_server.config import EngineConfig
+from reference_server.config import CHOICES, EngineConfig
 from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.metrics import EngineMetrics
-from reference_server.engine.runner import DTYPES, ModelRunner, build_step, kv_layout
+from reference_server.engine.runner import ModelRunner, build_step, kv_layout
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence
@@ -297,10 +297,8 @@ def _validate(config: EngineConfig) -> None:
     """Refuse a bad configuration with one clear ValueError before anything is loaded."""
     if config.preset not in PRESETS:
         raise ValueError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
-    for name, value, allowed in (("batching", config.batching, ("continuous", "static")),
-                                 ("kv", config.kv, ("paged", "contiguous")),
-                                 ("device", config.device, ("cpu", "cuda")),
-                                 ("dtype", config.dtype, tuple(DTYPES))):
+    for name, allowed in CHOICES.items():
+        value = getattr(config, name)
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel", "max_waiting"):

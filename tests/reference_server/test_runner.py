@@ -7,8 +7,8 @@ import asyncio
 import psutil
 import pytest
 
-from reference_server.config import EngineConfig
-from reference_server.engine.runner import build_step, kv_layout
+from reference_server.config import CHOICES, EngineConfig
+from reference_server.engine.runner import DTYPES, build_step, kv_layout
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
 from reference_server.interface import SamplingParams
@@ -16,6 +16,10 @@ from reference_server.interface import SamplingParams
 from .conftest import collect, run_engine
 
 PROMPTS = ["tensor parallel ", "two ranks, one answer: ", "x"]
+
+
+def test_every_dtype_the_config_accepts_has_a_torch_dtype() -> None:
+    assert tuple(DTYPES) == CHOICES["dtype"]
 
 
 def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
