@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.summary import per_request, steps_of
+from loadlab.client.records import ErrorCategory
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
 
@@ -30,7 +31,7 @@ class TimelineRow:
     t: float                      # seconds since the run's start, at the interval's start
     started: float                # requests sent
     completed: float              # requests that ended well
-    failed: float                 # requests that ended in an error
+    failed: float                 # requests that ended in an error (not those cut off by the run's stop)
     output_tokens_per_s: float    # tokens whose events arrived in this interval
     ttft_p50: float               # of the requests whose first token arrived in this interval
     itl_p50: float                # of the gaps that ended in this interval
@@ -153,7 +154,7 @@ def _client_columns(run: RunData, bins: _Bins, end: float) -> dict[str, np.ndarr
     return {
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
-        "failed": bins.total(df.loc[~df["ok"], "end_time"]),
+        "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
         "output_tokens_per_s": bins.total(all_times, np.concatenate(weights) if weights else None) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
         "itl_p50": bins.median(gap_ends, gaps),

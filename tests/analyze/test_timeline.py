@@ -169,3 +169,13 @@ def test_collective_share_from_nccl_inspector_when_the_engine_has_no_histogram(t
     tl = build_timeline(load_run(tmp_path / "run"))
     assert column(tl, "collective_share")[1] == pytest.approx(0.4)
     assert "collective_share" in tl.columns
+
+
+def test_requests_cut_off_by_the_stop_are_not_failures(tmp_path):
+    def content(t0: float) -> tuple[list[RequestRecord], list[Sample]]:
+        return three_requests(t0) + [request("r4", t0, 1.0, [1.3], 2.6, error="aborted")], []
+
+    write_run(tmp_path / "run", content)
+    tl = build_timeline(load_run(tmp_path / "run"))
+    assert column(tl, "failed")[:3] == [0, 0, 1]     # r3's timeout only
+    assert column(tl, "completed")[:3] == [0, 1, 1]
