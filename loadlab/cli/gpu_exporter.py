@@ -41,9 +41,8 @@ class LatestGpuSamples:
         yield from families.values()
 
 
-def serve(host: str, port: int, interval: float, replay: str, ready: threading.Event | None = None,
-          stop: threading.Event | None = None) -> None:
-    """Sample GPUs and serve /metrics until `stop` is set (or SIGTERM/SIGINT)."""
+def serve(host: str, port: int, interval: float, replay: str) -> None:
+    """Sample GPUs and serve /metrics until SIGTERM/SIGINT (call it from the main thread)."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from loadlab.collect.gpu import GpuBackend, GpuCollector, NvmlBackend, ReplayBackend
@@ -66,14 +65,11 @@ def serve(host: str, port: int, interval: float, replay: str, ready: threading.E
     except OSError as e:
         collector.stop()
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     print(f"loadlab gpu-exporter: http://{host}:{port}/metrics ({collector.backend.name}, every {interval}s)",
           flush=True)
-    if ready is not None:
-        ready.set()
     try:
         while not stop.wait(0.5):
             pass
