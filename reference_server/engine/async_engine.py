@@ -280,11 +280,11 @@ class AsyncEngine:
             else:
                 self.scheduler.remove(seq)
         with self._lock:
-            for seq in self._inbox:
-                outputs.append((self._streams[seq.request_id], TokenOutput(-1, "", "abort")))
-            self._inbox = []
-            if self._dead is not None:
+            if self._dead is None:   # the streams left are those of requests still in the inbox
+                outputs += [(s, TokenOutput(-1, "", "abort")) for s in self._streams.values()]
+            else:
                 outputs += [(s, EngineDead(f"engine loop died: {self._dead!r}")) for s in self._streams.values()]
+            self._inbox = []
             self._streams.clear()
         try:
             self._deliver(outputs)

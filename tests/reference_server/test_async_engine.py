@@ -4,6 +4,7 @@ preemption, static vs continuous batching, paged vs contiguous KV, queue limits,
 from __future__ import annotations
 
 import asyncio
+import threading
 import random
 from dataclasses import replace
 
@@ -239,6 +240,31 @@ def test_a_dead_engine_loop_fails_streams_and_new_requests(monkeypatch) -> None:
         assert not engine.healthy
         with pytest.raises(EngineDead):
             engine.add_request("b", [65], SamplingParams())
+        await engine.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(monkeypatch) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def broken(self, step):
+        entered.set()
+        release.wait(10)
+        raise RuntimeError("simulated device fault")
+
+    monkeypatch.setattr(ModelRunner, "execute", broken)
+
+    async def scenario():
+        engine = AsyncEngine(config())
+        await engine.start()
+        running = engine.add_request("a", [65], SamplingParams())
+        assert await asyncio.to_thread(entered.wait, 10)
+        queued = engine.add_request("b", [66], SamplingParams())   # the loop is inside the step
+        release.set()
+        for stream in (running, queued):
+            with pytest.raises(EngineDead):
+                await collect(stream)
         await engine.shutdown()
 
     asyncio.run(scenario())
