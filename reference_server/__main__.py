@@ -99,11 +99,6 @@ async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | N
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    if config.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda: PyTorch sees no CUDA GPU here")
     engine = AsyncEngine(config)
     await engine.start()
     # handler_cancellation: a client that disconnects cancels its handler at once, which aborts

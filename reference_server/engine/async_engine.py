@@ -310,6 +310,8 @@ def _validate(config: EngineConfig) -> None:
             raise ValueError(f"{name} must not be negative, not {getattr(config, name)}")
     if config.weights and not os.path.isfile(config.weights):
         raise ValueError(f"weights file {config.weights!r} does not exist")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda: PyTorch sees no CUDA GPU here")
     if config.device == "cuda" and config.tensor_parallel > torch.cuda.device_count():
         raise ValueError(f"tensor_parallel={config.tensor_parallel} needs that many CUDA devices; "
                          f"{torch.cuda.device_count()} found")

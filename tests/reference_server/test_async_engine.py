@@ -9,6 +9,7 @@ import random
 from dataclasses import replace
 
 import pytest
+import torch
 
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
@@ -285,6 +286,9 @@ def test_configuration_errors_are_clear() -> None:
         AsyncEngine(config(weights="/nonexistent/model.safetensors"))
     with pytest.raises(ValueError, match="does not divide num_kv_heads"):
         AsyncEngine(config(tensor_parallel=4))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            AsyncEngine(config(device="cuda"))
 
 
 @pytest.mark.parametrize("trial", range(6))
