@@ -26,10 +26,11 @@ from locust.user.users import LOCUST_STATE_STOPPING
 from loadlab.client.context import ClientContext
 from loadlab.client.records import ErrorCategory, RequestRecord, StepInfo
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
+from loadlab.config import RunConfig
 from loadlab.workload import make_workload
+from loadlab.workload.base import Workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.distributions import sample_seconds
-from loadlab.workload.spec import RequestSpec
 
 # Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their
 # start delay grows, which the self-check reports as client-limited).
@@ -47,12 +48,10 @@ class ProcessState:
 
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
-        ctx = self.ctx
-        self.endpoint = Endpoint.from_config(ctx.config)
-        # Each process draws its own requests (its worker index is its stream): the same
-        # sequence everywhere would send identical prompts from every worker and let a prefix
-        # cache flatter the server. Shared-prefix workloads keep one prefix pool across streams.
-        self.workload = make_workload(ctx.config.workload, ctx.config.api, stream=ctx.worker_index)
+        self.config: RunConfig | None = None   # what `endpoint` and `workload` were built from
+        self.endpoint: Endpoint
+        self.workload: Workload
+        self.sync_config()
         self.in_flight = 0             # requests sent here and not finished yet
         self.cap_waits = 0             # open-loop arrivals that found every slot taken
         self._issued: dict[int, int] = defaultdict(int)
@@ -60,8 +59,22 @@ class ProcessState:
 
     @property
     def ctx(self) -> ClientContext:
-        # Read afresh each time: in distributed runs the context may be replaced by an update.
         return self.environment.loadlab
+
+    def sync_config(self) -> None:
+        """(Re)build the endpoint and the workload when the context's config differs from the one
+        they were built from: a test started again from Locust's web UI (or its master) may
+        bring a new host or new lengths. An equal config (sent again with every step) keeps
+        them, and the workload's place in its sequence."""
+        ctx = self.ctx
+        if ctx.config == self.config:
+            return
+        self.endpoint = Endpoint.from_config(ctx.config)
+        # Each process draws its own requests (its worker index is its stream): the same
+        # sequence everywhere would send identical prompts from every worker and let a prefix
+        # cache flatter the server. Shared-prefix workloads keep one prefix pool across streams.
+        self.workload = make_workload(ctx.config.workload, ctx.config.api, stream=ctx.worker_index)
+        self.config = ctx.config
 
     def claim(self, step: int) -> bool | None:
         """Take the next request of `step`: True if it is a warm-up request, False if measured,
@@ -84,11 +97,14 @@ class ProcessState:
 
 
 def process_state(environment: Environment) -> ProcessState:
-    """The ProcessState of this environment, made on first use from `environment.loadlab`."""
+    """The ProcessState of this environment, made on first use from `environment.loadlab` and
+    brought up to date with its config at every later call."""
     state = getattr(environment, "loadlab_state", None)
     if state is None:
         state = ProcessState(environment)
         environment.loadlab_state = state
+    else:
+        state.sync_config()   # users are made when a test starts: the config may be new
     return state
 
 
@@ -119,7 +135,8 @@ class LLMUser(FastHttpUser):
     def send_one(self, scheduled: float, step: int, warmup: bool) -> RequestRecord:
         """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill."""
         state = self.state
-        spec = state.workload.next_request()
+        workload = state.workload   # the one that answers for this request, even if replaced meanwhile
+        spec = workload.next_request()
         ctx = state.ctx
         state.in_flight += 1
         try:
@@ -127,14 +144,14 @@ class LLMUser(FastHttpUser):
                                     ctx.anchor, worker=ctx.worker, step=step, warmup=warmup)
         finally:
             state.in_flight -= 1
-        self._report(spec, result)
+        workload.complete(spec, result.text, result.record.ok)
+        self._report(result)
         if result.aborted:
             raise gevent.GreenletExit
         return result.record
 
-    def _report(self, spec: RequestSpec, result: StreamResult) -> None:
+    def _report(self, result: StreamResult) -> None:
         rec = result.record
-        self.state.workload.complete(spec, result.text, rec.ok)
         events = self.environment.events
         # A request cut off by the tester's stop says nothing about the server: it is kept in the
         # run folder (category "aborted") but not counted as a failure in Locust's statistics.

@@ -49,3 +49,33 @@ def test_locust_counts_one_request_per_stream(mock, mode, target):
 def test_request_budget_is_exact(mock):
     result = drive(mock, "closed", "4", "1.5", "7")
     assert result["records"] == 7 and result["locust_requests"] == 7
+
+
+SYNC_CHECK = """
+import json
+from types import SimpleNamespace
+from loadlab.client.context import ClientContext
+from loadlab.client.users import process_state
+from loadlab.config import RunConfig
+env = SimpleNamespace(loadlab=ClientContext(config=RunConfig(url="http://a:1", model="m"), worker="w"))
+state = process_state(env)
+first = (state.endpoint, state.workload)
+env.loadlab.config = RunConfig(url="http://a:1", model="m")   # sent again, equal: nothing rebuilt
+process_state(env)
+kept = state.endpoint is first[0] and state.workload is first[1]
+env.loadlab.config = RunConfig(url="http://b:2/v1", model="m", api="completions")  # a test restarted
+print(json.dumps({"kept": kept, "same_state": process_state(env) is state,
+                  "base_url": state.endpoint.base_url, "path": state.endpoint.path,
+                  "new_workload": state.workload is not first[1]}))
+"""
+
+
+def test_users_made_for_a_new_test_send_to_its_host():
+    """Locust's web UI (or a master) may start a new test with another host or API: the users it
+    spawns then must not keep the endpoint and workload of the first test."""
+    out = subprocess.run([sys.executable, "-c", SYNC_CHECK], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env={"PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"kept": True, "same_state": True, "base_url": "http://b:2",
+                      "path": "/v1/completions", "new_workload": True}
