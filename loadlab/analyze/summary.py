@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
 from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution, percentile
 from loadlab.client.records import ErrorCategory, StepInfo
@@ -29,9 +30,6 @@ from loadlab.store.meta import float_or_nan, json_safe
 from loadlab.store.reader import RunData
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
-CLIENT_CPU_P90_MAX = 0.6        # cores, p90 of one load-generator process's CPU use
-START_DELAY_P99_MAX = 0.010     # s, open loop: p99 of send − scheduled time
-LOOP_LAG_P99_MAX = 0.010        # s, p99 of the client's event-loop lag samples
 MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
 MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
 MAX_REFUSED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a refusing endpoint explains low load

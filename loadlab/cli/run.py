@@ -16,7 +16,6 @@ from typing import Optional
 import typer
 
 API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")
-WIDE = 160
 EXIT_INTERRUPTED = 130
 
 
@@ -127,15 +126,11 @@ def print_final_summary(folder: Path) -> None:
     """The summary table of the finished run (the summary.json the run writer left), on stdout."""
     import json
 
-    from rich.console import Console
-
     from loadlab.analyze.summary import RunSummary
-    from loadlab.report.console import print_summary
+    from loadlab.report.console import print_summary, table_console
     from loadlab.store.reader import SUMMARY_JSON
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=WIDE)
+    console = table_console()
     summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
     print_summary(summary, console)
 

@@ -23,9 +23,10 @@ from locust.env import Environment
 from locust.runners import LocalRunner
 from rich.console import Console
 
+from loadlab.analyze.limits import START_DELAY_P99_MAX
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
-from loadlab.client.selfcheck import START_DELAY_LIMIT_S, SelfCheck, p99
+from loadlab.client.selfcheck import SelfCheck, p99
 from loadlab.client.stream import Endpoint
 from loadlab.client.shipping import in_flight_total, worker_id
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
@@ -234,6 +235,6 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) ->
         reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
     if mode == "open":
         delay = p99(tally.recent_start_delays)
-        if delay > START_DELAY_LIMIT_S:
-            reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_LIMIT_S * 1000:.0f} ms")
+        if delay > START_DELAY_P99_MAX:
+            reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
     return "client-limited? " + "; ".join(reasons) if reasons else ""

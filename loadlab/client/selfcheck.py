@@ -3,8 +3,7 @@
 Two signals per process, stored as samples with source "client" and label `worker`:
 - `client_cpu`: cores this process used over the last second;
 - `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms.
-Timing error grows fast once a gevent process passes ~60-70% of a core, long before Locust's own
-90% warning, hence the lower thresholds below (the summary applies the same ones).
+The live warning uses the thresholds of loadlab/analyze/limits.py, as the summary's verdict does.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from collections.abc import Iterable
 
 import gevent
 
+from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
 from loadlab.clock import now
 from loadlab.collect.host import ProcessCpu
 from loadlab.collect.samples import Coverage, Sample, SampleSink
 
-CPU_LIMIT_CORES = 0.6        # per process
-LAG_LIMIT_S = 0.010          # loop lag p99
-START_DELAY_LIMIT_S = 0.010  # open-loop start delay p99
 _PROBE_S = 0.1
 
 
@@ -67,11 +64,11 @@ class SelfCheck:
     def warnings(self) -> list[str]:
         """Why the client may be limiting the measurement right now (empty when it is fine)."""
         found = []
-        if self.last_cpu > CPU_LIMIT_CORES:
-            found.append(f"client CPU {self.last_cpu:.2f} cores > {CPU_LIMIT_CORES}")
+        if self.last_cpu > CLIENT_CPU_P90_MAX:
+            found.append(f"client CPU {self.last_cpu:.2f} cores > {CLIENT_CPU_P90_MAX}")
         lag = p99(self.recent_lags)
-        if lag > LAG_LIMIT_S:
-            found.append(f"event-loop lag p99 {lag * 1000:.0f} ms > {LAG_LIMIT_S * 1000:.0f} ms")
+        if lag > LOOP_LAG_P99_MAX:
+            found.append(f"event-loop lag p99 {lag * 1000:.0f} ms > {LOOP_LAG_P99_MAX * 1000:.0f} ms")
         return found
 
     def _probe_lag(self) -> None:

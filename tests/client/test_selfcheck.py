@@ -1,4 +1,5 @@
-from loadlab.client.selfcheck import LAG_LIMIT_S, SelfCheck, p99
+from loadlab.analyze.limits import LOOP_LAG_P99_MAX
+from loadlab.client.selfcheck import SelfCheck, p99
 
 
 def test_p99_is_the_nearest_rank_value_and_zero_without_values():
@@ -13,5 +14,5 @@ def test_warnings_name_a_lagging_event_loop_only_above_the_limit():
     assert check.warnings() == []
     check.recent_lags.extend([0.001] * 99)
     assert check.warnings() == []
-    check.recent_lags.extend([LAG_LIMIT_S * 5] * 2)
+    check.recent_lags.extend([LOOP_LAG_P99_MAX * 5] * 2)
     assert any("event-loop lag p99" in w for w in check.warnings())
