@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from loadlab.store.run_folder import load_run  # noqa: E402
 from tests.support.procs import BIN, Proc, free_port  # noqa: E402
+from report_table import print_results  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
 TTFT, ITL, TOKENS = 0.05, 0.02, 128
 
@@ -119,15 +119,7 @@ def main() -> None:
         for i, s in enumerate(x for x in SCENARIOS if args.only in x.name):
             print(f"running {s.name} for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             rows.append((s.name, run_scenario(s, args.seconds, Path(tmp) / f"run{i}")))
-    load = os.getloadavg()
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-          f"load average {load[0]:.1f}/{load[1]:.1f}, {args.seconds:g} s per scenario\n")
-    keys = list(rows[0][1])
-    print("| scenario | " + " | ".join(keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for name, m in rows:
-        print(f"| {name} | " + " | ".join(f"{m[k]:.3g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")
-
+    print_results(f"{args.seconds:g} s per scenario", "scenario", rows)
 
 if __name__ == "__main__":
     main()

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from loadlab.store.reader import load_run  # noqa: E402
 from tests.support.procs import BIN, REPO as CWD, Proc, free_port  # noqa: E402
+from report_table import print_results  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
 TTFT, ITL, TOKENS = 0.05, 0.01, 128
 
@@ -104,16 +105,8 @@ def main() -> None:
         for n in (int(x) for x in args.processes.split(",")):
             print(f"--processes {n}: {args.users} streams for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             rows.append((n, run_once(n, args.users, args.seconds, Path(tmp) / f"run{n}")))
-    load = os.getloadavg()
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
-          f"{load[0]:.1f}/{load[1]:.1f}; {args.users} closed-loop streams of {TOKENS} tokens "
-          f"(mock TTFT {TTFT * 1000:g} ms, ITL {ITL * 1000:g} ms), {args.seconds:g} s\n")
-    keys = list(rows[0][1])
-    print("| processes | " + " | ".join(keys) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for n, m in rows:
-        print(f"| {n} | " + " | ".join(f"{m[k]:.3g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")
-
+    print_results(f"{args.users} closed-loop streams of {TOKENS} tokens (mock TTFT {TTFT * 1000:g} ms, "
+                  f"ITL {ITL * 1000:g} ms), {args.seconds:g} s", "processes", rows)
 
 if __name__ == "__main__":
     main()
