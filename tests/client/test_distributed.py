@@ -41,6 +41,25 @@ def run_args(port: int, out: Path, *extra: str) -> list[str]:
             "--input-len", "8", "--server-metrics", "off", *extra]
 
 
+def start_run(port: int, out: Path, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """`loadlab run --processes 2` in the background; the test ends it."""
+    args = [str(BIN / "loadlab"), *run_args(port, out, *extra, "--processes", "2")]
+    return subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
+                            stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 90) -> None:
+    """Poll `condition` while the run is alive; fail with `what` on timeout or an early exit."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline and proc.poll() is None, what
+        time.sleep(0.2)
+
+
+def parts(out: Path) -> int:
+    return len(list((out / "requests").glob("part-*.parquet")))
+
+
 def test_two_workers_merge_into_one_run_folder(tmp_path):
     port, out = free_port(), tmp_path / "run"
     with mock(port):
@@ -96,15 +115,9 @@ def test_interrupt_mid_stream_loses_no_record(tmp_path):
     """Ctrl-C with long streams in flight on both workers: their aborted requests still arrive."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        args = [str(BIN / "loadlab"), *run_args(port, out, "--concurrency", "4", "--output-len", "2000",
-                                                 "--processes", "2")]
-        proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = start_run(port, out, "--concurrency", "4", "--output-len", "2000")
         try:
-            deadline = time.monotonic() + 90
-            while len(truth(port)) < 4:
-                assert time.monotonic() < deadline and proc.poll() is None, "load never started"
-                time.sleep(0.2)
+            wait_until(proc, lambda: len(truth(port)) >= 4, "load never started")
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
             proc.wait(90)
@@ -124,15 +137,9 @@ def test_a_worker_killed_mid_run_costs_only_its_unsent_requests(tmp_path):
     """kill -9 of one worker: the run goes on with the other, ends on time, keeps what was shipped."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        args = [str(BIN / "loadlab"), *run_args(port, out, "--concurrency", "4", "--duration", "6",
-                                                 "--output-len", "16", "--processes", "2")]
-        proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = start_run(port, out, "--concurrency", "4", "--duration", "6", "--output-len", "16")
         try:
-            deadline = time.monotonic() + 90
-            while not list((out / "requests").glob("part-*.parquet")):   # records are arriving
-                assert time.monotonic() < deadline and proc.poll() is None, "load never started"
-                time.sleep(0.2)
+            wait_until(proc, lambda: parts(out) >= 1, "load never started")   # records are arriving
             time.sleep(1.0)   # at least one more shipment from each worker
             victim = psutil.Process(proc.pid).children()[0]
             victim_id = f"{socket.gethostname()}:{victim.pid}"
@@ -155,16 +162,11 @@ def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_ma
     are shipped continuously, not at the end) and no worker process outlives the master."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        args = [str(BIN / "loadlab"), *run_args(port, out, "--concurrency", "4", "--duration", "60",
-                                                 "--output-len", "16", "--processes", "2")]
-        proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = start_run(port, out, "--concurrency", "4", "--duration", "60", "--output-len", "16",
+                         stderr=subprocess.DEVNULL)
         workers: list[psutil.Process] = []
         try:
-            deadline = time.monotonic() + 90
-            while len(list((out / "requests").glob("part-*.parquet"))) < 3:
-                assert time.monotonic() < deadline and proc.poll() is None, "no records while running"
-                time.sleep(0.2)
+            wait_until(proc, lambda: parts(out) >= 3, "no records while running")
             workers = psutil.Process(proc.pid).children()
             assert len(workers) == 2
             os.kill(proc.pid, signal.SIGKILL)
