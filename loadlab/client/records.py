@@ -43,6 +43,7 @@ class RequestRecord:
     first_token_time: float          # first event carrying non-empty content
     end_time: float                  # last event (or the failure)
     token_times: list[float] = field(default_factory=list)  # arrival time of every content event
+    token_clock: str = ""            # what timed them: "kernel" (receive timestamps), "read" or "" (no body)
     prompt_tokens: int = -1          # usage.prompt_tokens (-1: server did not say)
     completion_tokens: int = -1      # usage.completion_tokens
     client_tokens: int = 0           # content events counted by the client

@@ -1,9 +1,10 @@
 """One streaming request, timed token by token: the core of the load generator.
 
-The body is taken from geventhttpclient's response as soon as a line is complete (Locust's
-iter_lines waits for ~1 KB and delays every event). The lines that one recv completed are taken
-together and timed with one time.perf_counter() reading, converted to epoch seconds through the
-process's clock anchor. Every failure ends in exactly one ErrorCategory.
+The request and its headers go through geventhttpclient; the body is read by the process's
+BodyReader (reader.py), which hands on every line as soon as it is complete (Locust's iter_lines
+waits for ~1 KB and delays every event). The lines that one read completed share one arrival
+time, converted to epoch seconds through the process's clock anchor. Every failure ends in
+exactly one ErrorCategory.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import math
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
 from gevent import GreenletExit
 from geventhttpclient.client import HTTPClient
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
+from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
 
+from loadlab.client.reader import body_reader
 from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
 from loadlab.clock import ClockAnchor
@@ -151,8 +152,9 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
         rec.status = resp.status_code
         if rec.status != 200:
             raise _http_failure(resp)
-        nbytes = _read_events(resp, rec, perf_times, content_lines)
-        end = time.perf_counter()
+        events = _EventReader(resp, rec, perf_times, content_lines)
+        nbytes, end = body_reader().read(resp, events)
+        events.finish()
     except gevent.Timeout as e:
         end = time.perf_counter()
         if e is not timer:
@@ -189,43 +191,30 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
     return StreamResult(rec, nbytes, text, aborted)
 
 
-def _line_batches(resp: HTTPSocketResponse) -> Iterator[tuple[bytes, float]]:
-    """The body as it arrives, in batches of complete lines (each batch ends with "\n"), each with
-    the perf_counter() reading taken when its lines became available: lines that arrived in the
-    same recv share it. Ends with the body.
+class _EventReader:
+    """The LineSink of a request (see reader.py): turns batches of body lines into the record: each token's arrival time (and, when
+    `content_lines` is a list, each content line), finish reason, usage. Raises _Failure."""
 
-    This is geventhttpclient's readline() loop (same buffer, socket and parser), except that it
-    takes every complete line at once: readline() rescans and copies the buffer for each line.
-    """
-    received = resp._body_buffer   # the decoded body that has not been taken yet
-    now = time.perf_counter
-    while True:
-        end = received.rfind(b"\n") + 1
-        if end:
-            t = now()
-            batch = bytes(received[:end])
-            del received[:end]
-            yield batch, t
-        elif resp.message_complete:
-            return
-        elif resp._sock is None:
-            raise HTTPConnectionClosed("connection closed.")
-        else:
-            resp.feed(resp._sock.recv(resp.block_size))   # waits for the next packet
+    def __init__(self, resp: HTTPSocketResponse, rec: RequestRecord, perf_times: list[float],
+                 content_lines: list[bytes] | None) -> None:
+        self.resp = resp
+        self.rec = rec
+        self.perf_times = perf_times
+        self.content_lines = content_lines
+        self.seen_event = False
+        self.done = False
 
+    def timed_by(self, clock: str) -> None:
+        self.rec.token_clock = clock
 
-def _read_events(resp, rec: RequestRecord, perf_times: list[float],
-                 content_lines: list[bytes] | None) -> int:
-    """Read the event stream to its end, appending each token's arrival time (and, when
-    `content_lines` is a list, each content line). Returns the bytes read."""
-    nbytes = 0
-    seen_event = False
-    done = False
-    for batch, t in _line_batches(resp):
-        nbytes += len(batch)
+    def feed(self, batch: bytes, t: float) -> int:
+        """Take a batch of complete lines that arrived at perf_counter() time `t`; returns the
+        number of tokens (content events) in it."""
+        rec = self.rec
+        tokens = 0
         for line in batch[:-1].split(b"\n"):   # line endings dropped (a "\r" may remain)
             if line.startswith(b"data:"):
-                seen_event = True
+                self.seen_event = True
                 try:
                     event = parse_data(line)
                 except MalformedEvent as e:
@@ -233,31 +222,37 @@ def _read_events(resp, rec: RequestRecord, perf_times: list[float],
                 except StreamErrorEvent as e:
                     raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
                 if event.content:
-                    perf_times.append(t)
-                    if content_lines is not None:
-                        content_lines.append(line)
+                    tokens += 1
+                    self.perf_times.append(t)
+                    if self.content_lines is not None:
+                        self.content_lines.append(line)
                 if event.finish_reason:
                     rec.finish_reason = event.finish_reason
                 if event.completion_tokens >= 0:
                     rec.completion_tokens = event.completion_tokens
                     rec.prompt_tokens = event.prompt_tokens
                 if event.done:
-                    done = True
+                    self.done = True
                 continue
             if not line or line == b"\r":   # the blank line after every event
                 continue
             if line_kind(line) == "invalid":
-                if not seen_event:
-                    ctype = resp.get("content-type", "")
-                    raise _Failure(ErrorCategory.NOT_SSE, f"not an event stream (content-type {ctype!r})")
+                if not self.seen_event:
+                    raise self._not_sse("not an event stream")
                 raise _Failure(ErrorCategory.MALFORMED, f"not an SSE line: {line[:60]!r}")
-    if not seen_event:
-        ctype = resp.get("content-type", "")
-        raise _Failure(ErrorCategory.NOT_SSE, f"no events in the body (content-type {ctype!r})")
-    # A body that ended cleanly with a finish_reason is complete even if the server skips [DONE].
-    if not done and not rec.finish_reason:
-        raise _Failure(ErrorCategory.DISCONNECT, "stream ended without [DONE] or a finish_reason")
-    return nbytes
+        return tokens
+
+    def finish(self) -> None:
+        """The body has ended: check that it was an event stream that ended properly."""
+        if not self.seen_event:
+            raise self._not_sse("no events in the body")
+        # A body that ended cleanly with a finish_reason is complete even if the server skips [DONE].
+        if not self.done and not self.rec.finish_reason:
+            raise _Failure(ErrorCategory.DISCONNECT, "stream ended without [DONE] or a finish_reason")
+
+    def _not_sse(self, what: str) -> _Failure:
+        ctype = self.resp.get("content-type", "")
+        return _Failure(ErrorCategory.NOT_SSE, f"{what} (content-type {ctype!r})")
 
 
 def _http_failure(resp) -> _Failure:

@@ -1,0 +1,248 @@
+"""One greenlet per process reads the bodies of every stream in flight.
+
+With a greenlet per stream, each token cost a recv that failed with EAGAIN (a syscall and a Python
+exception), a wait and two greenlet switches, and the process woke up for nearly every token.
+Here a user greenlet hands its response to the process's BodyReader once the headers are in and
+sleeps until the body has ended. The reader waits on one epoll set (whose descriptor gevent
+watches like any socket) and, per pass, reads every socket that has data, without switching.
+
+Each read is timed by the kernel's receive timestamp (SO_TIMESTAMPNS) where the socket offers one
+(plain TCP on Linux): the time the packet reached this host, not the time a busy client got round
+to it. That makes a token's time independent of when it is read, so the reader lets packets
+gather for up to GATHER_S between passes and one wake-up reads many. TLS sockets (no recvmsg)
+are timed with a perf_counter() reading at the read, and while one is open the reader never
+pauses; so are body bytes that came in the same read as the headers (geventhttpclient reads
+those). Every time is handed on in perf_counter() seconds, the scale the rest of the client uses.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+import gevent
+from gevent.event import AsyncResult
+from gevent.hub import get_hub
+from gevent.monkey import get_original
+from gevent.ssl import SSLSocket
+from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketResponse
+
+# Linux's value (epoll, below, is Linux-only too); Python does not name it. The reply is a
+# struct timespec of CLOCK_REALTIME.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@ll")
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+# Locust monkey-patches `select`, and gevent's version has no epoll.
+_epoll = get_original("select", "epoll")
+_EPOLLIN = get_original("select", "EPOLLIN")
+_TLS_SOCKETS = (SSLSocket, get_original("ssl", "SSLSocket"))   # gevent's, and the standard one
+
+# The longest pause between passes. Two tokens of one stream read together share the later time,
+# so whenever a read brings more than one token the pause halves (down to none) and it grows back
+# only while reads bring one: the gathering never merges tokens for long.
+GATHER_S = 0.001
+_MIN_PAUSE_S = GATHER_S / 16
+
+
+class LineSink(Protocol):
+    """Where a body's lines go."""
+
+    def timed_by(self, clock: str) -> None:
+        """Told once, before any line: "kernel" (receive timestamps) or "read" (perf_counter()
+        at the read) times the lines."""
+
+    def feed(self, batch: bytes, t: float) -> int:
+        """A batch of complete lines (ending with b"\\n") that arrived at perf_counter() time `t`;
+        returns how many timed events (tokens) it held."""
+
+
+class Body(NamedTuple):
+    """A body read to its end."""
+
+    nbytes: int            # the bytes of its lines
+    end: float             # perf_counter() time its last bytes arrived
+
+
+class _Stream:
+    """One response being read: its socket (non-blocking while registered) and where lines go."""
+
+    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls",
+                 "saved_timeout")
+
+    def __init__(self, resp: HTTPSocketResponse, sink: LineSink) -> None:
+        self.resp = resp
+        self.sink = sink
+        self.sock = resp._sock
+        self.tls = isinstance(self.sock, _TLS_SOCKETS)
+        self.done = AsyncResult()            # set to None (the body ended) or the exception
+        self.nbytes = 0
+        self.end = time.perf_counter()       # when the latest bytes arrived
+        self.kernel_times = False
+        if self.sock is not None and not self.tls:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.kernel_times = True
+            except OSError:
+                pass
+        self.saved_timeout: float | None = None
+
+    def body(self) -> Body:
+        return Body(self.nbytes, self.end)
+
+    def hand_on(self, t: float) -> int:
+        """Pass every complete line in the response's decoded-body buffer to the sink; returns
+        the number of tokens they held."""
+        received = self.resp._body_buffer
+        end = received.rfind(b"\n") + 1
+        if not end:
+            return 0
+        batch = bytes(received[:end])
+        del received[:end]
+        self.nbytes += end
+        return self.sink.feed(batch, t)
+
+    def take(self, skew: float) -> int:
+        """Read what the socket has (never waits) and return the number of tokens it completed.
+        `skew` converts the kernel's wall-clock stamps to perf_counter() seconds."""
+        resp, sock = self.resp, self.sock
+        t = time.perf_counter()
+        try:
+            if self.kernel_times:
+                data, ancillary, _flags, _addr = sock.recvmsg(resp.block_size, _ANCILLARY_SIZE)
+                if ancillary:
+                    sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
+                    t = min(t, sec + nsec * 1e-9 - skew)
+            else:
+                data = sock.recv(resp.block_size)
+                while self.tls and sock.pending():   # decrypted bytes the descriptor cannot signal
+                    data += sock.recv(resp.block_size)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return 0               # nothing to read after all; epoll reports it again
+        resp.feed(data)            # may complete the message and return the socket to its pool
+        if not data and not resp.message_complete:
+            raise HTTPConnectionClosed("connection closed mid-body.")
+        self.end = t
+        return self.hand_on(t)
+
+
+class BodyReader:
+    """Reads the bodies of all this process's streams from one greenlet (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._epoll = _epoll()
+        self._streams: dict[int, _Stream] = {}
+        self._readable = get_hub().loop.io(self._epoll.fileno(), 1)   # a registered socket has data
+        self._untimed = 0      # registered streams without kernel timestamps
+        self._greenlet: gevent.Greenlet | None = None   # the reader; runs while there are streams
+
+    def read(self, resp: HTTPSocketResponse, sink: LineSink) -> Body:
+        """Hand the body of `resp` (its headers read) to `sink` in batches of complete lines, and
+        return it once it has ended. Blocks the calling greenlet meanwhile; what the socket, the
+        HTTP parser or the sink raised is raised here, and so is a gevent.Timeout or a kill of the
+        caller (the stream is then dropped, and its socket left to the caller)."""
+        stream = _Stream(resp, sink)
+        sock = stream.sock
+        sink.timed_by("kernel" if stream.kernel_times else "read")
+        stream.hand_on(stream.end)   # lines that came with the headers: timed when we got them
+        if not resp.message_complete and stream.tls and sock.pending():
+            stream.take(0.0)
+        if resp.message_complete:
+            return stream.body()
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed.")
+        fd = sock.fileno()
+        stream.saved_timeout = sock.gettimeout()
+        sock.settimeout(0.0)   # the reader must never wait on one socket: reads raise instead
+        self._streams[fd] = stream
+        self._untimed += not stream.kernel_times
+        self._epoll.register(fd, _EPOLLIN)
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+        try:
+            error = stream.done.get()
+        finally:
+            self._drop(fd, stream)
+        if error is not None:
+            raise error
+        return stream.body()
+
+    def __len__(self) -> int:
+        """The number of bodies being read."""
+        return len(self._streams)
+
+    def _drop(self, fd: int, stream: _Stream) -> None:
+        """Stop reading `stream` (once; from the reader or from its own greenlet). Runs before any
+        greenlet switch after the body ended: the socket may be back in its pool already, and the
+        next request on it must find it blocking and out of the epoll set."""
+        if self._streams.get(fd) is not stream:
+            return
+        del self._streams[fd]
+        self._untimed -= not stream.kernel_times
+        try:
+            self._epoll.unregister(fd)
+        except OSError:   # the parser closed the socket (Connection: close), which unregisters it
+            pass
+        stream.sock.settimeout(stream.saved_timeout)
+        reader = self._greenlet
+        if not self._streams and reader is not None and reader is not gevent.getcurrent():
+            # The last stream left while the reader waits for it (a timeout, a kill): end the
+            # reader; the next stream starts a new one.
+            self._greenlet = None
+            reader.kill(block=False)
+
+    def _run(self) -> None:
+        wait, poll, streams = get_hub().wait, self._epoll.poll, self._streams
+        pause = GATHER_S
+        try:
+            while streams:
+                ready = poll(0)
+                if not ready:
+                    wait(self._readable)
+                    continue
+                skew = time.time() - time.perf_counter()
+                merged = False
+                for fd, _mask in ready:
+                    stream = streams.get(fd)
+                    if stream is None:
+                        continue
+                    try:
+                        merged |= stream.take(skew) > 1
+                    except Exception as e:   # the stream's own failure: its greenlet raises it
+                        self._drop(fd, stream)
+                        stream.done.set(e)
+                        continue
+                    if stream.resp.message_complete:
+                        self._drop(fd, stream)
+                        stream.done.set(None)
+                pause = next_pause(pause, merged)
+                if streams and not self._untimed and pause:
+                    gevent.sleep(pause)   # let packets gather (see GATHER_S)
+        finally:
+            if self._greenlet is gevent.getcurrent():
+                self._greenlet = None
+
+
+def next_pause(pause: float, merged: bool) -> float:
+    """The reader's pause after a pass (0: none): halved when a read of the pass brought two
+    tokens of one stream at once, doubled back towards GATHER_S otherwise."""
+    if merged:
+        pause /= 2
+        return pause if pause >= _MIN_PAUSE_S else 0.0
+    return min(GATHER_S, max(2 * pause, _MIN_PAUSE_S))
+
+
+_reader: BodyReader | None = None
+
+
+def body_reader() -> BodyReader:
+    """This process's reader (a fresh one in a forked child: an epoll set must not be shared)."""
+    global _reader
+    if _reader is None or _reader.pid != os.getpid():
+        _reader = BodyReader()
+    return _reader
