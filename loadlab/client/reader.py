@@ -22,7 +22,6 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import gevent
