@@ -70,12 +70,14 @@ class Slo:
 
 @dataclass
 class TokenCheck:
-    """Successful requests whose token counts disagree (counts of requests)."""
+    """Successful requests whose token counts disagree, or whose tokens were timed less exactly
+    (counts of requests)."""
 
     usage_missing: int = 0      # no usage.completion_tokens from the server (client count used)
     usage_mismatch: int = 0     # usage.completion_tokens != content events counted by the client
     over_max_tokens: int = 0    # more output tokens than max_tokens: the cap was not honoured
     under_max_tokens: int = 0   # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
+    read_timed: int = 0         # timed when the client read them (TLS), not by the kernel's receive timestamps
 
 
 @dataclass
@@ -331,7 +333,8 @@ def _token_check(ok: pd.DataFrame) -> TokenCheck:
         usage_missing=int((~has_usage).sum()),
         usage_mismatch=int((has_usage & (ok["completion_tokens"] != ok["client_tokens"])).sum()),
         over_max_tokens=int((capped & (ok["out_tokens"] > ok["max_tokens"])).sum()),
-        under_max_tokens=int((capped & (ok["out_tokens"] < ok["max_tokens"])).sum()))
+        under_max_tokens=int((capped & (ok["out_tokens"] < ok["max_tokens"])).sum()),
+        read_timed=int((ok["token_clock"] == "read").sum()))
 
 
 def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:

@@ -75,7 +75,8 @@ def _notes(summary: RunSummary) -> list[Text]:
     checks = [(o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
               (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),
               (o.tokens.usage_mismatch, "requests where usage.completion_tokens differs from the events counted"),
-              (o.tokens.usage_missing, "requests without usage (the client's count was used)")]
+              (o.tokens.usage_missing, "requests without usage (the client's count was used)"),
+              (o.tokens.read_timed, "requests timed when the client read them (TLS: no kernel receive timestamps)")]
     notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
     if summary.coverage:
         parts = [f"{c.source} " + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed")

@@ -32,7 +32,8 @@ def req(i: int, send: float, tokens: list[float], end: float | None = None, *, s
         scheduled_time=send if scheduled is None else scheduled, send_time=send,
         first_token_time=tokens[0] if tokens else math.nan,
         end_time=end if end is not None else (tokens[-1] if tokens else send),
-        token_times=tokens, completion_tokens=n, client_tokens=n, max_tokens=n, status=200)
+        token_times=tokens, token_clock="kernel", completion_tokens=n, client_tokens=n, max_tokens=n,
+        status=200)
     return RequestRecord(**{**fields, **kw})
 
 
@@ -61,8 +62,9 @@ def hand_built() -> RunData:
         # TTFT .1; gap .3; E2E .5; TPOT .4/1; 2 tokens / .4 s = 5 tok/s; client saw 3 events; cap 4 not reached
         req(1, T + 1, [T + 1.1, T + 1.4], T + 1.5, scheduled=T + 0.9, client_tokens=3, max_tokens=4),
         req(2, T + 2, [T + 2.5], T + 3, error="timeout", status=200),
-        # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token
-        req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0),
+        # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token;
+        # read over TLS, so timed at the read
+        req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0, token_clock="read"),
         req(4, T, [T + 5], warmup=True),
     ], [closed(2)])
 
@@ -85,6 +87,7 @@ def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
     assert s.achieved == pytest.approx(0.24) and s.achieved_ratio == pytest.approx(0.12)
     assert (s.tokens.usage_missing, s.tokens.usage_mismatch) == (1, 1)
     assert (s.tokens.over_max_tokens, s.tokens.under_max_tokens) == (1, 1)
+    assert s.tokens.read_timed == 1
     assert not s.client.limited          # too few requests to judge achieved load
     assert s.goodput is None
 
