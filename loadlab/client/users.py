@@ -56,6 +56,7 @@ class ProcessState:
         self.cap_waits = 0             # open-loop arrivals that found every slot taken
         self._issued: dict[int, int] = defaultdict(int)
         self._ids = itertools.count()
+        self._users = itertools.count()   # closed-loop users started here, in order
 
     @property
     def ctx(self) -> ClientContext:
@@ -94,6 +95,12 @@ class ProcessState:
 
     def next_id(self) -> str:
         return f"{self.ctx.worker}-{next(self._ids)}"
+
+    def think_rng(self) -> random.Random:
+        """The think-time generator of the next user started here: seeded by the workload seed,
+        this process's worker index and the user's number, so a run with the same seed and
+        users draws the same think times."""
+        return random.Random(f"{self.ctx.config.workload.seed}-think-{self.ctx.worker_index}-{next(self._users)}")
 
 
 def process_state(environment: Environment) -> ProcessState:
@@ -172,7 +179,7 @@ class ClosedLoopUser(LLMUser):
         return sample_seconds(think, self._rng) if think is not None else 0.0
 
     def on_start(self) -> None:
-        self._rng = random.Random(f"{self.state.ctx.config.workload.seed}-think-{id(self)}")
+        self._rng = self.state.think_rng()
 
     @task
     def one_request(self) -> None:

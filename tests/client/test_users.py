@@ -79,3 +79,32 @@ def test_users_made_for_a_new_test_send_to_its_host():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"kept": True, "same_state": True, "base_url": "http://b:2",
                       "path": "/v1/completions", "new_workload": True}
+
+
+THINK_CHECK = """
+import json
+from types import SimpleNamespace
+from loadlab.client.context import ClientContext
+from loadlab.client.users import ProcessState
+from loadlab.config import RunConfig
+
+def draws(worker_index, users=3):
+    ctx = ClientContext(config=RunConfig(url="http://a:1", model="m"), worker="w", worker_index=worker_index)
+    state = ProcessState(SimpleNamespace(loadlab=ctx))
+    rngs = [state.think_rng() for _ in range(users)]   # one per user, in the order they start
+    return [[rng.random() for _ in range(3)] for rng in rngs]
+
+print(json.dumps({"run1": draws(0), "run2": draws(0), "worker1": draws(1)}))
+"""
+
+
+def test_think_times_are_reproducible_per_user_and_differ_between_users():
+    """Each closed-loop user draws its think times from a generator seeded by the workload seed,
+    its process's worker index and its number: the same run again draws the same ones."""
+    out = subprocess.run([sys.executable, "-c", THINK_CHECK], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env={"PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["run1"] == result["run2"]
+    assert len({tuple(d) for d in result["run1"]}) == 3          # every user its own sequence
+    assert not set(map(tuple, result["run1"])) & set(map(tuple, result["worker1"]))
