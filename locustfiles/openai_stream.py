@@ -23,7 +23,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadlab.cli.run import discover_model
+from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.livestats import LiveStats
 from loadlab.client.records import StepInfo
@@ -48,8 +48,8 @@ def add_options(parser) -> None:
     parser.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
                         help="/chat/completions or /completions")
     # Not in the web UI: Locust would put its value into the page's source.
-    parser.add_argument("--loadlab-api-key", default="", env_var="OPENAI_API_KEY", include_in_web_ui=False,
-                        help="bearer token (default: $OPENAI_API_KEY); never written to disk")
+    parser.add_argument("--loadlab-api-key", default="", include_in_web_ui=False,
+                        help=f"bearer token (default: ${' or $'.join(API_KEY_ENV)}); never written to disk")
     parser.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
     parser.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
     # Command line only: it picks the user class (closed or open loop) when Locust starts.
@@ -66,10 +66,11 @@ def run_config(environment: Environment) -> RunConfig:
     o = environment.parsed_options
     rate = float(o.loadlab_rate or 0)
     url = environment.host or ""
-    model = o.loadlab_model or (discover_model(url, o.loadlab_api_key, 10.0) if url else "")
+    api_key = o.loadlab_api_key or api_key_from_env()
+    model = o.loadlab_model or (discover_model(url, api_key, 10.0) if url else "")
     return apply_overrides(
         RunConfig(), url=url, model=model, api=o.loadlab_api,
-        api_key=o.loadlab_api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
+        api_key=api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
         rate=[rate] if rate > 0 else [], concurrency=[], arrival=o.loadlab_arrival,
         timeout=o.loadlab_timeout, out=o.loadlab_out)
 

@@ -7,7 +7,6 @@ bad input exits 2 with a one-line error.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Optional
 
 import typer
 
-API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")
+from loadlab.client.discovery import API_KEY_ENV
 EXIT_INTERRUPTED = 130
 
 
@@ -80,11 +79,12 @@ def run(
     import locust  # noqa: F401
     from rich.console import Console
 
+    from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.runloop import run_load
     from loadlab.client.stream import split_url
 
     split_url(cfg.url)
-    cfg.api_key = api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
+    cfg.api_key = api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
     folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
@@ -96,30 +96,6 @@ def run(
     print_final_summary(folder)
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
-
-
-def discover_model(url: str, api_key: str, timeout: float) -> str:
-    """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    from loadlab.client.stream import split_url
-    from loadlab.errors import UserError
-
-    base, prefix = split_url(url)
-    request = urllib.request.Request(f"{base}{prefix}/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            models = json.loads(r.read())["data"]
-        return str(models[0]["id"])
-    except urllib.error.HTTPError as e:
-        raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass --model") from None
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-        reason = getattr(e, "reason", None) or e
-        raise UserError(f"cannot discover the model from {base}{prefix}/models ({reason}); pass --model") from None
 
 
 def print_final_summary(folder: Path) -> None:

@@ -31,7 +31,7 @@ def test_headless_master_and_two_workers_write_one_run_folder(tmp_path):
                      "--expect-workers", "2", "--expect-workers-max-wait", "60", "--headless", "-u", "4",
                      "-r", "10", "--run-time", "4s", "--host", f"http://127.0.0.1:{mock_port}/v1",
                      "--loadlab-model", "mock", "--loadlab-output-len", "64", "--loadlab-out", str(out),
-                     "--json-file", str(tmp_path / "stats"), env={"OPENAI_API_KEY": KEY})
+                     "--json-file", str(tmp_path / "stats"), env={"LOADLAB_API_KEY": KEY})
         with urllib.request.urlopen(f"http://127.0.0.1:{mock_port}/truth", timeout=10) as r:
             served = json.load(r)["requests"]
     assert res.returncode == 0, res.stderr[-3000:]   # requests cut off by the stop are no failures

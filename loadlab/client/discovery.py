@@ -1,0 +1,40 @@
+"""What a run needs from its environment before the load starts: the API key, the model name.
+
+Shared by `loadlab run` and the plain-Locust locustfile, so both read the same variables and
+ask the endpoint the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+from loadlab.errors import UserError
+
+API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")   # looked up in this order
+
+
+def api_key_from_env() -> str:
+    """The first API key set in API_KEY_ENV, or ""."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
+
+
+def discover_model(url: str, api_key: str, timeout: float) -> str:
+    """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say."""
+    from loadlab.client.stream import split_url   # here: the CLI imports this module at start-up
+
+    base, prefix = split_url(url)
+    request = urllib.request.Request(f"{base}{prefix}/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            models = json.loads(r.read())["data"]
+        return str(models[0]["id"])
+    except urllib.error.HTTPError as e:
+        raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass --model") from None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise UserError(f"cannot discover the model from {base}{prefix}/models ({reason}); pass --model") from None
