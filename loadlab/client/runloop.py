@@ -33,7 +33,7 @@ from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLo
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
-from loadlab.report.live import LiveDisplay, LiveStats
+from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.run_folder import RunWriter
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -136,7 +136,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     started = time.perf_counter()
     with LiveDisplay(console) as live:
         def show(label: str) -> None:
-            live.update(LiveStats(elapsed=time.perf_counter() - started, step_label=label,
+            live.update(LiveStatus(elapsed=time.perf_counter() - started, step_label=label,
                                   in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
                                   output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
                                   warning=_warning(env, selfcheck, tally, plans[0].mode)))

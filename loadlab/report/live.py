@@ -16,7 +16,7 @@ PLAIN_INTERVAL_S = 5.0       # not a terminal (CI logs, pipes): one line at most
 
 
 @dataclass
-class LiveStats:
+class LiveStatus:
     """What the live display shows; the run fills it from its running counters."""
 
     elapsed: float               # seconds since the run began
@@ -29,7 +29,7 @@ class LiveStats:
     warning: str = ""
 
 
-def format_stats(stats: LiveStats) -> str:
+def format_status(stats: LiveStatus) -> str:
     """One line of text for `stats`."""
     line = (f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
             f"errors {stats.errors}  out tokens {stats.output_tokens}  {stats.tokens_per_s:.1f} tok/s")
@@ -48,7 +48,7 @@ class LiveDisplay:
         self._clock = clock
         self._live: Live | None = None
         self._last_draw = -float("inf")
-        self._pending: LiveStats | None = None
+        self._pending: LiveStatus | None = None
 
     def __enter__(self) -> "LiveDisplay":
         if self.console.is_terminal:
@@ -56,7 +56,7 @@ class LiveDisplay:
             self._live.start()
         return self
 
-    def update(self, stats: LiveStats) -> None:
+    def update(self, stats: LiveStatus) -> None:
         """Show `stats` now if the rate limit allows, else keep it for the next chance."""
         now = self._clock()
         interval = 1 / MAX_REFRESH_PER_S if self._live is not None else PLAIN_INTERVAL_S
@@ -74,9 +74,9 @@ class LiveDisplay:
             self._live.stop()
             self._live = None
 
-    def _draw(self, stats: LiveStats) -> None:
+    def _draw(self, stats: LiveStatus) -> None:
         self._pending = None
-        text = format_stats(stats)
+        text = format_status(stats)
         if self._live is not None:
             self._live.update(Text(text, style="yellow" if stats.warning else ""), refresh=True)
         else:

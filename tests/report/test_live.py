@@ -6,16 +6,16 @@ import io
 
 from rich.console import Console
 
-from loadlab.report.live import LiveDisplay, LiveStats, format_stats
+from loadlab.report.live import LiveDisplay, LiveStatus, format_status
 
 
-def stats(done: int, warning: str = "") -> LiveStats:
-    return LiveStats(elapsed=12.5, step_label="concurrency=8", in_flight=8, done=done, errors=1,
+def stats(done: int, warning: str = "") -> LiveStatus:
+    return LiveStatus(elapsed=12.5, step_label="concurrency=8", in_flight=8, done=done, errors=1,
                      output_tokens=4000, tokens_per_s=321.0, warning=warning)
 
 
 def test_the_line_shows_every_figure_and_the_warning() -> None:
-    line = format_stats(stats(42, "client CPU 0.9 cores > 0.6"))
+    line = format_status(stats(42, "client CPU 0.9 cores > 0.6"))
     for part in ("12.5s", "concurrency=8", "in flight 8", "done 42", "errors 1", "out tokens 4000",
                  "321.0 tok/s", "client CPU 0.9 cores > 0.6"):
         assert part in line
