@@ -47,7 +47,7 @@ def build_collectors(config: RunConfig) -> list[Collector]:
     if config.nccl_inspector_dir:
         from loadlab.collect.nccl import NcclInspectorCollector
 
-        collectors.append(NcclInspectorCollector(config.nccl_inspector_dir))
+        collectors.append(NcclInspectorCollector(config.nccl_inspector_dir, config.metrics_interval))
     if config.server_pid:
         from loadlab.collect.host import HostCollector
 

@@ -47,7 +47,7 @@ def test_every_collector_when_everything_is_asked_for(tmp_path):
     server, prom, gpu, nccl, host = collectors
     assert server.interval == 0.5 and prom.step == 0.5 and 'job="vllm"' in prom.query
     assert gpu.interval == 0.1
-    assert host.pids == {"server": os.getpid()}
+    assert nccl.interval == 0.5 and host.interval == 0.5 and host.pids == {"server": os.getpid()}
     assert {c.source for c in collectors} == {"server", "prometheus", "gpu", "nccl", "host"}
 
 
