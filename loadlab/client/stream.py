@@ -192,8 +192,9 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
 
 
 class _EventReader:
-    """The LineSink of a request (see reader.py): turns batches of body lines into the record: each token's arrival time (and, when
-    `content_lines` is a list, each content line), finish reason, usage. Raises _Failure."""
+    """The LineSink of a request (see reader.py): turns batches of body lines into the record:
+    each token's arrival time (and, when `content_lines` is a list, each content line), finish
+    reason, usage. Raises _Failure."""
 
     def __init__(self, resp: HTTPSocketResponse, rec: RequestRecord, perf_times: list[float],
                  content_lines: list[bytes] | None) -> None:

@@ -100,7 +100,8 @@ class ProcessState:
         """The think-time generator of the next user started here: seeded by the workload seed,
         this process's worker index and the user's number, so a run with the same seed and
         users draws the same think times."""
-        return random.Random(f"{self.ctx.config.workload.seed}-think-{self.ctx.worker_index}-{next(self._users)}")
+        ctx = self.ctx
+        return random.Random(f"{ctx.config.workload.seed}-think-{ctx.worker_index}-{next(self._users)}")
 
 
 def process_state(environment: Environment) -> ProcessState:

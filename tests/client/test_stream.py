@@ -85,10 +85,11 @@ def test_token_times_match_the_mock_truth(clean_mock, api):
         assert rec.scheduled_time <= rec.send_time < rec.first_token_time <= rec.end_time
         errors += [mine - theirs for mine, theirs in zip(rec.token_times, real)]
     errors.sort()
-    # A token is seen after it was sent (small slack for two processes' clock anchors) and,
-    # on a busy shared 2-core machine, typically within a few ms.
-    assert errors[0] > -0.005
-    assert errors[len(errors) // 2] < 0.025
+    # A token is timed when its packet reached this host; the mock reads its clock just after
+    # its write returns, so the client's time can precede the mock's by as long as the mock was
+    # held up in between (milliseconds on a busy shared 2-core machine), never by much more.
+    assert errors[0] > -0.05
+    assert abs(errors[len(errors) // 2]) < 0.025
 
 
 def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_end():
