@@ -136,7 +136,6 @@ class BodyReader:
         self.pid = os.getpid()
         self._epoll = _epoll()
         self._streams: dict[int, _Stream] = {}
-        self._readable = get_hub().loop.io(self._epoll.fileno(), 1)   # a registered socket has data
         self._untimed = 0      # registered streams without kernel timestamps
         self._greenlet: gevent.Greenlet | None = None   # the reader; runs while there are streams
 
@@ -196,13 +195,15 @@ class BodyReader:
             reader.kill(block=False)
 
     def _run(self) -> None:
-        wait, poll, streams = get_hub().wait, self._epoll.poll, self._streams
+        hub, poll, streams = get_hub(), self._epoll.poll, self._streams
+        # Its own watcher: a reader ended by _drop may still be scheduled to run once more.
+        readable = hub.loop.io(self._epoll.fileno(), 1)   # a registered socket has data
         pause = GATHER_S
         try:
             while streams:
                 ready = poll(0)
                 if not ready:
-                    wait(self._readable)
+                    hub.wait(readable)
                     continue
                 skew = time.time() - time.perf_counter()
                 merged = False
@@ -223,6 +224,7 @@ class BodyReader:
                 if streams and not self._untimed and pause:
                     gevent.sleep(pause)   # let packets gather (see GATHER_S)
         finally:
+            readable.close()
             if self._greenlet is gevent.getcurrent():
                 self._greenlet = None
 
