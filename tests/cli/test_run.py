@@ -15,7 +15,7 @@ import pytest
 
 from loadlab.client.records import ErrorCategory
 from loadlab.store.run_folder import load_run
-from tests.support.procs import BIN, REPO, Proc, free_port, loadlab
+from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 
 QUIET = ("--no-server-metrics", "--no-gpu")
 
@@ -191,7 +191,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     with proc:
         run = subprocess.Popen([str(BIN / "loadlab"), "run", "--url", url, "--model", "m", "--concurrency", "3",
                                 "--duration", "60", "--output-len", "20", "--out", str(out), *QUIET],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=sigint_default)
         try:
             deadline = time.monotonic() + 60
             while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:

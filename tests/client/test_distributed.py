@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 
 from loadlab.store.reader import load_run
-from tests.support.procs import BIN, REPO, Proc, free_port, loadlab
+from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 
 KEY = "key-that-must-not-reach-the-disk"
 
@@ -45,7 +45,7 @@ def start_run(port: int, out: Path, *extra: str, stderr=subprocess.PIPE) -> subp
     """`loadlab run --processes 2` in the background; the test ends it."""
     args = [str(BIN / "loadlab"), *run_args(port, out, *extra, "--processes", "2")]
     return subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                            stdout=subprocess.DEVNULL, stderr=stderr)
+                            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=sigint_default)
 
 
 def wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 90) -> None:

@@ -15,6 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+def sigint_default() -> None:
+    """`preexec_fn` for a child that a test stops with SIGINT (Ctrl-C): a shell that started the
+    tests in the background hands them SIGINT ignored, children inherit that, and Python keeps it
+    ignored, so the child would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
