@@ -7,6 +7,7 @@ bad input exits 2 with a one-line error.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,6 +91,9 @@ def run(
     folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     cfg.out = str(folder)
 
+    # SIGTERM (a CI job's time limit, `kill`) ends the run like Ctrl-C: what is in flight is
+    # recorded as aborted, and the run folder is closed with its summary.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     console = Console(stderr=True)
     console.print(f"loadlab run -> {folder}  ({cfg.url}, model {cfg.model}, api {cfg.api})", highlight=False)
     outcome = run_load(cfg, folder, console)

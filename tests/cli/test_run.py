@@ -185,7 +185,10 @@ def test_multiturn_answers_feed_the_next_turn_and_think_time_paces_the_user(mock
     assert (pauses >= 0.19).all()
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_keeps_what_was_measured(tmp_path, stop):
+    """Ctrl-C, or SIGTERM (a CI job's time limit), mid-run: the run folder is closed as
+    interrupted with every request measured so far, and the exit code says so."""
     url, proc = start_mock("--ttft", "0.02", "--itl", "0.05")
     out = tmp_path / "interrupted"
     with proc:
@@ -197,7 +200,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
             deadline = time.monotonic() + 60
             while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:
                 time.sleep(0.1)    # some requests finished and were flushed
-            os.kill(run.pid, signal.SIGINT)
+            os.kill(run.pid, stop)
             stdout, stderr = run.communicate(timeout=60)
         finally:
             if run.poll() is None:
