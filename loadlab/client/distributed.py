@@ -22,7 +22,7 @@ from loadlab.client.shipping import MasterShipper
 from loadlab.errors import UserError
 
 CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
-EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are signalled
+EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are killed
 
 
 def start_master_with_workers(environment: Environment, n: int,
@@ -41,7 +41,7 @@ def start_master_with_workers(environment: Environment, n: int,
     port = runner.server.port
     shipper = MasterShipper(environment)
     procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)],
-                              preexec_fn=_die_with_parent) for _ in range(n)]
+                              preexec_fn=_prepare_worker) for _ in range(n)]
     atexit.register(_kill, procs)   # a crash of this process must not leave workers behind
     runner.greenlet.spawn(_end_with_runner, procs)
 
@@ -57,10 +57,15 @@ def start_master_with_workers(environment: Environment, n: int,
     return runner
 
 
-def _die_with_parent() -> None:
-    """In the worker, before exec: SIGTERM when this process dies, even by kill -9 (Linux)."""
+def _prepare_worker() -> None:
+    """In the worker, before exec. Ctrl-C in a terminal, and a SIGTERM to the process group (a
+    CI job's time limit), reach the workers too: they ignore both (Python keeps an inherited
+    SIG_IGN), so that this process stops the run and still collects their last records. The
+    worker is killed when this process dies, even by kill -9 (Linux), and by _kill."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):   # not Linux: Locust's heartbeat ends orphans after 60 s
         pass
 
@@ -81,13 +86,9 @@ def _end_with_runner(procs: list[subprocess.Popen]) -> None:
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
+    """End the workers still there (they ignore SIGTERM, see _prepare_worker)."""
     for p in procs:
         if p.poll() is None:
-            os.kill(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
 

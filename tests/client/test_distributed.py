@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 
 from loadlab.store.reader import load_run
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
@@ -42,10 +43,12 @@ def run_args(port: int, out: Path, *extra: str) -> list[str]:
 
 
 def start_run(port: int, out: Path, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
-    """`loadlab run --processes 2` in the background; the test ends it."""
+    """`loadlab run --processes 2` in the background, in a process group of its own (as a
+    terminal's foreground job is); the test ends it."""
     args = [str(BIN / "loadlab"), *run_args(port, out, *extra, "--processes", "2")]
     return subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=sigint_default)
+                            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=sigint_default,
+                            start_new_session=True)
 
 
 def wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 90) -> None:
@@ -111,16 +114,25 @@ def test_open_loop_rate_is_split_across_workers(tmp_path):
     assert 20 <= len(df) <= 40   # ~32 in 4 s; twice the rate (an unsplit pacer) would give ~64
 
 
-def test_interrupt_mid_stream_loses_no_record(tmp_path):
-    """Ctrl-C with long streams in flight on both workers: their aborted requests still arrive."""
+STOPS = {
+    "SIGINT to the run": lambda proc: proc.send_signal(signal.SIGINT),
+    "Ctrl-C in a terminal": lambda proc: os.killpg(proc.pid, signal.SIGINT),   # the whole group
+    "SIGTERM to the group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),  # e.g. a CI time limit
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_interrupt_mid_stream_loses_no_record(tmp_path, stop):
+    """Stopped with long streams in flight on both workers: their aborted requests still arrive,
+    also when the signal reaches the workers too."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
         proc = start_run(port, out, "--concurrency", "4", "--output-len", "2000")
         try:
             wait_until(proc, lambda: len(truth(port)) >= 4, "load never started")
             time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
-            proc.wait(90)
+            STOPS[stop](proc)
+            assert proc.wait(90) == 130
         finally:
             if proc.poll() is None:
                 proc.kill()
