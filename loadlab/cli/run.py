@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from loadlab.client.discovery import API_KEY_ENV
+
 EXIT_INTERRUPTED = 130
 
 
