@@ -6,10 +6,7 @@ ask the endpoint the same way.
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 
 from loadlab.errors import UserError
 
@@ -23,7 +20,13 @@ def api_key_from_env() -> str:
 
 def discover_model(url: str, api_key: str, timeout: float) -> str:
     """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say."""
-    from loadlab.client.stream import split_url   # here: the CLI imports this module at start-up
+    # Imported here: the CLI imports this module at start-up, and urllib.request imports ssl,
+    # which must come after Locust's gevent patching (loadlab run imports locust first).
+    import json
+    import urllib.error
+    import urllib.request
+
+    from loadlab.client.stream import split_url
 
     base, prefix = split_url(url)
     request = urllib.request.Request(f"{base}{prefix}/models")
