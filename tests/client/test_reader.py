@@ -6,7 +6,6 @@ hand-written gevent servers in this process.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 
@@ -19,7 +18,7 @@ from geventhttpclient.url import URL
 
 from loadlab.client.reader import GATHER_S, body_reader, next_pause
 from loadlab.client.records import ErrorCategory
-from tests.client.test_stream import client, send, start_mock, truth, url_of
+from tests.client.test_stream import client, send, serve_events, start_mock, truth, url_of
 
 EVENT = b'data: {"choices":[{"delta":{"content":"t"},"finish_reason":null}]}\n\n'
 LAST = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -55,35 +54,6 @@ def test_a_token_is_timed_when_it_reaches_the_host_even_while_the_client_is_busy
         late.extend(mine - real for mine, real in zip(rec.token_times, served[rec.request_id]["token_times"]))
     # Timed at the read, most of them would be late, by up to 40 ms.
     assert max(late) < 0.01, sorted(late)[-5:]
-
-
-def serve_events(writes: list[bytes | float]):
-    """A handler answering each request with `writes` as one chunked event stream, one chunk per
-    write, 10 ms apart; a number in `writes` is a pause of that many seconds."""
-
-    def handle(conn, _address) -> None:
-        while True:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                request += data
-            head, _, body = request.partition(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-            while len(body) < length:
-                body += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
-            for data in writes:
-                if isinstance(data, float):
-                    gevent.sleep(data)
-                    continue
-                conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
-                gevent.sleep(0.01)
-            conn.sendall(b"0\r\n\r\n")
-
-    return handle
 
 
 @pytest.fixture(scope="module")

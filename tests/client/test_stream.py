@@ -60,6 +60,35 @@ def send(url: str, http: HTTPClient, request_id: str, *, api: str = "chat", mode
                           process_anchor(), worker="test", step=0, warmup=False).record
 
 
+def serve_events(writes: list[bytes | float]):
+    """A handler answering each request with `writes` as one chunked event stream, one chunk per
+    write, 10 ms apart; a number in `writes` is a pause of that many seconds."""
+
+    def handle(conn, _address) -> None:
+        while True:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                request += data
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            for data in writes:
+                if isinstance(data, float):
+                    gevent.sleep(data)
+                    continue
+                conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+                gevent.sleep(0.01)
+            conn.sendall(b"0\r\n\r\n")
+
+    return handle
+
+
 @pytest.fixture(scope="module")
 def clean_mock():
     with start_mock("--ttft", "0.05", "--itl", "0.02") as mock:
@@ -98,23 +127,7 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
     event = b'data: {"choices":[{"delta":{"content":"%s"},"finish_reason":%s}]}\r\n\r\n'
     together = event % (b"a", b"null") + event % (b"b", b"null")
     split = event % (b"c", b'"stop"') + b"data: [DONE]\r\n\r\n"
-    writes = [together, split[:30], split[30:]]
-
-    def serve(conn, _address) -> None:
-        request = b""
-        while b"\r\n\r\n" not in request:
-            request += conn.recv(65536)
-        head, _, body = request.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-        while len(body) < length:
-            body += conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
-        for i, data in enumerate(writes):
-            gevent.sleep(0.2 if i else 0)
-            conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
-        conn.sendall(b"0\r\n\r\n")
-        conn.recv(1)     # keep the connection open while the client reads
+    serve = serve_events([together, 0.19, split[:30], 0.19, split[30:]])   # each write + 10 ms
 
     server = StreamServer(("127.0.0.1", 0), serve)
     server.start()
