@@ -32,7 +32,7 @@ from loadlab.store.reader import RunData
 # Client self-check: above these the load generator, not the server, may be what was measured.
 MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
 MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
-MAX_REFUSED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a refusing endpoint explains low load
+MAX_FAILED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a failing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
 
 
@@ -139,7 +139,7 @@ class RunSummary:
     """What summary.json holds: every step, the whole run, coverage and the client self-check."""
 
     path: str
-    status: str                 # running (cut off) | finished | interrupted
+    status: str                 # running (cut off) | finished | interrupted | stopped | failed
     cut_off: bool
     started_at: float
     ended_at: float
@@ -149,6 +149,7 @@ class RunSummary:
     coverage: list[Coverage]
     slo: Slo | None = None
     warnings: list[str] = field(default_factory=list)
+    reason: str = ""            # why the run stopped or failed, or missed its error budget
 
     @property
     def client_limited(self) -> bool:
@@ -170,6 +171,7 @@ class RunSummary:
             coverage=[Coverage(**c) for c in d["coverage"]],
             slo=Slo(**d["slo"]) if d.get("slo") else None,
             warnings=list(d.get("warnings", [])),
+            reason=d.get("reason") or "",
         )
 
 
@@ -209,7 +211,8 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     return RunSummary(path=str(run.path), status=run.meta.status, cut_off=run.meta.cut_off,
                       started_at=run.meta.started_at, ended_at=run.meta.ended_at,
                       steps=step_summaries, overall=overall, client=overall.client,
-                      coverage=list(run.meta.coverage), slo=slo, warnings=warnings)
+                      coverage=list(run.meta.coverage), slo=slo, warnings=warnings,
+                      reason=run.meta.reason)
 
 
 def steps_of(run: RunData) -> list[StepInfo]:
@@ -392,11 +395,11 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
 
     finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
     seconds = window[2]
-    # Users pause after a refused connection (by design): a down endpoint, not the client, then
-    # keeps the load below target.
-    refused = int((measured["error"] == ErrorCategory.CONNECT.value).sum())
+    # Closed-loop users pause after a failure (by design): a failing endpoint, not the client,
+    # then keeps the load below target.
+    failed = int((~measured["error"].isin(["", ErrorCategory.ABORTED.value])).sum())
     if (finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0
-            and refused <= MAX_REFUSED_SHARE_FOR_LOAD_CHECK * len(measured)):
+            and failed <= MAX_FAILED_SHARE_FOR_LOAD_CHECK * len(measured)):
         achieved = _achieved(measured, step.mode, window)
         if step.mode == "open":
             check.values["achieved_rate_ratio"] = achieved / step.target

@@ -1,8 +1,16 @@
 """`loadlab run`: load-test an OpenAI-compatible endpoint and write a run folder.
 
 Settings come from an optional scenario file (-c), then the flags, which override it.
-A run that completes exits 0 even when requests failed (the failures are in the report);
-bad input exits 2 with a one-line error.
+
+Exit codes (the run's status is in run.json; see docs/run-folder.md):
+  0    finished, and every step met its error budget (--max-error-rate)
+  2    bad input: one line on stderr, nothing was sent
+  3    a step's measured requests failed more often than --max-error-rate (status `stopped`
+       when that ended the run early, `finished` when the step only missed it over all its requests)
+  4    the endpoint rejected every request with the same HTTP 401/403/404 (status `stopped`)
+  5    the run folder could not be written, e.g. a full disk (status `failed`)
+  130  interrupted by Ctrl-C or SIGTERM (status `interrupted`)
+Codes 3-5 print one `error:` line on stderr; the summary of what was saved is printed as usual.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import typer
 from loadlab.client.discovery import API_KEY_ENV
 
 EXIT_INTERRUPTED = 130
+EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}   # by RunOutcome.cause
 
 
 def run(
@@ -36,6 +45,7 @@ def run(
     step_duration: Optional[float] = typer.Option(None, "--step-duration", help="Seconds per step."),
     warmup_requests: Optional[int] = typer.Option(None, "--warmup-requests", help="First N requests of each step, excluded from results."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (covers stalled streams; default 300)."),
+    max_error_rate: Optional[str] = typer.Option(None, "--max-error-rate", help="End the run when a step's measured requests fail more often than this (0-1, default 0.5, judged after 20 requests); off for a deliberate fault test."),
     processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
     workload: Optional[str] = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
     input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64."),
@@ -66,6 +76,7 @@ def run(
         cfg, url=url, model=model, api=api, concurrency=concurrency, rate=rate, arrival=arrival,
         burstiness=burstiness, think_time=think_time, duration=duration, requests=requests,
         step_duration=step_duration, warmup_requests=warmup_requests, timeout=timeout,
+        max_error_rate=max_error_rate,
         processes=processes, kind=workload, input_len=input_len, output_len=output_len,
         dataset=dataset, seed=seed, server_metrics=server_metrics, prometheus=prometheus,
         prometheus_selector=selector, nccl_inspector_dir=nccl_inspector_dir, server_pid=server_pid)
@@ -101,18 +112,25 @@ def run(
     print_final_summary(folder)
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
+    if outcome.cause:
+        print(f"error: {outcome.reason}", file=sys.stderr)
+        sys.exit(EXIT_CODES[outcome.cause])
 
 
 def print_final_summary(folder: Path) -> None:
-    """The summary table of the finished run (the summary.json the run writer left), on stdout."""
+    """The summary table of the run, on stdout: the summary.json the run writer left, or, where
+    it could not be written (a full disk), recomputed from what was saved."""
     import json
 
-    from loadlab.analyze.summary import RunSummary
+    from loadlab.analyze.summary import RunSummary, summarize
     from loadlab.report.console import print_summary, table_console
-    from loadlab.store.reader import SUMMARY_JSON
+    from loadlab.store.reader import SUMMARY_JSON, load_run
 
     console = table_console()
-    summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
+    try:
+        summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
+    except (OSError, ValueError):
+        summary = summarize(load_run(folder))
     print_summary(summary, console)
 
 

@@ -7,6 +7,10 @@ Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and
 `--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
 DEFAULT_STEP_SECONDS. After the last step no new request starts; requests in flight get up to the
 per-request timeout to finish; on Ctrl-C they are aborted (counted, category "aborted").
+
+A run also stops itself, aborting what is in flight: when the endpoint rejects every request or a
+step misses its error budget (status `stopped`, see budget.py), or when the run folder cannot be
+written (status `failed`: the records stay in memory for the writer's last tries).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from locust.runners import LocalRunner
 from rich.console import Console
 
 from loadlab.analyze.limits import START_DELAY_P99_MAX
+from loadlab.client.budget import Breach, ErrorBudget
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck, p99
@@ -34,6 +39,7 @@ from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.report.live import LiveDisplay, LiveStatus
+from loadlab.store.meta import FAILED, FINISHED, INTERRUPTED, STOPPED
 from loadlab.store.run_folder import RunWriter
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -98,10 +104,21 @@ class Tally:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: str               # "finished" | "interrupted"
+    status: str               # finished | interrupted | stopped | failed (as in run.json)
     folder: Path
     requests: int
     errors: int
+    cause: str = ""           # "" | "rejected" | "error-budget" | "write-error"
+    reason: str = ""          # one line saying why, when there is a cause
+
+
+class _StopRun(Exception):
+    """The run stops itself: `status` is stopped (a Breach) or failed (a write error)."""
+
+    def __init__(self, status: str, breach: Breach | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.breach = breach
 
 
 def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
@@ -118,10 +135,12 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
         raise
     writer.start_autoflush(1.0)
     tally = Tally()
+    budget = ErrorBudget(config.max_error_rate)
 
     def on_record(record: RequestRecord, **_: object) -> None:
         writer.add_requests([record])
         tally.add(record)
+        budget.add(record)
 
     env.events.llm_request.add_listener(on_record)
     env.events.llm_worker_anchor.add_listener(
@@ -132,7 +151,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     for c in collectors:
         c.start(writer.add_samples)
 
-    status = "finished"
+    status = FINISHED
+    breach: Breach | None = None
     started = time.perf_counter()
     with LiveDisplay(console) as live:
         def show(label: str) -> None:
@@ -142,27 +162,35 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
                                   warning=_warning(env, selfcheck, tally, plans[0].mode)))
         try:
             for plan in plans:
-                _run_step(plan, env, runner, writer, tally, show, len(plans))
+                _run_step(plan, env, runner, writer, tally, budget, show, len(plans))
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = INTERRUPTED
+        except _StopRun as stop:
+            status, breach = stop.status, stop.breach
         # No new requests from here (users idle without a step); those in flight get the
-        # per-request timeout to finish (none on Ctrl-C).
+        # per-request timeout to finish (none on Ctrl-C or when the run stopped itself).
         env.loadlab.step = None
         try:
-            if status == "finished" and isinstance(runner, LocalRunner):
+            if status == FINISHED and isinstance(runner, LocalRunner):
                 _drain(env, config.timeout, show)   # (a master's stop drains its workers)
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = INTERRUPTED
         selfcheck.stop()   # what follows is shutdown, not measurement
-        env.stop_timeout = 0 if status == "interrupted" else config.timeout
+        env.stop_timeout = config.timeout if status == FINISHED else 0
         runner.stop()
         runner.quit()
         show("done")
 
     for c in collectors:
         c.stop()
-    writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()])
-    return RunOutcome(status, Path(folder), tally.done, tally.errors)
+    if status == FINISHED:   # judged on all its requests now, however few
+        breach = budget.final({p.index: p.label for p in plans})
+    reason = breach.reason if breach else ""
+    writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()], reason=reason)
+    if writer.failure:
+        return RunOutcome(FAILED, Path(folder), tally.done, tally.errors, "write-error", writer.failure_line())
+    return RunOutcome(status, Path(folder), tally.done, tally.errors,
+                      breach.cause if breach else "", reason)
 
 
 class _NoSpawnRateWarning(logging.Filter):
@@ -193,7 +221,7 @@ def _start_environment(config: RunConfig, host: str, mode: str, anchor: ClockAnc
 
 
 def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally: Tally,
-              show, step_count: int) -> None:
+              budget: ErrorBudget, show, step_count: int) -> None:
     info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
                     start_time=now())
     env.loadlab.step = info
@@ -205,6 +233,7 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
         runner.start(users, spawn_rate=max(10.0, users * 10.0))
     label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
     end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
+    stop: _StopRun | None = None
     while True:
         show(label)
         left = end - time.perf_counter()
@@ -212,8 +241,21 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
             break
         if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
             break
+        stop = _stop_now(writer, budget, plan)
+        if stop:
+            break
         gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
     writer.end_step(plan.index, now())
+    if stop:
+        raise stop
+
+
+def _stop_now(writer: RunWriter, budget: ErrorBudget, plan: StepPlan) -> _StopRun | None:
+    """A reason for the run to stop before its step ends: the folder fails, or a Breach."""
+    if writer.failure:
+        return _StopRun(FAILED)
+    breach = budget.check(plan.index, plan.label)
+    return _StopRun(STOPPED, breach) if breach else None
 
 
 def _drain(env: Environment, limit: float, show) -> None:

@@ -24,7 +24,7 @@ from locust.env import Environment
 from locust.user.users import LOCUST_STATE_STOPPING
 
 from loadlab.client.context import ClientContext
-from loadlab.client.records import ErrorCategory, RequestRecord, StepInfo
+from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.config import RunConfig
 from loadlab.workload import make_workload
@@ -36,7 +36,10 @@ from loadlab.workload.distributions import sample_seconds
 # start delay grows, which the self-check reports as client-limited).
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 _IDLE_S = 0.05   # how often an idle user looks for a new step / budget
-CONNECT_BACKOFF_S = 0.1   # a closed-loop user pauses this long after a refused connection
+# A closed-loop user that just failed pauses before its next request, twice as long after each
+# failure in a row (reset by a success): a failing endpoint answers at once, and without a pause
+# every user would send thousands of requests per second at it.
+FAILURE_PAUSE_S = (0.05, 1.0)   # first pause, longest pause
 
 
 class RequestFailed(Exception):
@@ -181,6 +184,15 @@ class ClosedLoopUser(LLMUser):
 
     def on_start(self) -> None:
         self._rng = self.state.think_rng()
+        self._failures = 0     # failed requests in a row
+
+    def _pause_after(self, record: RequestRecord) -> None:
+        if record.ok:
+            self._failures = 0
+            return
+        first, longest = FAILURE_PAUSE_S
+        gevent.sleep(min(longest, first * 2 ** self._failures))
+        self._failures = min(self._failures + 1, 16)   # (bounded: no float overflow)
 
     @task
     def one_request(self) -> None:
@@ -189,9 +201,7 @@ class ClosedLoopUser(LLMUser):
         if warmup is None:   # no closed-loop step running, or its budget is spent
             gevent.sleep(_IDLE_S)
             return
-        record = self.send_one(time.perf_counter(), step.index, warmup)
-        if record.error == ErrorCategory.CONNECT.value:
-            gevent.sleep(CONNECT_BACKOFF_S)   # no busy loop against a dead endpoint
+        self._pause_after(self.send_one(time.perf_counter(), step.index, warmup))
 
 
 class OpenLoopUser(LLMUser):

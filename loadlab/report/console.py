@@ -62,6 +62,8 @@ def _notes(summary: RunSummary) -> list[Text]:
     """The lines under the table: errors, aborted requests, token checks, coverage, warnings."""
     o = summary.overall
     notes: list[Text] = []
+    if summary.reason:
+        notes.append(Text(f"{summary.status}: {summary.reason}", style="bold red"))
     steps_with_errors = [s for s in summary.steps if s.errors]
     for step in steps_with_errors:
         errors = ", ".join(f"{category} {count}" for category, count in step.errors.items())

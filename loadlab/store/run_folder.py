@@ -3,6 +3,9 @@
 `RunWriter` buffers request records and samples and writes each buffer as a new parquet part,
 at least once a second with autoflush. A part is written under a temporary name and renamed into
 place, so a kill -9 leaves only whole parts and loses at most the last flush interval.
+A write error (a full disk) sets `failure`, which the run loop reads to stop the run; the rows stay
+in memory, and close() retries briefly, writes what fits, and records the run as `failed`. A small
+reserve file, deleted at close, leaves room for the final run.json and summary.json.
 It runs inside gevent-patched Locust processes: it uses only `threading` (greenlets there,
 real threads elsewhere), and there it encodes parquet in gevent's pool of real OS threads, so a
 flush does not stall the greenlets that timestamp tokens (see bench/results/run-folder.md).
@@ -32,7 +35,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.collect.samples import Coverage, Sample
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.meta import FINISHED, RUNNING, RunMeta, write_json_atomic
+from loadlab.store.meta import FAILED, FINISHED, RUNNING, RunMeta, write_json_atomic
 from loadlab.store.reader import (REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, SUMMARY_JSON, RunData,
                                   current_parts, load_run, read_part_tables)
 from loadlab.store.tables import requests_table, samples_table
@@ -40,6 +43,12 @@ from loadlab.store.tables import requests_table, samples_table
 __all__ = ["RunWriter", "RunData", "load_run"]
 
 log = logging.getLogger(__name__)
+
+RESERVE = ".reserve"             # room kept for closing the folder when the disk fills up
+RESERVE_BYTES = 256 * 1024       # run.json + summary.json of a run with dozens of steps
+_CLOSE_TRIES = 3                 # final flush attempts after a write error ...
+_RETRY_PAUSE_S = 0.5             # ... this far apart (space may be freed meanwhile)
+_CHUNK_ROWS = 500                # after a write error, rows go out in parts this small: what fits is kept
 
 
 class RunWriter:
@@ -63,10 +72,15 @@ class RunWriter:
         self._stop_autoflush = threading.Event()
         self._autoflush: threading.Thread | None = None
         self._closed = False
-        self.flush_errors = 0
+        self.failure = ""        # the first write error ("" = none): the run must stop
+        self.unsaved = 0         # requests still unwritten when the folder was closed
         self.meta = RunMeta(status=RUNNING, config=config.to_dict(), versions=_versions(),
                             host=_host(), anchor=anchor, started_at=self._now())
-        self._write_meta()
+        try:
+            write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
+            (self.folder / RESERVE).write_bytes(bytes(RESERVE_BYTES))
+        except OSError as e:
+            raise UserError(f"cannot write run folder {self.folder}: {e.strerror or e}") from None
 
     # --- data -------------------------------------------------------------------------------
     def add_requests(self, records: list[RequestRecord]) -> None:
@@ -102,26 +116,23 @@ class RunWriter:
             self._write_meta()
 
     # --- writing ----------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write the buffered rows as new parts (none when nothing is buffered).
+    def flush(self, chunk: int = 0) -> None:
+        """Write the buffered rows as new parts of at most `chunk` rows (0: one part per table).
 
-        On a write error the rows go back into the buffer for the next try and the error is raised.
+        On a write error the rows not yet written go back into the buffer for the next try and
+        the error is raised.
         """
         with self._flush_lock:
             with self._lock:
                 requests, self._requests = self._requests, []
                 samples, self._samples = self._samples, []
             try:
-                if requests:
-                    self._write_part(REQUESTS_DIR, requests_table, requests)
-                    requests = []
-                if samples:
-                    self._write_part(SAMPLES_DIR, samples_table, samples)
-            except Exception:
+                self._write_parts(REQUESTS_DIR, requests_table, requests, chunk)
+                self._write_parts(SAMPLES_DIR, samples_table, samples, chunk)
+            finally:
                 with self._lock:
                     self._requests[:0] = requests
                     self._samples[:0] = samples
-                raise
 
     def start_autoflush(self, interval: float = 1.0) -> None:
         """Flush every `interval` seconds in the background until close()."""
@@ -131,10 +142,12 @@ class RunWriter:
                                            name="loadlab-run-writer", daemon=True)
         self._autoflush.start()
 
-    def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = ()) -> None:
+    def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = (), reason: str = "") -> None:
         """Final flush, stop autoflush, compact the parts, finish run.json and write summary.json.
 
-        A second call does nothing.
+        After a write error the status becomes `failed`, the reason says what was lost (also in
+        `failure` and `unsaved`), and what could be written stays readable. Never raises for a
+        write error. A second call does nothing.
         """
         if self._closed:
             return
@@ -142,36 +155,83 @@ class RunWriter:
         self._stop_autoflush.set()
         if self._autoflush is not None:
             self._autoflush.join(timeout=10)
-        self.flush()
-        for sub in (REQUESTS_DIR, SAMPLES_DIR):
-            try:
-                self._compact(self.folder / sub)
-            except Exception as e:  # the single parts are still there and complete
-                log.warning("run folder %s: could not compact %s: %s", self.folder, sub, e)
+        self._final_flush()
+        if not self.failure:     # compacting rewrites every row: not on a disk that just filled up
+            for sub in (REQUESTS_DIR, SAMPLES_DIR):
+                try:
+                    self._compact(self.folder / sub)
+                except Exception as e:  # the single parts are still there and complete
+                    log.warning("run folder %s: could not compact %s: %s", self.folder, sub, e)
+        (self.folder / RESERVE).unlink(missing_ok=True)
         with self._lock:
             self.meta.ended_at = self._now()
             for s in self.meta.steps:      # a step still open ends with the run
                 if math.isnan(s.end_time):
                     s.end_time = self.meta.ended_at
-            self.meta.status = status
+            self.meta.status = FAILED if self.failure else status
+            self.meta.reason = self.failure_line() if self.failure else reason
             self.meta.coverage = list(coverage)
             self._write_meta()
         from loadlab.analyze.summary import summarize  # here: the analyzer imports this package
-        write_json_atomic(self.folder / SUMMARY_JSON, summarize(load_run(self.folder)).to_dict())
+        try:
+            write_json_atomic(self.folder / SUMMARY_JSON, summarize(load_run(self.folder)).to_dict())
+        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+            self._fail(e)
+            with self._lock:
+                self.meta.status, self.meta.reason = FAILED, self.failure_line()
+                self._write_meta()
+
+    def failure_line(self) -> str:
+        """One line on a write error: what failed and how many requests could not be saved."""
+        return (f"cannot write run folder {self.folder}: {self.failure}; "
+                f"{self.unsaved} finished requests could not be saved")
 
     # --- internals --------------------------------------------------------------------------
     def _now(self) -> float:
         return self.anchor.to_wall(time.perf_counter())
 
     def _write_meta(self) -> None:
-        write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
+        try:
+            write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
+        except OSError as e:   # the previous run.json stays whole (written atomically)
+            self._fail(e)
+
+    def _fail(self, error: Exception) -> None:
+        if not self.failure:
+            strerror = error.strerror if isinstance(error, OSError) else None
+            self.failure = strerror or str(error) or type(error).__name__
+            log.debug("run folder %s: write failed: %s", self.folder, error)
+
+    def _final_flush(self) -> None:
+        """Write the buffers; after a write error retry briefly, in small parts so that what fits is kept."""
+        for attempt in range(_CLOSE_TRIES):
+            try:
+                self.flush(_CHUNK_ROWS if self.failure else 0)
+                return
+            except Exception as e:
+                self._fail(e)
+                if attempt + 1 < _CLOSE_TRIES:
+                    time.sleep(_RETRY_PAUSE_S)
+        with self._lock:
+            self.unsaved = len(self._requests)
+
+    def _write_parts(self, sub: str, to_table: Callable[[list], pa.Table], rows: list, chunk: int) -> None:
+        """Write `rows` as parts of at most `chunk` rows (0: one part), removing from `rows` what was written."""
+        while rows:
+            n = chunk or len(rows)
+            self._write_part(sub, to_table, rows[:n])
+            del rows[:n]
 
     def _write_part(self, sub: str, to_table: Callable[[list], pa.Table], rows: list) -> None:
         self._parts += 1
         name = f"part-{self._parts:06d}.parquet"
         tmp = self.folder / sub / f".{name}.tmp"   # not matched by the readers' part-*.parquet
-        _off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
-        os.replace(tmp, self.folder / sub / name)
+        try:
+            _off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
+            os.replace(tmp, self.folder / sub / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)   # a half-written part would hold on to the space left
+            raise
 
     def _compact(self, folder: Path) -> None:
         """Replace a table's parts by one `part-FIRST-LAST.parquet`: one file reads much faster
@@ -195,10 +255,8 @@ class RunWriter:
         while not self._stop_autoflush.wait(interval):
             try:
                 self.flush()
-            except Exception as e:  # keep measuring; the rows stay buffered for the next try
-                self.flush_errors += 1
-                if self.flush_errors == 1:
-                    log.error("run folder %s: flush failed (will retry): %s", self.folder, e)
+            except Exception as e:  # the rows stay buffered; the run loop sees `failure` and stops
+                self._fail(e)
 
 
 def _off_the_event_loop(work: Callable[[], object]) -> None:

@@ -94,6 +94,8 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
     for name in ("duration", "requests", "step_duration", "warmup_requests"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be >= 0")
+    if cfg.max_error_rate is not None and not 0 <= cfg.max_error_rate <= 1:
+        raise UserError(f"max_error_rate must be between 0 and 1 (or off), got {cfg.max_error_rate:g}")
     if cfg.timeout <= 0 or cfg.processes < 1:
         raise UserError("timeout must be > 0 and processes >= 1")
     if cfg.workload.kind == "sharegpt" and not cfg.workload.dataset:

@@ -114,7 +114,7 @@ def test_every_fault_is_counted_and_the_run_goes_on(tmp_path):
     out = tmp_path / "faults"
     with proc:
         run_ok("--url", url, "--model", "m", "--concurrency", "6", "--duration", "2", "--timeout", "0.5",
-               "--output-len", "10", "--out", str(out))
+               "--output-len", "10", "--max-error-rate", "off", "--out", str(out))
         served = truth(url)
     req = load_run(out).requests
     summary = json.loads((out / "summary.json").read_text())["steps"][0]
@@ -137,7 +137,7 @@ def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
         denied = loadlab("run", "--url", url, "--model", "m", "--concurrency", "1", "--requests", "2",
                          "--out", str(tmp_path / "denied"), *QUIET, env={"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""})
     assert load_run(out).requests["error"].eq("").all()
-    assert denied.returncode == 0
+    assert denied.returncode == 4                       # a run that cannot succeed (below)
     assert set(load_run(tmp_path / "denied").requests["error"]) == {ErrorCategory.HTTP_401.value}
     for f in out.rglob("*"):
         if f.is_file():
@@ -147,9 +147,75 @@ def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
 def test_a_dead_endpoint_is_measured_not_a_crash(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "dead"
-    run_ok("--url", dead, "--model", "m", "--concurrency", "2", "--duration", "1", "--out", str(out))
+    result = loadlab("run", "--url", dead, "--model", "m", "--concurrency", "2", "--duration", "1",
+                     "--out", str(out), *QUIET, timeout=120)
+    assert result.returncode == 3, result.stderr[-2000:]     # every request failed: over the error budget
+    assert "Traceback" not in result.stderr
     req = load_run(out).requests
     assert len(req) >= 2 and set(req["error"]) == {ErrorCategory.CONNECT.value}
+
+
+def one_error_line(stderr: str) -> str:
+    """The single `error:` line a run that ended itself prints (and no traceback)."""
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr[-2000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("mock_args, run_args, cause", [
+    (["--api-key", "right"], ["--model", "m", "--api-key", "wrong"], "HTTP 401"),
+    ([], ["--model", "no-such-model"], "HTTP 404"),
+], ids=["wrong-key", "wrong-model"])
+def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args, cause):
+    """Every request rejected alike: the run stops after its first few requests instead of
+    sending failing requests for the whole minute, and says why in one line."""
+    url, proc = start_mock(*mock_args)
+    out = tmp_path / "rejected"
+    with proc:
+        result = loadlab("run", "--url", url, *run_args, "--concurrency", "4", "--duration", "60",
+                         "--out", str(out), *QUIET, timeout=120)
+        received = len(truth(url))
+    assert result.returncode == 4, result.stderr[-2000:]
+    line = one_error_line(result.stderr)
+    assert "rejected every request" in line and cause in line
+    assert received < 50                                # counted at the mock: it stopped at once
+    data = load_run(out)
+    assert data.meta.status == "stopped" and cause in data.meta.reason
+    assert len(data.requests) == received
+
+
+def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
+    """80% of requests fail: the first step ends once it has enough requests to judge, the
+    second never starts, and the exit code says the run missed its budget (here set in the
+    scenario file)."""
+    url, proc = start_mock("--error-rate", "0.8", "--error-codes", "500", "--ttft", "0.01", "--itl", "0.005")
+    scenario = tmp_path / "budget.toml"
+    scenario.write_text("max_error_rate = 0.5\n")
+    out = tmp_path / "budget"
+    with proc:
+        result = loadlab("run", "-c", str(scenario), "--url", url, "--model", "m", "--concurrency", "2,4",
+                         "--step-duration", "60", "--output-len", "5", "--out", str(out), *QUIET, timeout=120)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "--max-error-rate 0.5" in one_error_line(result.stderr)
+    data = load_run(out)
+    assert data.meta.status == "stopped" and "concurrency=2" in data.meta.reason
+    assert set(data.requests["step"]) == {0}
+    shown = loadlab("summary", str(out))             # the stopped run reads like any other
+    assert shown.returncode == 0 and "stopped" in shown.stdout, shown.stderr
+
+
+def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
+    """Every request fails at once (error budget off, as for a deliberate fault test): each user
+    waits a growing pause after a failure instead of retrying in a tight loop."""
+    url, proc = start_mock("--error-rate", "1", "--error-codes", "500")
+    out = tmp_path / "backoff"
+    with proc:
+        run_ok("--url", url, "--model", "m", "--concurrency", "4", "--duration", "2",
+               "--max-error-rate", "off", "--out", str(out))
+        received = len(truth(url))
+    # without the pause, 4 users send thousands of requests in 2 s; with it, a few each
+    assert 4 <= received < 200
+    assert len(load_run(out).requests) == received
 
 
 @pytest.mark.parametrize("args, message", [
