@@ -165,9 +165,14 @@ class RunWriter:
         (self.folder / RESERVE).unlink(missing_ok=True)
         with self._lock:
             self.meta.ended_at = self._now()
+            # Requests that could not be saved: rates must cover only the time the saved ones
+            # span, so a step ends (at the latest) where the first unsaved request ended.
+            lost_from = min((r.end_time for r in self._requests), default=math.inf)
             for s in self.meta.steps:      # a step still open ends with the run
                 if math.isnan(s.end_time):
                     s.end_time = self.meta.ended_at
+                if s.end_time > lost_from:
+                    s.end_time = max(s.start_time, lost_from)
             self.meta.status = FAILED if self.failure else status
             self.meta.reason = self.failure_line() if self.failure else reason
             self.meta.coverage = list(coverage)
@@ -198,8 +203,9 @@ class RunWriter:
 
     def _fail(self, error: Exception) -> None:
         if not self.failure:
-            strerror = error.strerror if isinstance(error, OSError) else None
-            self.failure = strerror or str(error) or type(error).__name__
+            # errno's own words: pyarrow wraps them in a longer text
+            errno = error.errno if isinstance(error, OSError) else None
+            self.failure = (os.strerror(errno) if errno else str(error)) or type(error).__name__
             log.debug("run folder %s: write failed: %s", self.folder, error)
 
     def _final_flush(self) -> None:
@@ -268,7 +274,18 @@ def _off_the_event_loop(work: Callable[[], object]) -> None:
     monkey = sys.modules.get("gevent.monkey")
     if monkey is not None and monkey.is_module_patched("threading"):
         from gevent import get_hub
-        get_hub().threadpool.apply(work)
+
+        def guarded() -> Exception | None:
+            # Raised inside the pool, an error would also be printed with a traceback by gevent.
+            try:
+                work()
+            except Exception as e:
+                return e
+            return None
+
+        error = get_hub().threadpool.apply(guarded)
+        if error is not None:
+            raise error
     else:
         work()
 

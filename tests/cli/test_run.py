@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from loadlab.client.records import ErrorCategory
 from loadlab.store.run_folder import load_run
+from tests.support.disk import fill, small_tmpfs
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 
 QUIET = ("--no-server-metrics", "--no-gpu")
@@ -306,3 +308,38 @@ def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
     assert peak >= 15
     ttft = (req["first_token_time"] - req["scheduled_time"]).sort_values()
     assert ttft.iloc[int(0.9 * len(ttft))] < 0.3      # the mock's TTFT is 0.02 s; a request lasts ~0.5 s
+
+
+def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
+    """The run folder's file system fills up mid-run (a real tmpfs, filled by the test): the run
+    stops sending, saves what fits, closes the folder as failed, says in one line how many
+    finished requests could not be saved, and exits 5; `loadlab summary` reads what was saved."""
+    url, proc = start_mock("--ttft", "0.02", "--itl", "0.01")
+    with small_tmpfs(tmp_path / "disk") as disk, proc:
+        out = disk / "run"
+        run = subprocess.Popen([str(BIN / "loadlab"), "run", "--url", url, "--model", "m", "--concurrency", "8",
+                                "--duration", "60", "--output-len", "20", "--out", str(out), *QUIET],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:
+                time.sleep(0.1)    # some requests were saved
+            fill(disk)
+            stdout, stderr = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                os.kill(run.pid, signal.SIGKILL)
+        received = len(truth(url))
+        assert run.returncode == 5, stderr[-2000:]
+        line = one_error_line(stderr)
+        assert str(out) in line and "No space left on device" in line, line
+        unsaved = int(re.search(r"(\d+) finished requests could not be saved", line).group(1))
+        data = load_run(out)
+        assert data.meta.status == "failed" and line.endswith(data.meta.reason)
+        saved = len(data.requests)
+        assert saved > 0 and unsaved > 0
+        assert saved + unsaved >= received           # every request the mock saw: saved or counted
+        assert "[failed]" in stdout
+        shown = loadlab("summary", str(out))
+        assert shown.returncode == 0 and "failed" in shown.stdout, shown.stderr
+        assert json.loads((out / "summary.json").read_text())["overall"]["sent"] == saved

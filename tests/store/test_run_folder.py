@@ -21,6 +21,7 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from tests.support.disk import fill, small_tmpfs
 from tests.support.procs import REPO
 
 
@@ -141,6 +142,32 @@ def test_autoflush_writes_parts_without_being_asked(tmp_path: Path) -> None:
     assert len(parts(tmp_path / "run", "requests")) == 1
     assert len(parts(tmp_path / "run", "samples")) == 1
     writer.close()
+
+
+def test_a_full_disk_keeps_the_rows_in_memory_and_closes_as_failed_with_what_fit(tmp_path: Path) -> None:
+    """A real tmpfs fills up: the flush fails without losing a row, close() writes what fits
+    in small parts (the reserve makes room for run.json and summary.json) and counts the rest."""
+    with small_tmpfs(tmp_path / "disk", size="2m") as disk:
+        t = now()
+        writer = RunWriter(disk / "run", RunConfig(url="http://x"), process_anchor())
+        writer.add_requests([record(i, t) for i in range(100)])
+        writer.flush()
+        fill(disk)
+        writer.add_requests([record(i, t + 1) for i in range(100, 20100)])
+        with pytest.raises(OSError):
+            writer.flush()
+        writer.add_requests([record(20100, t + 2)])   # still buffered after the failure
+        ballast = disk / "ballast"
+        os.truncate(ballast, ballast.stat().st_size - 100 * 1024)   # room for some of them
+        writer.close()
+        assert writer.failure == "No space left on device" and writer.unsaved > 0
+        run = load_run(disk / "run")
+        assert run.meta.status == "failed" and f"{writer.unsaved} finished requests" in run.meta.reason
+        assert len(run.requests) + writer.unsaved == 20101
+        assert len(run.requests) > 100                  # in small parts, what fitted was written
+        assert run.requests["request_id"].is_unique
+        assert json.loads((disk / "run" / "summary.json").read_text())["status"] == "failed"
+        assert not (disk / "run" / ".reserve").exists()
 
 
 def test_refuses_a_folder_that_already_holds_a_run(tmp_path: Path) -> None:
