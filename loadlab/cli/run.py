@@ -61,7 +61,16 @@ def run(
     server_pid: Optional[int] = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
 ) -> None:
-    """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value."""
+    """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value.
+
+    Exit codes (docs/run-folder.md):
+    0 finished within the error budget;
+    2 bad input;
+    3 a step's requests failed more often than --max-error-rate;
+    4 the endpoint rejected every request (HTTP 401/403/404);
+    5 the run folder could not be written (a full disk);
+    130 interrupted.
+    """
     from loadlab.config import RunConfig
     from loadlab.errors import UserError
     from loadlab.workload import make_workload

@@ -230,6 +230,8 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api", "grpc"], "api"),
     (["--url", "http://127.0.0.1:1", "--concurrency", "1"], "--model"),       # cannot discover it
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"], "max_error_rate"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"], "max_error_rate"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
