@@ -95,5 +95,9 @@ def json_safe(value: Any) -> Any:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write JSON to a temporary file and rename it over `path`: readers see the old or the new file, whole."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(json_safe(data), indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(json_safe(data), indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)   # a half-written file would hold on to the space left
+        raise
