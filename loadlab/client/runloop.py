@@ -205,15 +205,19 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
         runner.start(users, spawn_rate=max(10.0, users * 10.0))
     label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
     end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
-    while True:
-        show(label)
-        left = end - time.perf_counter()
-        if left <= 0:
-            break
-        if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
-            break
-        gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
-    writer.end_step(plan.index, now())
+    try:
+        while True:
+            show(label)
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
+                break
+            gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
+    finally:
+        # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
+        # shutdown would count as idle time and lower the achieved concurrency).
+        writer.end_step(plan.index, now())
 
 
 def _drain(env: Environment, limit: float, show) -> None:

@@ -195,3 +195,31 @@ def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_ma
     run = load_run(out)
     assert run.meta.cut_off
     assert run.requests["worker"].nunique() == 2
+
+
+def test_an_interrupt_ends_the_step_at_the_interrupt_not_after_the_shutdown(tmp_path):
+    """Ctrl-C of a closed-loop run: the step ends when the signal came, so the workers' shutdown
+    (about a second and a half) neither lowers the achieved concurrency nor marks the run
+    client-limited."""
+    port, out = free_port(), tmp_path / "run"
+    with mock(port):
+        proc = start_run(port, out, "--concurrency", "4", "--duration", "60", "--output-len", "32")
+        try:
+            wait_until(proc, lambda: len(truth(port)) >= 40, "load never started")
+            interrupted_at = time.time()
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(90) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    run = load_run(out)
+    (step,) = run.meta.steps
+    aborted = run.requests[run.requests["error"] == "aborted"]
+    assert len(aborted) > 0   # streams were cut off by the shutdown that followed the signal
+    # The step ended at the signal: before the shutdown cut the first stream off.
+    assert interrupted_at - 0.1 <= step.end_time <= aborted["end_time"].min()
+    summary = json.loads((out / "summary.json").read_text())
+    check = summary["client"]
+    assert check["values"]["achieved_concurrency_ratio"] >= 0.8, check
+    assert not any("achieved concurrency" in r for r in check["reasons"]), check
