@@ -2,7 +2,8 @@
 
 Settings come from an optional scenario file (-c), then the flags, which override it.
 A run that completes exits 0 even when requests failed (the failures are in the report);
-bad input exits 2 with a one-line error.
+bad input exits 2 with a one-line error; a run that lost a load-generator process (--processes N)
+exits 6 with status `degraded`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from loadlab.client.discovery import API_KEY_ENV
 
 EXIT_INTERRUPTED = 130
+EXIT_DEGRADED = 6
 
 
 def run(
@@ -101,6 +103,10 @@ def run(
     print_final_summary(folder)
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
+    if outcome.status == "degraded":
+        print("error: a load-generator process died during the run (status degraded; see the warning above)",
+              file=sys.stderr)
+        sys.exit(EXIT_DEGRADED)
 
 
 def print_final_summary(folder: Path) -> None:

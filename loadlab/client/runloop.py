@@ -7,6 +7,7 @@ Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and
 `--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
 DEFAULT_STEP_SECONDS. After the last step no new request starts; requests in flight get up to the
 per-request timeout to finish; on Ctrl-C they are aborted (counted, category "aborted").
+A run whose worker process died (`--processes N`) ends `degraded`, with a warning naming it.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck, p99
 from loadlab.client.stream import Endpoint
-from loadlab.client.shipping import in_flight_total, worker_id
+from loadlab.client.shipping import WorkerLoss, in_flight_total, worker_id
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.report.live import LiveDisplay, LiveStatus
+from loadlab.store.meta import DEGRADED, FINISHED
 from loadlab.store.run_folder import RunWriter
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -98,7 +100,7 @@ class Tally:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: str               # "finished" | "interrupted"
+    status: str               # "finished" | "degraded" | "interrupted"
     folder: Path
     requests: int
     errors: int
@@ -127,6 +129,13 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     env.events.llm_worker_anchor.add_listener(
         lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
     env.events.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
+    losses: list[WorkerLoss] = []   # worker processes that died (--processes N)
+
+    def on_worker_lost(loss: WorkerLoss, **_: object) -> None:
+        losses.append(loss)
+        writer.add_warning(loss.message())
+
+    env.events.llm_worker_lost.add_listener(on_worker_lost)
     selfcheck = SelfCheck(env.loadlab.worker)
     selfcheck.start(writer.add_samples)
     for c in collectors:
@@ -139,7 +148,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
             live.update(LiveStatus(elapsed=time.perf_counter() - started, step_label=label,
                                   in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
                                   output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
-                                  warning=_warning(env, selfcheck, tally, plans[0].mode)))
+                                  warning=_warning(env, selfcheck, tally, plans[0].mode, losses)))
         try:
             for plan in plans:
                 _run_step(plan, env, runner, writer, tally, show, len(plans))
@@ -159,6 +168,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
         runner.quit()
         show("done")
 
+    if status == FINISHED and losses:
+        status = DEGRADED
     for c in collectors:
         c.stop()
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()])
@@ -232,7 +243,9 @@ def _drain(env: Environment, limit: float, show) -> None:
         gevent.sleep(0.02)
 
 
-def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) -> str:
+def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str,
+             losses: list[WorkerLoss]) -> str:
+    lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in losses)
     reasons = selfcheck.warnings()
     state = getattr(env, "loadlab_state", None)
     if state is not None and state.cap_waits:
@@ -241,4 +254,5 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) ->
         delay = p99(tally.recent_start_delays)
         if delay > START_DELAY_P99_MAX:
             reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
-    return "client-limited? " + "; ".join(reasons) if reasons else ""
+    limited = "client-limited? " + "; ".join(reasons) if reasons else ""
+    return "; ".join(text for text in (lost, limited) if text)

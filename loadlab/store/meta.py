@@ -15,13 +15,14 @@ from loadlab.collect.samples import Coverage
 
 FORMAT = "loadlab-run/1"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
+DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)
 
 
 @dataclass
 class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
-    status: str                                   # running | finished | interrupted
+    status: str                                   # running | finished | degraded | interrupted
     config: dict[str, Any]                        # RunConfig.to_dict()
     versions: dict[str, str]
     host: dict[str, Any]
@@ -31,6 +32,7 @@ class RunMeta:
     ended_at: float = math.nan
     steps: list[StepInfo] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # what went wrong while measuring, one line each
     format: str = FORMAT
 
     @property
@@ -52,6 +54,7 @@ class RunMeta:
             "ended_at": self.ended_at,
             "steps": [asdict(s) for s in self.steps],
             "coverage": [asdict(c) for c in self.coverage],
+            "warnings": self.warnings,
         })
 
     @classmethod
@@ -69,6 +72,7 @@ class RunMeta:
             ended_at=float_or_nan(d.get("ended_at")),
             steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time"))}) for s in d.get("steps") or []],
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
+            warnings=[str(w) for w in d.get("warnings") or []],
         )
 
 
