@@ -21,11 +21,13 @@ from locust.env import Environment
 from locust.runners import MasterRunner
 
 from loadlab.client.shipping import MasterShipper, worker_id
+from loadlab.clock import now
 from loadlab.errors import UserError
 
 CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
 EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are killed
 WATCH_S = 0.1              # how often the master checks that its worker processes are alive
+LATE_MESSAGES_S = 0.25     # what a dead worker sent just before it died is received within this
 
 
 def start_master_with_workers(environment: Environment, n: int,
@@ -96,10 +98,17 @@ def _watch_workers(procs: list[subprocess.Popen], shipper: MasterShipper) -> Non
     alive = list(procs)
     while alive:
         gevent.sleep(WATCH_S)
-        for p in [p for p in alive if p.poll() is not None]:
+        dead = [p for p in alive if p.poll() is not None]
+        if not dead:
+            continue
+        at = now()
+        # Its last messages (a request announced just before the kill) may still be queued here:
+        # let them arrive, or that request would be neither recorded nor counted as aborted.
+        gevent.sleep(LATE_MESSAGES_S)
+        for p in dead:
             alive.remove(p)
             if not (shipper.closing and p.returncode == 0):
-                shipper.worker_lost(worker_id(p.pid), _exit_reason(p.returncode))
+                shipper.worker_lost(worker_id(p.pid), _exit_reason(p.returncode), at)
 
 
 def _exit_reason(code: int) -> str:

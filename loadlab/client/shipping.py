@@ -246,13 +246,14 @@ class MasterShipper:
         clients = self.runner.clients
         return [c for c in self.joined_workers() if clients[c].state != STATE_MISSING and c not in self.lost]
 
-    def worker_lost(self, worker: str, reason: str) -> None:
-        """Worker process `worker` (host:pid) died: fire its requests sent and not reported back
-        as aborted records, then `llm_worker_lost`. The others go on; nothing waits for it."""
+    def worker_lost(self, worker: str, reason: str, at: float | None = None) -> None:
+        """Worker process `worker` (host:pid) died (noticed at `at`, epoch seconds; default now):
+        fire its requests sent and not reported back as aborted records, then `llm_worker_lost`.
+        The others go on; nothing waits for it any more."""
         client_id = next((c for c, w in self.workers.items() if w == worker), None)
         if client_id is None or client_id in self.lost:
             return   # never joined (start-up reports that itself), or already counted
-        at = now()
+        at = now() if at is None else at
         started = self.started.pop(client_id, {})
         self.in_flight.pop(client_id, None)
         self._pending.discard(client_id)
