@@ -1,9 +1,10 @@
 """Scale the load generator out: a Locust master in this process and N local worker processes.
 
-Used by `loadlab run --processes N`. A worker process that dies mid-run (kill -9, OOM) is
-noticed at once by its PID: its requests in flight are recorded as aborted and the run goes on
-with the others, without restarting it (see MasterShipper.worker_lost). Workers on other hosts join a plain-Locust master the same
+Used by `loadlab run --processes N`. Workers on other hosts join a plain-Locust master the same
 way (see locustfiles/openai_stream.py); records and context travel through loadlab.client.shipping.
+A worker process that dies mid-run (kill -9, OOM) is noticed at once by its PID: its requests in
+flight are recorded as aborted and the run goes on with the others, without restarting it (see
+MasterShipper.worker_lost).
 """
 
 from __future__ import annotations

@@ -315,9 +315,9 @@ class MasterShipper:
         self._pending = set(self.joined_workers()) - set(self.lost)
         for client_id in self._pending:
             self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
-        now = time.monotonic()
-        live_deadline = now + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
-        missing_deadline = now + MISSING_WORKER_WAIT_S
+        asked = time.monotonic()
+        live_deadline = asked + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
+        missing_deadline = asked + MISSING_WORKER_WAIT_S
         while self._pending:
             self._pending &= set(clients)   # Locust forgot it: gone for good
             live = self._pending & set(self.ready_workers())
