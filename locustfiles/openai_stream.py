@@ -28,12 +28,13 @@ from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.livestats import LiveStats
 from loadlab.client.records import StepInfo
 from loadlab.client.selfcheck import SelfCheck
-from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
+from loadlab.client.shipping import MasterShipper, WorkerLoss, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
 from loadlab.client.webui import install_llm_tab
 from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.store.meta import DEGRADED, FINISHED
 from loadlab.store.run_folder import RunWriter
 from loadlab.workload.scenario import apply_overrides
 
@@ -139,6 +140,13 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
     hooks.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
     hooks.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
     hooks.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
+    losses: list[WorkerLoss] = []   # workers that sent no final records: the run ends degraded
+
+    def on_worker_lost(loss: WorkerLoss, **_) -> None:
+        losses.append(loss)
+        writer.add_warning(loss.message())
+
+    hooks.llm_worker_lost.add_listener(on_worker_lost)
 
     def end_step(**_) -> None:
         if environment.loadlab.step is not None:
@@ -148,7 +156,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         # Locust quits the runner only after the quitting listeners: quit it first, so the
         # workers' last records (and a single process's aborted requests) reach the folder.
         environment.runner.quit()
-        writer.close()
+        writer.close(DEGRADED if losses else FINISHED)
 
     hooks.test_stop.add_listener(end_step)
     hooks.quitting.add_listener(close)

@@ -139,7 +139,7 @@ class RunSummary:
     """What summary.json holds: every step, the whole run, coverage and the client self-check."""
 
     path: str
-    status: str                 # running (cut off) | finished | interrupted | stopped | failed
+    status: str                 # running (cut off) | finished | degraded | interrupted | stopped | failed
     cut_off: bool
     started_at: float
     ended_at: float
@@ -205,7 +205,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     if not single:
         overall.achieved = overall.achieved_ratio = math.nan   # one target per step, none for the run
 
-    warnings = list(run.warnings)
+    warnings = list(run.meta.warnings) + list(run.warnings)
     if len(measured) == 0:
         warnings.append("no measured requests (all warm-up, or none recorded)")
     return RunSummary(path=str(run.path), status=run.meta.status, cut_off=run.meta.cut_off,

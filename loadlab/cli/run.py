@@ -9,8 +9,9 @@ Exit codes (the run's status is in run.json; see docs/run-folder.md):
        when that ended the run early, `finished` when the step only missed it over all its requests)
   4    the endpoint rejected every request with the same HTTP 401/403/404 (status `stopped`)
   5    the run folder could not be written, e.g. a full disk (status `failed`)
+  6    a load-generator process died during the run (--processes N; status `degraded`)
   130  interrupted by Ctrl-C or SIGTERM (status `interrupted`)
-Codes 3-5 print one `error:` line on stderr; the summary of what was saved is printed as usual.
+Codes 3-6 print one `error:` line on stderr; the summary of what was saved is printed as usual.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from loadlab.client.discovery import API_KEY_ENV
 
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}   # by RunOutcome.cause
+EXIT_DEGRADED = 6
 
 
 def run(
@@ -69,6 +71,7 @@ def run(
     3 a step's requests failed more often than --max-error-rate;
     4 the endpoint rejected every request (HTTP 401/403/404);
     5 the run folder could not be written (a full disk);
+    6 a load-generator process died (--processes N);
     130 interrupted.
     """
     from loadlab.config import RunConfig
@@ -124,6 +127,10 @@ def run(
     if outcome.cause:
         print(f"error: {outcome.reason}", file=sys.stderr)
         sys.exit(EXIT_CODES[outcome.cause])
+    if outcome.status == "degraded":
+        print("error: a load-generator process died during the run (status degraded; see the warning above)",
+              file=sys.stderr)
+        sys.exit(EXIT_DEGRADED)
 
 
 def print_final_summary(folder: Path) -> None:

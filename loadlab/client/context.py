@@ -44,10 +44,16 @@ def add_loadlab_events(events: Events) -> Events:
       anchor (for run.json's `worker_anchors`).
     - `llm_samples(samples: list[Sample])`: fired on a master for the self-check samples (client
       CPU, event-loop lag) that a worker process shipped, so every process's self-check is stored.
+    - `llm_request_sent(request_id, step, warmup, api, scheduled_time, input_tokens, max_tokens)`:
+      fired when a request is about to be sent, in the process that sends it (a worker tells its
+      master at once, so the master can record it as aborted should the worker die).
+    - `llm_worker_lost(loss: WorkerLoss)`: fired on a master when a worker process died mid-run,
+      after its requests in flight were fired as aborted records.
     Locust's own `request` event is fired once per HTTP request (never per token), so Locust's
     request counts stay honest.
     """
-    for name in ("llm_request", "llm_step", "llm_worker_anchor", "llm_samples"):
+    for name in ("llm_request", "llm_step", "llm_worker_anchor", "llm_samples", "llm_request_sent",
+                 "llm_worker_lost"):
         if not hasattr(events, name):
             setattr(events, name, EventHook())
     return events

@@ -2,6 +2,9 @@
 
 Used by `loadlab run --processes N`. Workers on other hosts join a plain-Locust master the same
 way (see locustfiles/openai_stream.py); records and context travel through loadlab.client.shipping.
+A worker process that dies mid-run (kill -9, OOM) is noticed at once by its PID: its requests in
+flight are recorded as aborted and the run goes on with the others, without restarting it (see
+MasterShipper.worker_lost).
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from loadlab.client.shipping import MasterShipper
+from loadlab.client.shipping import MasterShipper, worker_id
+from loadlab.clock import now
 from loadlab.errors import UserError
 
 CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
 EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are killed
+WATCH_S = 0.1              # how often the master checks that its worker processes are alive
+LATE_MESSAGES_S = 0.25     # what a dead worker sent just before it died is received within this
 
 
 def start_master_with_workers(environment: Environment, n: int,
@@ -44,6 +50,7 @@ def start_master_with_workers(environment: Environment, n: int,
                               preexec_fn=_prepare_worker) for _ in range(n)]
     atexit.register(_kill, procs)   # a crash of this process must not leave workers behind
     runner.greenlet.spawn(_end_with_runner, procs)
+    runner.greenlet.spawn(_watch_workers, procs, shipper)
 
     deadline = time.monotonic() + timeout
     while len(shipper.ready_workers()) < n:
@@ -83,6 +90,36 @@ def _end_with_runner(procs: list[subprocess.Popen]) -> None:
             except subprocess.TimeoutExpired:
                 pass
         _kill(procs)
+
+
+def _watch_workers(procs: list[subprocess.Popen], shipper: MasterShipper) -> None:
+    """Lives in the runner's greenlet group: a worker that exits before the run's final collection
+    (or with an error code during it) died; tell the shipper at once. Locust's own heartbeat would
+    notice only seconds later, and cannot tell a dead worker from a slow one."""
+    alive = list(procs)
+    while alive:
+        gevent.sleep(WATCH_S)
+        dead = [p for p in alive if p.poll() is not None]
+        if not dead:
+            continue
+        at = now()
+        # Its last messages (a request announced just before the kill) may still be queued here:
+        # let them arrive, or that request would be neither recorded nor counted as aborted.
+        gevent.sleep(LATE_MESSAGES_S)
+        for p in dead:
+            alive.remove(p)
+            if not (shipper.closing and p.returncode == 0):
+                shipper.worker_lost(worker_id(p.pid), _exit_reason(p.returncode), at)
+
+
+def _exit_reason(code: int) -> str:
+    """How a process ended, from its Popen return code (negative: the signal that killed it)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:

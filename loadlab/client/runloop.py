@@ -11,6 +11,7 @@ per-request timeout to finish; on Ctrl-C they are aborted (counted, category "ab
 A run also stops itself, aborting what is in flight: when the endpoint rejects every request or a
 step misses its error budget (status `stopped`, see budget.py), or when the run folder cannot be
 written (status `failed`: the records stay in memory for the writer's last tries).
+A run whose worker process died (`--processes N`) ends `degraded`, with a warning naming it.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck, p99
 from loadlab.client.stream import Endpoint
-from loadlab.client.shipping import in_flight_total, worker_id
+from loadlab.client.shipping import WorkerLoss, in_flight_total, worker_id
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.report.live import LiveDisplay, LiveStatus
-from loadlab.store.meta import FAILED, FINISHED, INTERRUPTED, STOPPED
+from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
 from loadlab.store.run_folder import RunWriter
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -104,7 +105,7 @@ class Tally:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: str               # finished | interrupted | stopped | failed (as in run.json)
+    status: str               # finished | degraded | interrupted | stopped | failed (as in run.json)
     folder: Path
     requests: int
     errors: int
@@ -146,6 +147,13 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     env.events.llm_worker_anchor.add_listener(
         lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
     env.events.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
+    losses: list[WorkerLoss] = []   # worker processes that died (--processes N)
+
+    def on_worker_lost(loss: WorkerLoss, **_: object) -> None:
+        losses.append(loss)
+        writer.add_warning(loss.message())
+
+    env.events.llm_worker_lost.add_listener(on_worker_lost)
     selfcheck = SelfCheck(env.loadlab.worker)
     selfcheck.start(writer.add_samples)
     for c in collectors:
@@ -159,7 +167,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
             live.update(LiveStatus(elapsed=time.perf_counter() - started, step_label=label,
                                   in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
                                   output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
-                                  warning=_warning(env, selfcheck, tally, plans[0].mode)))
+                                  warning=_warning(env, selfcheck, tally, plans[0].mode, losses)))
         try:
             for plan in plans:
                 _run_step(plan, env, runner, writer, tally, budget, show, len(plans))
@@ -185,6 +193,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
         c.stop()
     if status == FINISHED:   # judged on all its requests now, however few
         breach = budget.final({p.index: p.label for p in plans})
+        if losses:
+            status = DEGRADED
     reason = breach.reason if breach else ""
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()], reason=reason)
     if writer.failure:
@@ -234,18 +244,22 @@ def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally
     label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
     end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
     stop: _StopRun | None = None
-    while True:
-        show(label)
-        left = end - time.perf_counter()
-        if left <= 0:
-            break
-        if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
-            break
-        stop = _stop_now(writer, budget, plan)
-        if stop:
-            break
-        gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
-    writer.end_step(plan.index, now())
+    try:
+        while True:
+            show(label)
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
+                break
+            stop = _stop_now(writer, budget, plan)
+            if stop:
+                break
+            gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
+    finally:
+        # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
+        # shutdown would count as idle time and lower the achieved concurrency).
+        writer.end_step(plan.index, now())
     if stop:
         raise stop
 
@@ -270,7 +284,9 @@ def _drain(env: Environment, limit: float, show) -> None:
         gevent.sleep(0.02)
 
 
-def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) -> str:
+def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str,
+             losses: list[WorkerLoss]) -> str:
+    lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in losses)
     reasons = selfcheck.warnings()
     state = getattr(env, "loadlab_state", None)
     if state is not None and state.cap_waits:
@@ -279,4 +295,5 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) ->
         delay = p99(tally.recent_start_delays)
         if delay > START_DELAY_P99_MAX:
             reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
-    return "client-limited? " + "; ".join(reasons) if reasons else ""
+    limited = "client-limited? " + "; ".join(reasons) if reasons else ""
+    return "; ".join(text for text in (lost, limited) if text)

@@ -7,7 +7,9 @@ possibly on other hosts). Messages are Locust custom messages with msgpack-able 
     master -> worker  CONTEXT  {seq, config, api_key, step, worker_index, worker_count}
                                                               on HELLO and whenever the step changes
     worker -> master  RECORDS  {records: [RequestRecord as dict], samples: [Sample as dict],
-                               in_flight, seq}                every SHIP_INTERVAL_S and after a CONTEXT
+                               started: [request sent], in_flight, seq}
+                                                              every SHIP_INTERVAL_S, after a CONTEXT,
+                                                              and (started only) as soon as a request is sent
     master -> worker  FLUSH    {round}                        at the master's test_stop
     worker -> master  DONE     {round}                        after the worker's users stopped and
                                                               its last records were sent
@@ -21,17 +23,24 @@ Locust's stop message end the users. Locust's master waits only ~0.5 s for
 workers on quit; the FLUSH/DONE handshake waits (bounded) until every worker has sent its last
 record. One ZeroMQ connection per worker keeps order: a worker's DONE arrives after its records.
 The API key travels in the CONTEXT message only, never to disk.
+
+The master keeps every worker's requests that were sent and not yet reported back ("started"). When
+`loadlab run --processes N` sees a worker process die (it started them and watches their PIDs, see
+distributed.py), `worker_lost` records those as aborted, naming the worker, and the run goes on
+with the others; the dead worker's share of the load is not replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import socket
 import time
 import types
 import typing
+from datetime import datetime, timezone
 from typing import Any
 
 import gevent
@@ -42,9 +51,9 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadlab.client import users
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.client.records import ErrorCategory, RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck
-from loadlab.clock import ClockAnchor, process_anchor
+from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
 
@@ -64,9 +73,28 @@ def in_flight_total(environment: Environment) -> int:
     return shipper.in_flight_total() if shipper is not None else users.in_flight(environment)
 
 
-def worker_id() -> str:
-    """This process's id in records: host:pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def worker_id(pid: int | None = None) -> str:
+    """The id in records of this process (or of process `pid` on this host): host:pid."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLoss:
+    """A worker process that died mid-run, as the master saw it."""
+
+    worker: str          # host:pid
+    time: float          # epoch seconds when the master noticed
+    reason: str          # e.g. "killed by SIGKILL"
+    aborted: int         # its requests in flight, recorded as aborted
+    workers_left: int    # worker processes still running
+    workers: int         # worker processes the run had
+
+    def message(self) -> str:
+        """One line for run.json, summary.json and the console."""
+        at = datetime.fromtimestamp(self.time, timezone.utc).isoformat(timespec="milliseconds")
+        return (f"load-generator process {self.worker} died at {at} ({self.reason}): its {self.aborted} "
+                f"requests in flight are recorded as aborted; the run went on with {self.workers_left} "
+                f"of {self.workers} processes, without replacing its load")
 
 
 class WorkerShipper:
@@ -80,10 +108,13 @@ class WorkerShipper:
         self.worker = worker_id()
         self._buffer: list[dict[str, Any]] = []
         self._samples: list[dict[str, Any]] = []
+        self._started: list[dict[str, Any]] = []   # requests sent since the last message
+        self._start_notice = False                 # a message for them is on its way
         self._last_in_flight = -1
         self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
         events = add_loadlab_events(environment.events)
         events.llm_request.add_listener(self._on_record)
+        events.llm_request_sent.add_listener(self._on_sent)
         # Users stopped (stop message, quit, or our FLUSH): nothing new will come, send the rest.
         events.test_stop.add_listener(lambda **_: self.ship())
         runner.register_message(CONTEXT, self._on_context)
@@ -95,24 +126,41 @@ class WorkerShipper:
         # Only now can the context be received: asking for it avoids the race with Locust's connect.
         self._hello()
 
-    def ship(self, always: bool = False) -> None:
-        """Send the buffered records (and the in-flight count when it changed) to the master."""
-        records, self._buffer = self._buffer, []
-        samples, self._samples = self._samples, []
+    def ship(self, always: bool = False, started_only: bool = False) -> None:
+        """Send the requests sent meanwhile, the buffered records and samples (unless
+        `started_only`), and the in-flight count when it changed, to the master."""
+        started, self._started = self._started, []
+        records, samples = ([], []) if started_only else (self._buffer, self._samples)
+        if not started_only:
+            self._buffer, self._samples = [], []
         in_flight = users.in_flight(self.environment)
-        if not (records or samples or always or in_flight != self._last_in_flight):
+        if not (started or records or samples or always or in_flight != self._last_in_flight):
             return
         try:
-            self.runner.send_message(RECORDS, {"records": records, "samples": samples,
+            self.runner.send_message(RECORDS, {"records": records, "samples": samples, "started": started,
                                                "in_flight": in_flight, "seq": self._seq})
             self._last_in_flight = in_flight
         except RPCError as e:  # keep them for the next try; the connection may come back
+            self._started[:0] = started
             self._buffer[:0] = records
             self._samples[:0] = samples
             log.warning("could not send %d records to the master (will retry): %s", len(records), e)
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         self._buffer.append(dataclasses.asdict(record))
+
+    def _on_sent(self, **fields: Any) -> None:
+        # The master learns of a request at once (one message per turn of the event loop, sent
+        # while the request waits for its answer): a kill -9 a moment later must not hide it.
+        fields["send_time"] = now()
+        self._started.append(fields)
+        if not self._start_notice:
+            self._start_notice = True
+            gevent.spawn(self._notice_started)
+
+    def _notice_started(self) -> None:
+        self._start_notice = False
+        self.ship(started_only=True)
 
     def _on_samples(self, samples: list[Sample]) -> None:
         self._samples.extend(dataclasses.asdict(s) for s in samples)
@@ -167,6 +215,9 @@ class MasterShipper:
         self.anchors: dict[str, ClockAnchor] = {}  # Locust client id -> that worker's clock anchor
         self.in_flight: dict[str, int] = {}        # Locust client id -> requests in flight there
         self.seen_seq: dict[str, int] = {}         # Locust client id -> last CONTEXT it answered
+        self.started: dict[str, dict[str, dict[str, Any]]] = {}   # client id -> request id -> sent, no record yet
+        self.lost: dict[str, WorkerLoss] = {}      # Locust client id -> how its process died
+        self.closing = False                       # the final collection began: workers may exit
         self._seq = 0
         self._sent_step: StepInfo | None = None
         self._round = 0
@@ -191,9 +242,31 @@ class MasterShipper:
         return sorted(ids, key=self.runner.get_worker_index)
 
     def ready_workers(self) -> list[str]:
-        """The joined workers that are not missing."""
+        """The joined workers that are neither missing nor dead."""
         clients = self.runner.clients
-        return [c for c in self.joined_workers() if clients[c].state != STATE_MISSING]
+        return [c for c in self.joined_workers() if clients[c].state != STATE_MISSING and c not in self.lost]
+
+    def worker_lost(self, worker: str, reason: str, at: float | None = None) -> None:
+        """Worker process `worker` (host:pid) died (noticed at `at`, epoch seconds; default now):
+        fire its requests sent and not reported back as aborted records, then `llm_worker_lost`.
+        The others go on; nothing waits for it any more."""
+        client_id = next((c for c, w in self.workers.items() if w == worker), None)
+        if client_id is None or client_id in self.lost:
+            return   # never joined (start-up reports that itself), or already counted
+        at = now() if at is None else at
+        started = self.started.pop(client_id, {})
+        self.in_flight.pop(client_id, None)
+        self._pending.discard(client_id)
+        for fields in started.values():
+            self.environment.events.llm_request.fire(record=RequestRecord(
+                **fields, worker=worker, first_token_time=math.nan, end_time=at,
+                error=ErrorCategory.ABORTED.value, error_detail=f"worker process died ({reason})"))
+        workers = len(self.joined_workers())
+        loss = WorkerLoss(worker=worker, time=at, reason=reason, aborted=len(started),
+                          workers_left=workers - len(self.lost) - 1, workers=workers)
+        self.lost[client_id] = loss
+        log.warning("%s", loss.message())
+        self.environment.events.llm_worker_lost.fire(loss=loss)
 
     def in_flight_total(self) -> int:
         """Requests in flight over all connected workers (as last reported)."""
@@ -234,21 +307,23 @@ class MasterShipper:
 
         A worker Locust marks missing (no heartbeat for 3 s) may only be starved of CPU: it is
         asked too, but waited for at most MISSING_WORKER_WAIT_S (a dead one costs that much).
+        A worker that does not answer in time is treated as lost (see worker_lost).
         """
+        self.closing = True
         self._round += 1
         clients = self.runner.clients
-        self._pending = set(self.joined_workers())
+        self._pending = set(self.joined_workers()) - set(self.lost)
         for client_id in self._pending:
             self.runner.send_message(FLUSH, {"round": self._round}, client_id=client_id)
-        now = time.monotonic()
-        live_deadline = now + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
-        missing_deadline = now + MISSING_WORKER_WAIT_S
+        asked = time.monotonic()
+        live_deadline = asked + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
+        missing_deadline = asked + MISSING_WORKER_WAIT_S
         while self._pending:
             self._pending &= set(clients)   # Locust forgot it: gone for good
             live = self._pending & set(self.ready_workers())
             if time.monotonic() > (live_deadline if live else missing_deadline):
-                log.warning("no final records from %d worker(s): %s", len(self._pending),
-                            ", ".join(self.workers[c] for c in self._pending))
+                for client_id in list(self._pending):   # what they had in flight is recorded as aborted
+                    self.worker_lost(self.workers[client_id], "sent no final records")
                 return
             gevent.sleep(0.05)
 
@@ -277,9 +352,15 @@ class MasterShipper:
         self.send_context()   # every worker: the worker count changed
 
     def _on_records(self, environment: Environment, msg: Message, **_: Any) -> None:
+        if msg.node_id in self.lost:
+            return   # its in-flight requests are already recorded as aborted
         self.in_flight[msg.node_id] = msg.data["in_flight"]
         self.seen_seq[msg.node_id] = msg.data["seq"]
+        started = self.started.setdefault(msg.node_id, {})
+        for fields in msg.data.get("started", []):
+            started[fields["request_id"]] = fields
         for fields in msg.data["records"]:
+            started.pop(fields["request_id"], None)
             environment.events.llm_request.fire(record=RequestRecord(**fields))
         if msg.data.get("samples"):
             environment.events.llm_samples.fire(samples=[Sample(**s) for s in msg.data["samples"]])

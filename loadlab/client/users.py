@@ -149,9 +149,14 @@ class LLMUser(FastHttpUser):
         workload = state.workload   # the one that answers for this request, even if replaced meanwhile
         spec = workload.next_request()
         ctx = state.ctx
+        request_id = state.next_id()
         state.in_flight += 1
+        self.environment.events.llm_request_sent.fire(
+            request_id=request_id, step=step, warmup=warmup, api=state.endpoint.api,
+            scheduled_time=ctx.anchor.to_wall(scheduled), input_tokens=spec.input_tokens,
+            max_tokens=spec.max_tokens)
         try:
-            result = stream_request(self.http, state.endpoint, spec, state.next_id(), scheduled,
+            result = stream_request(self.http, state.endpoint, spec, request_id, scheduled,
                                     ctx.anchor, worker=ctx.worker, step=step, warmup=warmup)
         finally:
             state.in_flight -= 1

@@ -16,13 +16,14 @@ from loadlab.collect.samples import Coverage
 FORMAT = "loadlab-run/1"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see client/budget.py); a write error
+DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)
 
 
 @dataclass
 class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
-    status: str                                   # running | finished | interrupted | stopped | failed
+    status: str                                   # running | finished | degraded | interrupted | stopped | failed
     config: dict[str, Any]                        # RunConfig.to_dict()
     versions: dict[str, str]
     host: dict[str, Any]
@@ -33,6 +34,7 @@ class RunMeta:
     steps: list[StepInfo] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
     reason: str = ""                              # why it stopped or failed, or missed its error budget
+    warnings: list[str] = field(default_factory=list)   # what went wrong while measuring, one line each
     format: str = FORMAT
 
     @property
@@ -55,6 +57,7 @@ class RunMeta:
             "steps": [asdict(s) for s in self.steps],
             "coverage": [asdict(c) for c in self.coverage],
             "reason": self.reason,
+            "warnings": self.warnings,
         })
 
     @classmethod
@@ -73,6 +76,7 @@ class RunMeta:
             steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time"))}) for s in d.get("steps") or []],
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
             reason=d.get("reason") or "",
+            warnings=[str(w) for w in d.get("warnings") or []],
         )
 
 

@@ -115,6 +115,12 @@ class RunWriter:
             self.meta.worker_anchors[worker] = anchor
             self._write_meta()
 
+    def add_warning(self, text: str) -> None:
+        """Note something that went wrong while measuring (run.json's `warnings`, then summary.json's)."""
+        with self._lock:
+            self.meta.warnings.append(text)
+            self._write_meta()
+
     # --- writing ----------------------------------------------------------------------------
     def flush(self, chunk: int = 0) -> None:
         """Write the buffered rows as new parts of at most `chunk` rows (0: one part per table).

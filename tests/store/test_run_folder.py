@@ -100,6 +100,17 @@ def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_p
     assert not list(folder.rglob(".*.tmp"))
 
 
+def test_a_warning_is_written_at_once_and_carried_into_the_summary(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[1]), process_anchor())
+    writer.add_warning("load-generator process host:7 died")
+    assert json.loads((folder / "run.json").read_text())["warnings"] == ["load-generator process host:7 died"]
+    writer.close(status="degraded")
+    assert load_run(folder).meta.warnings == ["load-generator process host:7 died"]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "degraded" and "load-generator process host:7 died" in summary["warnings"]
+
+
 def test_each_flush_adds_a_part_and_an_empty_flush_adds_none(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path / "run", RunConfig(), process_anchor())
     writer.flush()
