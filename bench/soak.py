@@ -39,8 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.store.reader import load_run  # noqa: E402
-from tests.support.procs import Proc, free_port  # noqa: E402
+from loadlab.store.reader import load_run
+from tests.support.procs import Proc, free_port
 
 FINISHED_PREFIX = "vllm:request_success_total"
 FAULT_KINDS = ("disconnect", "slow_reader", "idle", "short_body")
@@ -64,7 +64,8 @@ class Sample:
 def server_args(port: int, idle_timeout: float) -> list[str]:
     """The reference server's command line; --idle-timeout only if this server version has it."""
     args = [sys.executable, "-m", "reference_server", "--port", str(port), "--preset", "tiny", "--device", "cpu"]
-    usage = subprocess.run(args[:3] + ["--help"], capture_output=True, text=True, cwd=REPO).stdout
+    usage = subprocess.run(args[:3] + ["--help"], capture_output=True, text=True, cwd=REPO,
+                           check=False).stdout
     if "--idle-timeout" in usage:
         args += ["--idle-timeout", str(idle_timeout)]
     return args
@@ -247,8 +248,8 @@ def flat_verdicts(samples: list[Sample], load_start: float, load_end: float, war
     fd0, fd1 = window_mean(samples, "fds", *first), window_mean(samples, "fds", *last)
     idle0, idle1 = (before[-1].fds if before else -1), (after[-1].fds if after else -1)
     out.append(("descriptors flat after warm-up", fd1 <= fd0 + fault_fds and idle1 <= idle0 + 2,
-                f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
-                f"idle {idle0} before -> {idle1} after (limit +2)"))
+                (f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
+                 f"idle {idle0} before -> {idle1} after (limit +2)")))
     kv0, kv1 = window_mean(samples, "kv_usage", *first), window_mean(samples, "kv_usage", *last)
     kv_idle = after[-1].kv_usage if after else float("nan")
     out.append(("KV blocks flat after warm-up", kv1 <= kv0 + 0.05 and kv_idle == 0.0,
@@ -351,8 +352,8 @@ def run_soak(args: argparse.Namespace) -> int:
     before = [s.finished for s in samples if s.phase == "idle-before"]
     server_finished = samples[-1].finished - before[-1] if before else float("nan")
     verdicts.append(("server's count = client's + fault client's", server_finished == client_answered + fault_engine,
-                     f"server finished {server_finished:.0f}; client answered (200) {client_answered} "
-                     f"+ fault streams {fault_engine} = {client_answered + fault_engine}"))
+                     (f"server finished {server_finished:.0f}; client answered (200) {client_answered} "
+                      f"+ fault streams {fault_engine} = {client_answered + fault_engine}")))
     print()
     for name, holds, numbers in verdicts:
         print(f"{'PASS' if holds else 'FAIL'}  {name}: {numbers}")
