@@ -39,11 +39,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.store.reader import load_run
+from loadlab.errors import UserError
+from loadlab.store.reader import RunData, load_run
 from tests.support.procs import Proc, free_port
 
 FINISHED_PREFIX = "vllm:request_success_total"
-FAULT_KINDS = ("disconnect", "slow_reader", "idle", "short_body")
+IDLE_HOLD = 20.0   # seconds the fault client holds an idle connection
 
 
 @dataclass
@@ -121,76 +122,87 @@ def _stream_request(max_tokens: int) -> bytes:
            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-def _answered(sock: socket.socket) -> tuple[bool, bytes]:
-    """Read until the status line is in; True when it says 200 (the engine took the request)."""
+@dataclass
+class Fault:
+    """One fault the fault client caused, filled in as it goes (so a later error keeps what happened)."""
+
+    kind: str
+    end: float = 0.0              # epoch seconds
+    reached_engine: bool = False  # the server answered 200: the engine took (and will count) the request
+    held: int = 0                 # idle: connections held
+    shed: int = 0                 # idle: of those, closed or answered by the server meanwhile
+    error: str = ""               # an OSError on our side (reset, timeout)
+
+
+def _read_status(sock: socket.socket, fault: Fault) -> bytes:
+    """Read until the status line is in; a 200 means the engine took the request."""
     received = b""
     while b"\r\n" not in received:
         chunk = sock.recv(256)
         if not chunk:
             break
         received += chunk
-    return received.startswith(b"HTTP/1.1 200"), received
+    fault.reached_engine = received.startswith(b"HTTP/1.1 200")
+    return received
 
 
-def disconnect(address: tuple[str, int], stop: threading.Event) -> str:
+def disconnect(address: tuple[str, int], stop: threading.Event, fault: Fault) -> None:
     """Open a long stream, read a few events, hang up."""
     with socket.create_connection(address, timeout=30) as sock:
         sock.sendall(_stream_request(400))
-        ok, received = _answered(sock)
-        while ok and received.count(b"data: ") < 3:
+        received = _read_status(sock, fault)
+        while fault.reached_engine and received.count(b"data: ") < 3:
             chunk = sock.recv(4096)
             if not chunk:
                 break
             received += chunk
-    return "engine" if ok else "refused"
 
 
-def slow_reader(address: tuple[str, int], stop: threading.Event, seconds: float = 20.0) -> str:
+def slow_reader(address: tuple[str, int], stop: threading.Event, fault: Fault, seconds: float = 20.0) -> None:
     """Open a long stream with a small receive buffer and read 64 bytes every 0.2 s, for at most `seconds`."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # before connect: a small window
         sock.settimeout(30)
         sock.connect(address)
         sock.sendall(_stream_request(1000))
-        ok, _ = _answered(sock)
+        _read_status(sock, fault)
         deadline = time.monotonic() + seconds
-        while ok and time.monotonic() < deadline and not stop.is_set():
+        while fault.reached_engine and time.monotonic() < deadline and not stop.is_set():
             if not sock.recv(64):
                 break
             time.sleep(0.2)
-    return "engine" if ok else "refused"
 
 
-def idle(address: tuple[str, int], stop: threading.Event, count: int = 20, seconds: float = 20.0) -> str:
+def idle(address: tuple[str, int], stop: threading.Event, fault: Fault, count: int = 20,
+         seconds: float = IDLE_HOLD) -> None:
     """Open `count` connections that send half a request line and then nothing, for at most `seconds`."""
-    socks = []
+    socks: list[socket.socket] = []
     try:
         for _ in range(count):
             sock = socket.create_connection(address, timeout=5)
+            socks.append(sock)
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: so")
             sock.setblocking(False)
-            socks.append(sock)
+        fault.held = len(socks)
         stop.wait(seconds)
-        shed = 0
-        for sock in socks:   # a connection the server closed reads as EOF (or a reset)
+        for sock in socks:   # one the server gave up on reads as an answer (408), EOF or a reset
             try:
-                shed += sock.recv(1) == b""
-            except BlockingIOError:
+                sock.recv(1)
+                fault.shed += 1
+            except BlockingIOError:   # still open, nothing said
                 pass
             except ConnectionError:
-                shed += 1
-        return f"shed {shed}/{count}"
+                fault.shed += 1
     finally:
         for sock in socks:
             sock.close()
 
 
-def short_body(address: tuple[str, int], stop: threading.Event) -> str:
+def short_body(address: tuple[str, int], stop: threading.Event, fault: Fault) -> None:
     """Announce a 1000-byte body, send 100 bytes, wait a second, hang up."""
     with socket.create_connection(address, timeout=5) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000\r\n\r\n" + b"{" * 100)
         stop.wait(1.0)
-    return "cut"
 
 
 FAULTS = {"disconnect": disconnect, "slow_reader": slow_reader, "idle": idle, "short_body": short_body}
@@ -202,23 +214,60 @@ class FaultClient(threading.Thread):
     def __init__(self, index: int, address: tuple[str, int], pause: float) -> None:
         super().__init__(daemon=True)
         self.index, self.address, self.pause = index, address, pause
-        self.outcomes: list[tuple[float, str, str]] = []   # (end time, kind, outcome)
+        self.faults: list[Fault] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         turn = self.index   # threads start at different kinds, so every kind runs at once
         while not self.stop.is_set():
-            kind = FAULT_KINDS[turn % len(FAULT_KINDS)]
+            fault = Fault(kind=list(FAULTS)[turn % len(FAULTS)])
             turn += 1
             try:
-                outcome = FAULTS[kind](self.address, self.stop)
-            except OSError as e:   # the server refused or reset us: that is an outcome too
-                outcome = f"error {type(e).__name__}"
-            self.outcomes.append((time.time(), kind, outcome))
+                FAULTS[fault.kind](self.address, self.stop, fault)
+            except OSError as e:   # the server refused, reset or stalled us: that is an outcome too
+                fault.error = type(e).__name__
+            fault.end = time.time()
+            self.faults.append(fault)
             self.stop.wait(self.pause)
 
 
+def fault_outcomes(faults: list[Fault]) -> dict[str, int]:
+    """How many faults of each kind ended which way, e.g. {"disconnect reached engine": 15}."""
+    def outcome(f: Fault) -> str:
+        if f.error:
+            return f"error {f.error}"
+        if f.kind == "idle":
+            return f"held {f.held}, shed {f.shed}"
+        return "reached engine" if f.reached_engine else "no engine"
+    return dict(sorted(Counter(f"{f.kind} {outcome(f)}" for f in faults).items()))
+
+
 # --- the verdicts ------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    criterion: str
+    holds: bool
+    numbers: str
+
+
+@dataclass
+class StepRow:
+    """One load step: the client's counts from its records next to the server's samples in it."""
+
+    step: int
+    warmup: bool          # inside --warmup-minutes
+    minute: float         # start, minutes after the run's start
+    sent: int
+    ok: int
+    failed: int
+    aborted: int
+    errors: dict[str, int]
+    faults: int           # faults that ended in this step
+    rss_mb: float
+    fds_max: int
+    kv_usage: float
 
 
 def window_mean(samples: list[Sample], attr: str, start: float, end: float) -> float:
@@ -227,6 +276,7 @@ def window_mean(samples: list[Sample], attr: str, start: float, end: float) -> f
 
 
 def slope_per_minute(samples: list[Sample], attr: str) -> float:
+    """Least-squares slope of `attr` per minute (NaN with fewer than two samples)."""
     if len(samples) < 2:
         return float("nan")
     t = np.array([s.time for s in samples]) / 60
@@ -234,36 +284,31 @@ def slope_per_minute(samples: list[Sample], attr: str) -> float:
 
 
 def flat_verdicts(samples: list[Sample], load_start: float, load_end: float, warmup: float, window: float,
-                  fault_fds: int) -> list[tuple[str, bool, str]]:
-    """(criterion, holds, numbers) for RSS, descriptors and KV blocks after warm-up."""
+                  fault_fds: int) -> list[Verdict]:
+    """RSS, descriptors and KV blocks: the first window after warm-up against the last one, and the
+    idle figures before the load against those after it."""
     steady = [s for s in samples if s.phase == "load" and s.time >= load_start + warmup]
     first = (load_start + warmup, load_start + warmup + window)
     last = (load_end - window, load_end)
     before = [s for s in samples if s.phase == "idle-before"]
     after = [s for s in samples if s.phase == "idle-after"]
-    out = []
     rss0, rss1 = window_mean(samples, "rss_mb", *first), window_mean(samples, "rss_mb", *last)
-    out.append(("RSS flat after warm-up", rss1 <= rss0 * 1.05,
-                f"{rss0:.1f} -> {rss1:.1f} MB (limit +5%), slope {slope_per_minute(steady, 'rss_mb'):+.2f} MB/min"))
     fd0, fd1 = window_mean(samples, "fds", *first), window_mean(samples, "fds", *last)
     idle0, idle1 = (before[-1].fds if before else -1), (after[-1].fds if after else -1)
-    out.append(("descriptors flat after warm-up", fd1 <= fd0 + fault_fds and idle1 <= idle0 + 2,
-                (f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
-                 f"idle {idle0} before -> {idle1} after (limit +2)")))
     kv0, kv1 = window_mean(samples, "kv_usage", *first), window_mean(samples, "kv_usage", *last)
     kv_idle = after[-1].kv_usage if after else float("nan")
-    out.append(("KV blocks flat after warm-up", kv1 <= kv0 + 0.05 and kv_idle == 0.0,
-                f"under load {kv0:.1%} -> {kv1:.1%} in use (limit +5 points), idle after {kv_idle:.1%} (must be 0)"))
-    return out
+    return [
+        Verdict("RSS flat after warm-up", rss1 <= rss0 * 1.05,
+                f"{rss0:.1f} -> {rss1:.1f} MB (limit +5%), slope {slope_per_minute(steady, 'rss_mb'):+.2f} MB/min"),
+        Verdict("descriptors flat after warm-up", fd1 <= fd0 + fault_fds and 0 <= idle1 <= idle0 + 2,
+                f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
+                f"idle {idle0} before -> {idle1} after (limit +2)"),
+        Verdict("KV blocks flat after warm-up", kv1 <= kv0 + 0.05 and kv_idle == 0.0,
+                f"under load {kv0:.1%} -> {kv1:.1%} in use (limit +5 points), idle after {kv_idle:.1%} (must be 0)"),
+    ]
 
 
-def step_table(run_dir: Path, samples: list[Sample], outcomes: list[tuple[float, str, str]],
-               warmup: float) -> tuple[list[dict], int]:
-    """One row per step: the client's counts from the records next to the server's samples in it.
-
-    Also returns how many of the client's requests the server answered with 200 (they reached the engine).
-    """
-    run = load_run(run_dir)
+def step_rows(run: RunData, samples: list[Sample], faults: list[Fault], warmup: float) -> list[StepRow]:
     records = run.requests
     rows = []
     for step in run.meta.steps:
@@ -271,24 +316,56 @@ def step_table(run_dir: Path, samples: list[Sample], outcomes: list[tuple[float,
         mine = records[(records["step"] == step.index) & ~records["warmup"]]
         aborted = int((mine["error"] == "aborted").sum())
         ok = int((mine["error"] == "").sum())
-        rows.append({
-            "step": step.index, "warmup": step.start_time < run.meta.started_at + warmup,
-            "minute": (step.start_time - run.meta.started_at) / 60,
-            "sent": len(mine), "ok": ok, "failed": len(mine) - ok - aborted, "aborted": aborted,
-            "errors": dict(Counter(mine.loc[mine["error"] != "", "error"])),
-            "faults": sum(step.start_time <= t < end for t, _, _ in outcomes),
-            "rss_mb": window_mean(samples, "rss_mb", step.start_time, end),
-            "fds_max": max((s.fds for s in samples if step.start_time <= s.time < end), default=-1),
-            "kv_usage": window_mean(samples, "kv_usage", step.start_time, end)})
-    return rows, int((records["status"] == 200).sum())
+        rows.append(StepRow(
+            step=step.index, warmup=step.start_time < run.meta.started_at + warmup,
+            minute=(step.start_time - run.meta.started_at) / 60,
+            sent=len(mine), ok=ok, failed=len(mine) - ok - aborted, aborted=aborted,
+            errors=dict(Counter(mine.loc[mine["error"] != "", "error"])),
+            faults=sum(step.start_time <= f.end < end for f in faults),
+            rss_mb=window_mean(samples, "rss_mb", step.start_time, end),
+            fds_max=max((s.fds for s in samples if step.start_time <= s.time < end), default=-1),
+            kv_usage=window_mean(samples, "kv_usage", step.start_time, end)))
+    return rows
+
+
+def count_verdicts(rows: list[StepRow], run: RunData, samples: list[Sample], faults: list[Fault]) -> list[Verdict]:
+    """No request lost: each step adds up, and the server counted exactly the requests it took."""
+    bad_steps = [r.step for r in rows if r.sent != r.ok + r.failed + r.aborted]
+    client = int((run.requests["status"] == 200).sum())   # warm-up included: the server saw those too
+    fault = sum(f.reached_engine for f in faults)
+    before = [s.finished for s in samples if s.phase == "idle-before"]
+    server = samples[-1].finished - before[-1] if before else float("nan")
+    return [
+        Verdict("sent = ok + failed + aborted at every step", bool(rows) and not bad_steps,
+                f"{len(rows)} steps, {sum(r.sent for r in rows)} sent; steps that do not add up: {bad_steps}"),
+        Verdict("server's count = client's + fault client's", server == client + fault,
+                f"server finished {server:.0f}; client's answered with 200 {client} "
+                f"+ fault streams {fault} = {client + fault}"),
+    ]
 
 
 # --- the soak ----------------------------------------------------------------------------------
 
 
-def run_soak(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Soak:
+    """What one soak left: the samples, the faults and the load's run folder."""
+
+    server_cmd: list[str]
+    load_cmd: list[str]
+    load_exit: int | None
+    load_start: float
+    load_end: float
+    samples: list[Sample]
+    scrape_errors: int
+    faults: list[Fault]
+
+
+def soak(args: argparse.Namespace, out: Path) -> Soak:
+    """Start the server, sample it idle, put the load and the faults on it, sample it idle again.
+
+    Every process started here is ended by its PID on the way out (Proc), whatever happens.
+    """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     steps = max(1, round(args.minutes * 60 / args.step_seconds))
@@ -297,72 +374,79 @@ def run_soak(args: argparse.Namespace) -> int:
                 "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--no-gpu",
                 "--out", str(out / "run")]
     server_cmd = server_args(port, args.idle_timeout)
-    print("server:", " ".join(server_cmd[1:]))
-    print("load:  ", " ".join(["loadlab"] + load_cmd[4:]))
-    faults = [FaultClient(i, ("127.0.0.1", port), args.fault_pause) for i in range(args.fault_clients)]
+    print("server:", " ".join(["python"] + server_cmd[1:]))
+    print("load:  ", " ".join(["loadlab"] + load_cmd[4:]), flush=True)
+    clients = [FaultClient(i, ("127.0.0.1", port), args.fault_pause) for i in range(args.fault_clients)]
     with Proc(server_cmd, ready_url=f"{url}/health", timeout=120, log=out / "server.log") as server:
         sampler = Sampler(server.pid, url, args.sample_every)
         sampler.start()
-        time.sleep(2 * args.sample_every)
-        sampler.phase = "load"
-        load_start = time.time()
         load = Proc(load_cmd + ["--server-pid", str(server.pid)], log=out / "loadlab-run.log")
+        load_start = load_end = float("nan")
         try:
+            time.sleep(2 * args.sample_every)   # a few idle samples first
+            sampler.phase = "load"
+            load_start = time.time()
             with load:
-                for fault in faults:
-                    fault.start()
+                for client in clients:
+                    client.start()
                 load.proc.wait(timeout=args.minutes * 60 + 300)
             load_end = time.time()
         finally:
-            for fault in faults:
-                fault.stop.set()
-            for fault in faults:
-                fault.join(timeout=60)
+            for client in clients:
+                client.stop.set()
+            for client in clients:
+                if client.is_alive():
+                    client.join(timeout=IDLE_HOLD + 40)
             sampler.phase = "idle-after"
             time.sleep(max(3 * args.sample_every, 10))
             sampler.stop.set()
             sampler.join()
-    samples = sampler.samples
-    outcomes = sorted(o for fault in faults for o in fault.outcomes)
+    return Soak(server_cmd=server_cmd, load_cmd=load_cmd, load_exit=load.proc.returncode if load.proc else None,
+                load_start=load_start, load_end=load_end, samples=sampler.samples, scrape_errors=sampler.errors,
+                faults=sorted((f for c in clients for f in c.faults), key=lambda f: f.end))
+
+
+def report(args: argparse.Namespace, out: Path, result: Soak) -> bool:
+    """Print the step table and the verdicts; write the samples (CSV) and everything else (JSON)."""
+    samples, faults = result.samples, result.faults
     with open(out / "soak_samples.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(Sample)])
         writer.writeheader()
         writer.writerows(asdict(s) for s in samples)
-
-    rows, client_answered = step_table(out / "run", samples, outcomes, args.warmup_minutes * 60)
-    print(f"\nloadlab run exit code {load.proc.returncode}; {len(samples)} samples "
-          f"({sampler.errors} failed scrapes) every {args.sample_every:g} s\n")
+    run = load_run(out / "run")
+    rows = step_rows(run, samples, faults, args.warmup_minutes * 60)
+    print(f"\nloadlab run exit code {result.load_exit}; {len(samples)} server samples "
+          f"({result.scrape_errors} failed scrapes) every {args.sample_every:g} s\n")
     print("| step | minute | sent | ok | failed | aborted | faults ended | RSS MB | fds max | KV in use |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['step']}{' (warm-up)' * r['warmup']} | {r['minute']:.1f} | {r['sent']} | {r['ok']} | "
-              f"{r['failed']} | {r['aborted']} | "
-              f"{r['faults']} | {r['rss_mb']:.1f} | {r['fds_max']} | {r['kv_usage']:.1%} |")
-    by_kind = Counter((kind, outcome) for _, kind, outcome in outcomes)
-    print("\nfault client:", ", ".join(f"{kind} {outcome}: {n}" for (kind, outcome), n in sorted(by_kind.items())))
+        print(f"| {r.step}{' (warm-up)' * r.warmup} | {r.minute:.1f} | {r.sent} | {r.ok} | {r.failed} | "
+              f"{r.aborted} | {r.faults} | {r.rss_mb:.1f} | {r.fds_max} | {r.kv_usage:.1%} |")
+    outcomes = fault_outcomes(faults)
+    print("\nfault client:", ", ".join(f"{k}: {n}" for k, n in outcomes.items()))
     log = (out / "server.log").read_text(errors="replace").splitlines()
     print(f"server log: {len(log)} lines, {sum(line.startswith('Traceback') for line in log)} tracebacks")
 
-    verdicts = flat_verdicts(samples, load_start, load_end, args.warmup_minutes * 60, args.step_seconds,
-                             fault_fds=args.fault_clients * 20)
-    bad_steps = [r["step"] for r in rows if r["sent"] != r["ok"] + r["failed"] + r["aborted"]]
-    verdicts.append(("sent = ok + failed + aborted at every step", not bad_steps and bool(rows),
-                     f"{len(rows)} steps, {sum(r['sent'] for r in rows)} sent; steps that do not add up: {bad_steps}"))
-    fault_engine = sum(1 for _, _, outcome in outcomes if outcome == "engine")
-    before = [s.finished for s in samples if s.phase == "idle-before"]
-    server_finished = samples[-1].finished - before[-1] if before else float("nan")
-    verdicts.append(("server's count = client's + fault client's", server_finished == client_answered + fault_engine,
-                     (f"server finished {server_finished:.0f}; client answered (200) {client_answered} "
-                      f"+ fault streams {fault_engine} = {client_answered + fault_engine}")))
+    verdicts = flat_verdicts(samples, result.load_start, result.load_end, args.warmup_minutes * 60,
+                             args.step_seconds, fault_fds=args.fault_clients * 20)
+    verdicts += count_verdicts(rows, run, samples, faults)
+    verdicts.append(Verdict("loadlab run exit code 0", result.load_exit == 0, f"{result.load_exit}"))
+    held, shed = sum(f.held for f in faults), sum(f.shed for f in faults)
+    if "--idle-timeout" in result.server_cmd:   # this server sheds idle clients: all of the fault client's should go
+        verdicts.append(Verdict("idle connections shed", shed == held,
+                                f"{shed} of {held} half-sent requests closed by the server "
+                                f"(--idle-timeout {args.idle_timeout:g}, held {IDLE_HOLD:g} s)"))
+    else:
+        print(f"the server has no --idle-timeout: it closed {shed} of {held} idle connections held {IDLE_HOLD:g} s")
     print()
-    for name, holds, numbers in verdicts:
-        print(f"{'PASS' if holds else 'FAIL'}  {name}: {numbers}")
+    for v in verdicts:
+        print(f"{'PASS' if v.holds else 'FAIL'}  {v.criterion}: {v.numbers}")
     (out / "soak.json").write_text(json.dumps({
-        "args": vars(args), "server": server_cmd[1:], "load": load_cmd[3:], "steps": rows,
-        "faults": {f"{k} {o}": n for (k, o), n in sorted(by_kind.items())},
-        "verdicts": [{"criterion": n, "holds": h, "numbers": x} for n, h, x in verdicts]}, indent=1))
-    print(f"\nsamples: {out / 'soak_samples.csv'}; verdicts and steps: {out / 'soak.json'}")
-    return 0 if all(h for _, h, _ in verdicts) else 1
+        "args": vars(args), "server": result.server_cmd[1:], "load": result.load_cmd[3:],
+        "steps": [asdict(r) for r in rows], "faults": outcomes,
+        "verdicts": [asdict(v) for v in verdicts]}, indent=1))
+    print(f"\nsamples: {out / 'soak_samples.csv'}; steps, faults and verdicts: {out / 'soak.json'}")
+    return all(v.holds for v in verdicts)
 
 
 def main() -> None:
@@ -382,7 +466,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.minutes * 60 < 2 * args.step_seconds or args.warmup_minutes * 60 + args.step_seconds > args.minutes * 60:
         parser.error("--minutes must hold the warm-up and at least one step after it (and two steps in all)")
-    sys.exit(run_soak(args))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = soak(args, out)
+    try:
+        sys.exit(0 if report(args, out, result) else 1)
+    except UserError as e:   # the load left no readable run folder: its log says why
+        sys.exit(f"error: {e} (see {out / 'loadlab-run.log'})")
 
 
 if __name__ == "__main__":
