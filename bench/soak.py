@@ -12,8 +12,9 @@ Verdicts at the end:
   * no request lost: every step's records are sent = ok + failed + aborted, and the server's own
     count of finished requests equals the client's requests it answered plus the fault client's.
 
-The default concurrency, 32, is the knee measured on the 2-core box: it is --max-num-seqs (a full
-batch); 16 -> 32 still adds throughput, 32 -> 64 only queues (TTFT p50 0.3 s -> 2.9 s).
+The default concurrency, 32, is the knee measured on the 2-core box (64 + 64 tokens, steps of 25 s):
+output tokens/s 387 at 16, 714 at 24, 724 at 32, 663 at 48; from 48 on requests queue behind the
+full batch (--max-num-seqs 32) and TTFT p50 goes from 0.14 s to 1.6 s (bench/results/soak.md).
 
     .venv/bin/python bench/soak.py --minutes 30 --out runs/soak
 """
