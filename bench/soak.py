@@ -390,7 +390,10 @@ def soak(args: argparse.Namespace, out: Path) -> Soak:
             with load:
                 for client in clients:
                     client.start()
-                load.proc.wait(timeout=args.minutes * 60 + 300)
+                try:
+                    load.proc.wait(timeout=args.minutes * 60 + 300)
+                except subprocess.TimeoutExpired:   # leaving `with load` stops it; its records are kept
+                    print("loadlab run overran its time by 5 minutes: stopping it", flush=True)
             load_end = time.time()
         finally:
             for client in clients:
@@ -469,7 +472,10 @@ def main() -> None:
         parser.error("--minutes must hold the warm-up and at least one step after it (and two steps in all)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = soak(args, out)
+    try:
+        result = soak(args, out)
+    except KeyboardInterrupt:   # everything started has been ended on the way out
+        sys.exit(130)
     try:
         sys.exit(0 if report(args, out, result) else 1)
     except UserError as e:   # the load left no readable run folder: its log says why
