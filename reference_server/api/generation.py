@@ -17,7 +17,7 @@ from aiohttp import web
 from reference_server.api.errors import APIError
 from reference_server.api.requests import GenerationRequest
 from reference_server.api.responses import SSE_DONE, ResponseBuilder, sse
-from reference_server.interface import EngineDead, QueueFull, TokenOutput
+from reference_server.interface import EngineDead, QueueFull, StepFailed, TokenOutput
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class Generation:
                 yield index, out
         except EngineDead:
             raise APIError(503, "The engine stopped while generating.", code="engine_dead") from None
+        except StepFailed:  # the engine logged it and serves on
+            raise APIError(500, "The engine failed while generating this request.", code="engine_error") from None
 
     def close(self) -> None:
         """Abort the engine requests that have not finished (idempotent)."""

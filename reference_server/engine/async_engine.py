@@ -19,11 +19,11 @@ from reference_server.config import CHOICES, EngineConfig
 from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.metrics import EngineMetrics
-from reference_server.engine.runner import ModelRunner, build_step, kv_layout
+from reference_server.engine.runner import EngineFault, ModelRunner, build_step, kv_layout
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
-from reference_server.engine.sequence import Sequence
-from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
+from reference_server.engine.sequence import Sequence, Status
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
 
@@ -188,9 +188,11 @@ class AsyncEngine:
         now = time.monotonic()
         chunks = self.scheduler.schedule(now)
         self._update_gauges()
-        if chunks:
-            outputs += self._execute(runner, chunks)
-        self._deliver(outputs)
+        try:
+            if chunks:
+                self._run_step(runner, chunks, outputs)
+        finally:  # even when the engine dies in this step, the streams already ended hear of it
+            self._deliver(outputs)
         if not chunks:
             with self._lock:
                 if not self._inbox and not self._aborts and not self._stopping:
@@ -204,7 +206,23 @@ class AsyncEngine:
                 return seq
         return None
 
-    def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk]) -> list[tuple[RequestStream, TokenOutput]]:
+    def _run_step(self, runner: ModelRunner, chunks: list[ScheduledChunk],
+                  outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
+        """Run a step; if it fails, fail its sequences (freeing their blocks) and go on serving.
+
+        Only a broken device or a lost tensor-parallel peer (EngineFault) ends the loop.
+        """
+        try:
+            self._execute(runner, chunks, outputs)
+        except EngineFault:
+            raise
+        except Exception as e:
+            log.exception("an engine step failed; failing its %d sequences", len(chunks))
+            error = StepFailed(f"the engine step failed: {e!r}")
+            outputs += [self._fail(c.seq, error) for c in chunks if c.seq.status is not Status.FINISHED]
+
+    def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk],
+                 outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
         start = time.perf_counter()
         step, sampled = build_step(chunks, self.blocks.block_size, self.blocks.blocks_per_slab)
         logits, collective = runner.execute(step)
@@ -213,9 +231,9 @@ class AsyncEngine:
         now = time.monotonic()
         for c in chunks:
             c.seq.num_computed += c.num_tokens
-        outputs = [self._append(seq, token, now) for seq, token in zip(sampled, tokens)]
+        for seq, token in zip(sampled, tokens):  # appended one by one: a later failure keeps these
+            outputs.append(self._append(seq, token, now))
         self._record_step(chunks, elapsed, collective, len(tokens))
-        return outputs
 
     def _append(self, seq: Sequence, token: int, now: float) -> tuple[RequestStream, TokenOutput]:
         """Add a sampled token to seq and turn it into the stream's next TokenOutput."""
@@ -242,6 +260,13 @@ class AsyncEngine:
         with self._lock:
             stream = self._streams.pop(seq.request_id)
         return stream, _counted(seq, out)
+
+    def _fail(self, seq: Sequence, error: StepFailed) -> tuple[RequestStream, StepFailed]:
+        """Free seq's blocks, count it as an error and hand its stream the error."""
+        self.scheduler.remove(seq)
+        self.metrics.request_finished(seq, "error", time.monotonic())
+        with self._lock:
+            return self._streams.pop(seq.request_id), error
 
     def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float,
                      generated: int) -> None:

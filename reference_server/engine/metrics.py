@@ -85,7 +85,7 @@ class EngineMetrics:
         self.collective_seconds = histogram("loadlab_server_collective_seconds",
                                             "Tensor-parallel collective time per engine step.",
                                             COLLECTIVE_BUCKETS)
-        for reason in ("stop", "length", "abort"):
+        for reason in ("stop", "length", "abort", "error"):
             self._success.labels(**values, finished_reason=reason)   # export zeros from the start
 
     def request_finished(self, seq: Sequence, reason: str, now: float) -> None:

@@ -13,8 +13,9 @@ import torch
 
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
-from reference_server.engine.runner import ModelRunner
-from reference_server.interface import EngineDead, QueueFull, SamplingParams
+from reference_server.engine.runner import EngineFault, ModelRunner, Worker
+from reference_server.engine.sampler import Sampler
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
 
 from .conftest import Result, collect, run_engine
 
@@ -227,9 +228,49 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
 
 
-def test_a_dead_engine_loop_fails_streams_and_new_requests(monkeypatch) -> None:
+def test_a_failed_step_fails_its_requests_and_the_engine_serves_the_next(monkeypatch) -> None:
+    execute, failures = Worker.execute, [1]
+
+    def fails_once(self, step):
+        if failures:
+            failures.pop()
+            raise RuntimeError("simulated bug in a step")
+        return execute(self, step)
+
+    monkeypatch.setattr(Worker, "execute", fails_once)
+
+    async def scenario(engine):
+        # Two requests in the failing step, a third arriving after it.
+        first = [engine.add_request(f"r{i}", [65 + i], SamplingParams(max_tokens=4)) for i in range(2)]
+        for stream in first:
+            with pytest.raises(StepFailed):
+                await collect(stream)
+        assert engine.healthy
+        result = await collect(engine.add_request("next", [67], SamplingParams(max_tokens=4, ignore_eos=True)))
+        return result, metric(engine, "vllm:request_success_total", finished_reason="error")
+
+    result, errors = run_engine(config(), scenario)   # run_engine checks every block is free again
+    assert result.finish_reason == "length" and len(result.outputs) == 4
+    assert errors == 2
+
+
+def test_a_sampler_failure_is_a_failed_step_too(monkeypatch) -> None:
+    def broken(self, logits, seqs):
+        raise RuntimeError("invalid multinomial distribution")
+
+    monkeypatch.setattr(Sampler, "sample", broken)
+
+    async def scenario(engine):
+        with pytest.raises(StepFailed):
+            await collect(engine.add_request("a", [65], SamplingParams()))
+        return engine.healthy
+
+    assert run_engine(config(), scenario)
+
+
+def test_a_broken_device_ends_the_engine_loop_and_fails_streams_and_new_requests(monkeypatch) -> None:
     def broken(self, step):
-        raise RuntimeError("simulated device fault")
+        raise EngineFault("simulated device fault")
 
     monkeypatch.setattr(ModelRunner, "execute", broken)
 
@@ -252,7 +293,7 @@ def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(mo
     def broken(self, step):
         entered.set()
         release.wait(10)
-        raise RuntimeError("simulated device fault")
+        raise EngineFault("simulated device fault")
 
     monkeypatch.setattr(ModelRunner, "execute", broken)
 
