@@ -122,8 +122,33 @@ class AsyncEngine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
         """Queue a request; its tokens arrive on the returned stream. Call from the event loop."""
+        return self.add_requests([(request_id, prompt_ids)], params)[0]
+
+    def add_requests(self, prompts: list[tuple[str, list[int]]], params: SamplingParams) -> list[RequestStream]:
+        """Queue (request id, prompt ids) pairs sharing params, all or none: a batch never takes part
+        of the queue and then gives up, failing other clients' requests meanwhile."""
         if not self.healthy:
             raise EngineDead("the engine loop is not running")
+        if len(prompts) > self.config.max_waiting:   # it could never be queued: a 400, not a 429
+            raise ValueError(f"the request has {len(prompts)} prompts; this server queues at most "
+                             f"{self.config.max_waiting} (--max-waiting)")
+        seqs = [self._sequence(request_id, prompt_ids, params) for request_id, prompt_ids in prompts]
+        streams = [RequestStream(seq.request_id, self) for seq in seqs]
+        with self._lock:
+            ids = [seq.request_id for seq in seqs]
+            taken = [i for i in ids if i in self._streams] or [i for i in ids if ids.count(i) > 1]
+            if taken:
+                raise ValueError(f"request id {taken[0]!r} is already in use")
+            if self._num_waiting + len(seqs) > self.config.max_waiting:
+                raise QueueFull(f"{self._num_waiting} requests are already waiting")
+            self._num_waiting += len(seqs)
+            self._inbox += seqs
+            self._streams.update(zip(ids, streams))
+            self._lock.notify()
+        return streams
+
+    def _sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """A new sequence for a prompt, which must fit the context and the vocabulary."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
@@ -132,18 +157,7 @@ class AsyncEngine:
         if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
             raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
-        seq = Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
-        stream = RequestStream(request_id, self)
-        with self._lock:
-            if request_id in self._streams:
-                raise ValueError(f"request id {request_id!r} is already in use")
-            if self._num_waiting >= self.config.max_waiting:
-                raise QueueFull(f"{self._num_waiting} requests are already waiting")
-            self._num_waiting += 1
-            self._inbox.append(seq)
-            self._streams[request_id] = stream
-            self._lock.notify()
-        return stream
+        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
 
     def abort(self, request_id: str) -> None:
         """End a request early; its KV blocks are freed before the next step runs."""

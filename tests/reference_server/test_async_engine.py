@@ -175,7 +175,12 @@ def test_abort_ends_the_stream_and_frees_blocks_at_once() -> None:
 def test_queue_limit_and_bad_prompts_are_refused() -> None:
     async def scenario(engine):
         params = SamplingParams(max_tokens=4)
-        streams = [engine.add_request(f"r{i}", [65], params) for i in range(2)]
+        with pytest.raises(ValueError, match="--max-waiting"):   # could never be queued: a 400, not a 429
+            engine.add_requests([(f"b{i}", [65]) for i in range(3)], params)
+        streams = [engine.add_request("r0", [65], params)]
+        with pytest.raises(QueueFull):   # fits the queue, not now: none of the batch is queued...
+            engine.add_requests([("b0", [65]), ("b1", [65])], params)
+        streams.append(engine.add_request("r1", [65], params))   # ...so it takes no seat from others
         with pytest.raises(QueueFull):
             engine.add_request("r2", [65], params)
         with pytest.raises(ValueError, match="context"):
