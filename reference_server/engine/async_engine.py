@@ -290,7 +290,6 @@ class AsyncEngine:
         phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
         m.step_seconds[phase].observe(elapsed)
         m.batch_size.observe(len(chunks))
-        m.tokens_per_step.observe(num_tokens)
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
         m.generation_tokens.inc(generated)

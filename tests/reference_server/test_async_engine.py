@@ -77,8 +77,8 @@ def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
 def test_chunked_prefill_under_a_small_budget_gives_the_same_tokens(reference) -> None:
     async def scenario(engine):
         results = await generate_all(engine, PROMPTS, SEEDED)
-        return [r.text for r in results], metric(engine, "loadlab_server_tokens_per_step_bucket", le="32.0"), \
-            metric(engine, "loadlab_server_tokens_per_step_count")
+        return [r.text for r in results], metric(engine, "vllm:iteration_tokens_total_bucket", le="32.0"), \
+            metric(engine, "vllm:iteration_tokens_total_count")
 
     texts, small_steps, steps = run_engine(config(max_num_batched_tokens=32, long_prefill_token_threshold=8),
                                            scenario)
@@ -218,8 +218,7 @@ def test_metrics_use_vllm_names_and_labels() -> None:
                  "vllm:request_queue_time_seconds_bucket", "vllm:request_prefill_time_seconds_bucket",
                  "vllm:request_decode_time_seconds_bucket", "vllm:request_inference_time_seconds_bucket",
                  "vllm:request_success_total", "loadlab_server_step_seconds_bucket",
-                 "loadlab_server_batch_size_bucket", "loadlab_server_tokens_per_step_bucket",
-                 "loadlab_server_collective_seconds_bucket"]:
+                 "loadlab_server_batch_size_bucket", "loadlab_server_collective_seconds_bucket"]:
         assert f'{name}{{engine="0",' in text, name
     assert 'model_name="loadlab-reference"' in text
     assert metric(engine, "vllm:request_success_total", finished_reason="length") == 3
@@ -231,6 +230,25 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert steps == metric(engine, "loadlab_server_batch_size_count") > 0
     assert metric(engine, "loadlab_server_step_seconds_count", phase="decode") > 0
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
+
+
+def test_no_value_is_exported_twice_under_two_names() -> None:
+    # loadlab_server_tokens_per_step once repeated vllm:iteration_tokens_total, observation for observation.
+    engine = run_engine(config(), _generate_and_return_engine)
+    histograms = {}
+    for family in engine.registry.collect():
+        if family.type == "histogram":
+            histograms[family.name] = tuple((s.name.removeprefix(family.name), tuple(sorted(s.labels.items())), s.value)
+                                            for s in family.samples if not s.name.endswith("_created"))
+    seen: dict[tuple, str] = {}
+    for name, values in histograms.items():
+        assert values not in seen, f"{name} repeats {seen.get(values)}"
+        seen[values] = name
+
+
+async def _generate_and_return_engine(engine: AsyncEngine) -> AsyncEngine:
+    await generate_all(engine, PROMPTS[:3], SEEDED)
+    return engine
 
 
 def test_a_failed_step_fails_its_requests_and_the_engine_serves_the_next(monkeypatch) -> None:
