@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import signal
 import socket
 import sys
 from dataclasses import MISSING, fields
 
+from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, HEADER_TIMEOUT
 from reference_server.config import CHOICES, EngineConfig
 
 FLAG_HELP = {
@@ -47,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=8000, help="port to bind")
     parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health, /metrics)")
+    parser.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
+                        help="close a connection idle this long, or this slow to send a body; a new one must send "
+                             f"its headers within min(this, {HEADER_TIMEOUT:g}) s")
     parser.add_argument("--export-tokenizer", metavar="DIR", default=None,
                         help="write the tokenizer as a Hugging Face folder to DIR and exit")
     engine = parser.add_argument_group("engine")
@@ -72,13 +77,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         listener = _listen(args.host, args.port)  # before loading the model: a taken port fails at once
-        asyncio.run(_serve(config, listener, args.api_key))
+        asyncio.run(_serve(config, listener, args.api_key, args.idle_timeout))
     except (ValueError, OSError) as e:  # a bad engine setting, a port already in use
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 130
     return 0
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -89,33 +105,43 @@ def _listen(host: str, port: int) -> socket.socket:
         raise OSError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
 
 
-async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | None) -> None:
+async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | None, idle_timeout: float) -> None:
     from aiohttp import web
 
     from reference_server.api import build_app
+    from reference_server.api.connections import ConnectionGuard, LoopErrors
     from reference_server.engine import AsyncEngine
 
     # Handlers first: a signal while the model loads still shuts down the engine and its ranks.
+    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.set)
+    loop.set_exception_handler(LoopErrors())
     engine = AsyncEngine(config)
     await engine.start()
+    connections = ConnectionGuard(idle_timeout)
     # handler_cancellation: a client that disconnects cancels its handler at once, which aborts
-    # its sequences (instead of noticing only at the next write).
-    runner = web.AppRunner(build_app(engine, api_key), handler_cancellation=True, access_log=None,
-                           shutdown_timeout=2.0)
+    # its sequences (instead of noticing only at the next write). keepalive_timeout: aiohttp closes
+    # a connection left without a request in progress this long. lingering_time: how long aiohttp
+    # reads the rest of a body it answered early (a 408, a 413) before closing (its default is 10 s).
+    runner = web.AppRunner(build_app(engine, api_key, connections), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=2.0, keepalive_timeout=idle_timeout,
+                           lingering_time=connections.header_timeout)
+    server: asyncio.Server | None = None
     try:
         await runner.setup()
-        await web.SockSite(runner, listener).start()
+        assert runner.server is not None
+        server = await loop.create_server(connections.protocol_factory(runner.server), sock=listener, backlog=128)
         host, port = listener.getsockname()[:2]
         print(f"reference_server: serving {engine.model_name} on http://{host}:{port}", file=sys.stderr, flush=True)
         await stop.wait()
         print("reference_server: shutting down", file=sys.stderr, flush=True)
     finally:
+        if server is not None:
+            server.close()  # no new connections
         await engine.shutdown()  # ends open streams first, so the HTTP shutdown does not wait on them
         await runner.cleanup()
-
 
 if __name__ == "__main__":
     sys.exit(main())

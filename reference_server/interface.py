@@ -21,6 +21,7 @@ class SamplingParams:
     temperature: float = 1.0         # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0                   # 0 = off
+    min_p: float = 0.0               # drop tokens below min_p x the top token's probability; 0 = off
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
 
@@ -42,3 +43,7 @@ class QueueFull(Exception):
 
 class EngineDead(Exception):
     """The engine loop has stopped: the API answers 503."""
+
+
+class StepFailed(Exception):
+    """The engine step running this request raised; the request ends, the engine goes on (a 500)."""

@@ -81,8 +81,7 @@ def first_of_each_series(samples: list[Sample]) -> list[Sample]:
     """Drop samples repeating an earlier one's signal, labels and time.
 
     Two raw names can map to one signal on the same server: vLLM exposed the old and the new KV
-    name side by side for a while, and the reference server has both `vllm:iteration_tokens_total`
-    and `loadlab_server_tokens_per_step`. Counting both would double the series.
+    name side by side for a while. Counting both would double the series.
     """
     seen: set[tuple] = set()
     unique = []

@@ -111,11 +111,10 @@ _TRTLLM = {
 }
 TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items() for sep in ("_", ":")})
 
-# The bundled reference server speaks vLLM's names plus these engine-internal histograms.
+# The bundled reference server speaks vLLM's names (tokens per step too) plus these engine-internal histograms.
 REFERENCE = _table({
     "loadlab_server_step_seconds": STEP_TIME,          # label phase="prefill"|"decode"|"mixed"
     "loadlab_server_batch_size": BATCH_SIZE,
-    "loadlab_server_tokens_per_step": TOKENS_PER_STEP,
     "loadlab_server_collective_seconds": COLLECTIVE_TIME,
 })
 

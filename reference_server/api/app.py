@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, ConnectionGuard
 from reference_server.api.errors import APIError, bad_request
 from reference_server.api.generation import respond
 from reference_server.api.requests import (ServedModel, parse_chat, parse_completion, parse_detokenize,
@@ -26,10 +27,16 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})  # never behind the API key: pro
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(engine: Any, api_key: str | None = None) -> web.Application:
-    """The OpenAI-compatible HTTP API in front of a started `AsyncEngine`."""
-    routes = _Routes(engine)
-    app = web.Application(middlewares=[_openai_errors, _api_key_check(api_key)], client_max_size=MAX_BODY_BYTES)
+def build_app(engine: Any, api_key: str | None = None, connections: ConnectionGuard | None = None) -> web.Application:
+    """The OpenAI-compatible HTTP API in front of a started `AsyncEngine`.
+
+    `connections` sets the deadlines of slow clients (serve with its protocol factory to bound the
+    first headers too); by default, DEFAULT_IDLE_TIMEOUT.
+    """
+    connections = connections or ConnectionGuard(DEFAULT_IDLE_TIMEOUT)
+    routes = _Routes(engine, connections)
+    app = web.Application(middlewares=[connections.middleware, _openai_errors, _api_key_check(api_key)],
+                          client_max_size=MAX_BODY_BYTES)
     app.add_routes([
         web.post("/v1/completions", routes.completions),
         web.post("/v1/chat/completions", routes.chat_completions),
@@ -43,18 +50,19 @@ def build_app(engine: Any, api_key: str | None = None) -> web.Application:
 
 
 class _Routes:
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, connections: ConnectionGuard) -> None:
         self.engine = engine
+        self.connections = connections
         tokenizer = engine.tokenizer
         self.model = ServedModel(name=engine.model_name, max_model_len=engine.max_model_len,
                                  vocab_size=tokenizer.vocab_size, tokenizer=tokenizer)
         self.created = int(time.time())
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_completion(await _json(request), self.model), self.model.name)
+        return await respond(request, self.engine, parse_completion(await self._json(request), self.model), self.model.name)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_chat(await _json(request), self.model), self.model.name)
+        return await respond(request, self.engine, parse_chat(await self._json(request), self.model), self.model.name)
 
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.model.name, "object": "model", "created": self.created, "owned_by": "loadlab",
@@ -68,24 +76,24 @@ class _Routes:
         return web.Response(body=generate_latest(self.engine.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        tokens = parse_tokenize(await _json(request), self.model)
+        tokens = parse_tokenize(await self._json(request), self.model)
         return web.json_response({"count": len(tokens), "max_model_len": self.model.max_model_len, "tokens": tokens})
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        tokens = parse_detokenize(await _json(request), self.model)
+        tokens = parse_detokenize(await self._json(request), self.model)
         return web.json_response({"prompt": self.model.tokenizer.decode(tokens)})
 
 
-async def _json(request: web.Request) -> Any:
-    """The request body as JSON, whatever Content-Type the client claimed."""
-    try:
-        body = await request.read()
-    except web.RequestPayloadError:  # e.g. a Content-Encoding the body does not match
-        raise bad_request("The request body could not be decoded (does it match its Content-Encoding?).") from None
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):  # ValueError covers bad UTF-8 too
-        raise bad_request("The request body is not valid JSON.") from None
+    async def _json(self, request: web.Request) -> Any:
+        """The request body as JSON, whatever Content-Type the client claimed."""
+        try:
+            body = await self.connections.read_body(request)
+        except web.RequestPayloadError:  # e.g. a Content-Encoding the body does not match
+            raise bad_request("The request body could not be decoded (does it match its Content-Encoding?).") from None
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):  # ValueError covers bad UTF-8 too
+            raise bad_request("The request body is not valid JSON.") from None
 
 
 @web.middleware

@@ -20,12 +20,13 @@ class APIError(Exception):
     """A failure to report to the client; raised anywhere in a handler, rendered by the middleware."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.close = close           # end the connection after answering (its state is unknown)
 
     def payload(self) -> dict:
         """The JSON body (also sent as an SSE event when streaming has already begun)."""
@@ -34,7 +35,10 @@ class APIError(Exception):
 
     def response(self) -> web.Response:
         """The HTTP response for this error."""
-        return web.Response(status=self.status, text=json.dumps(self.payload()), content_type="application/json")
+        response = web.Response(status=self.status, text=json.dumps(self.payload()), content_type="application/json")
+        if self.close:
+            response.force_close()
+        return response
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -17,7 +16,7 @@ from aiohttp import web
 from reference_server.api.errors import APIError
 from reference_server.api.requests import GenerationRequest
 from reference_server.api.responses import SSE_DONE, ResponseBuilder, sse
-from reference_server.interface import EngineDead, QueueFull, TokenOutput
+from reference_server.interface import EngineDead, QueueFull, StepFailed, TokenOutput
 
 log = logging.getLogger(__name__)
 
@@ -26,22 +25,16 @@ class Generation:
     """The engine requests behind one API request: one per prompt, aborted on close unless finished."""
 
     def __init__(self, engine: Any, request_id: str, request: GenerationRequest) -> None:
-        self._streams: list[Any] = []
-        self._unfinished: set[int] = set()
-        try:
-            for index, prompt in enumerate(request.prompts):
-                stream_id = request_id if len(request.prompts) == 1 else f"{request_id}-{index}"
-                self._streams.append(engine.add_request(stream_id, prompt, replace(request.params)))
-                self._unfinished.add(index)
+        ids = [request_id] if len(request.prompts) == 1 else [f"{request_id}-{i}" for i in range(len(request.prompts))]
+        try:  # all prompts or none
+            self._streams: list[Any] = engine.add_requests(list(zip(ids, request.prompts)), request.params)
         except QueueFull:
-            self.close()
             raise APIError(429, "The server's waiting queue is full; retry later.", code="queue_full") from None
         except EngineDead:
-            self.close()
             raise APIError(503, "The engine has stopped.", code="engine_dead") from None
         except ValueError as e:  # the engine's own validation (e.g. a prompt beyond the context window)
-            self.close()
             raise APIError(400, str(e)) from None
+        self._unfinished = set(range(len(self._streams)))
 
     async def outputs(self) -> AsyncIterator[tuple[int, TokenOutput]]:
         """Every token of every prompt as (prompt index, output), in the order the engine makes them."""
@@ -55,6 +48,8 @@ class Generation:
                 yield index, out
         except EngineDead:
             raise APIError(503, "The engine stopped while generating.", code="engine_dead") from None
+        except StepFailed:  # the engine logged it and serves on
+            raise APIError(500, "The engine failed while generating this request.", code="engine_error") from None
 
     def close(self) -> None:
         """Abort the engine requests that have not finished (idempotent)."""

@@ -222,6 +222,7 @@ def _generation(fields: _Fields, model: ServedModel, prompts: list[list[int]], c
         temperature=0.0 if temperature < _GREEDY_BELOW else temperature,
         top_p=fields.number("top_p", 1.0, 0.0, 1.0, lo_open=True),
         top_k=0 if top_k in (-1, 0) else min(top_k, model.vocab_size),  # -1 is vLLM's "off"
+        min_p=fields.number("min_p", 0.0, 0.0, 1.0),
         seed=fields.integer("seed", None, *_SEED_RANGE),
         stop=_stop_strings(fields.raw.get("stop")),
     )

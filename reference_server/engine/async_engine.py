@@ -19,11 +19,11 @@ from reference_server.config import CHOICES, EngineConfig
 from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.metrics import EngineMetrics
-from reference_server.engine.runner import ModelRunner, build_step, kv_layout
+from reference_server.engine.runner import EngineFault, ModelRunner, build_step, kv_layout
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
-from reference_server.engine.sequence import Sequence
-from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
+from reference_server.engine.sequence import Sequence, Status
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
 
@@ -122,8 +122,33 @@ class AsyncEngine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
         """Queue a request; its tokens arrive on the returned stream. Call from the event loop."""
+        return self.add_requests([(request_id, prompt_ids)], params)[0]
+
+    def add_requests(self, prompts: list[tuple[str, list[int]]], params: SamplingParams) -> list[RequestStream]:
+        """Queue (request id, prompt ids) pairs sharing params, all or none: a batch never takes part
+        of the queue and then gives up, failing other clients' requests meanwhile."""
         if not self.healthy:
             raise EngineDead("the engine loop is not running")
+        if len(prompts) > self.config.max_waiting:   # it could never be queued: a 400, not a 429
+            raise ValueError(f"the request has {len(prompts)} prompts; this server queues at most "
+                             f"{self.config.max_waiting} (--max-waiting)")
+        seqs = [self._sequence(request_id, prompt_ids, params) for request_id, prompt_ids in prompts]
+        streams = [RequestStream(seq.request_id, self) for seq in seqs]
+        with self._lock:
+            ids = [seq.request_id for seq in seqs]
+            taken = [i for i in ids if i in self._streams] or [i for i in ids if ids.count(i) > 1]
+            if taken:
+                raise ValueError(f"request id {taken[0]!r} is already in use")
+            if self._num_waiting + len(seqs) > self.config.max_waiting:
+                raise QueueFull(f"{self._num_waiting} requests are already waiting")
+            self._num_waiting += len(seqs)
+            self._inbox += seqs
+            self._streams.update(zip(ids, streams))
+            self._lock.notify()
+        return streams
+
+    def _sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """A new sequence for a prompt, which must fit the context and the vocabulary."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
@@ -132,18 +157,7 @@ class AsyncEngine:
         if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
             raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
-        seq = Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
-        stream = RequestStream(request_id, self)
-        with self._lock:
-            if request_id in self._streams:
-                raise ValueError(f"request id {request_id!r} is already in use")
-            if self._num_waiting >= self.config.max_waiting:
-                raise QueueFull(f"{self._num_waiting} requests are already waiting")
-            self._num_waiting += 1
-            self._inbox.append(seq)
-            self._streams[request_id] = stream
-            self._lock.notify()
-        return stream
+        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
 
     def abort(self, request_id: str) -> None:
         """End a request early; its KV blocks are freed before the next step runs."""
@@ -188,9 +202,11 @@ class AsyncEngine:
         now = time.monotonic()
         chunks = self.scheduler.schedule(now)
         self._update_gauges()
-        if chunks:
-            outputs += self._execute(runner, chunks)
-        self._deliver(outputs)
+        try:
+            if chunks:
+                self._run_step(runner, chunks, outputs)
+        finally:  # even when the engine dies in this step, the streams already ended hear of it
+            self._deliver(outputs)
         if not chunks:
             with self._lock:
                 if not self._inbox and not self._aborts and not self._stopping:
@@ -204,7 +220,23 @@ class AsyncEngine:
                 return seq
         return None
 
-    def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk]) -> list[tuple[RequestStream, TokenOutput]]:
+    def _run_step(self, runner: ModelRunner, chunks: list[ScheduledChunk],
+                  outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
+        """Run a step; if it fails, fail its sequences (freeing their blocks) and go on serving.
+
+        Only a broken device or a lost tensor-parallel peer (EngineFault) ends the loop.
+        """
+        try:
+            self._execute(runner, chunks, outputs)
+        except EngineFault:
+            raise
+        except Exception as e:
+            log.exception("an engine step failed; failing its %d sequences", len(chunks))
+            error = StepFailed(f"the engine step failed: {e!r}")
+            outputs += [self._fail(c.seq, error) for c in chunks if c.seq.status is not Status.FINISHED]
+
+    def _execute(self, runner: ModelRunner, chunks: list[ScheduledChunk],
+                 outputs: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
         start = time.perf_counter()
         step, sampled = build_step(chunks, self.blocks.block_size, self.blocks.blocks_per_slab)
         logits, collective = runner.execute(step)
@@ -213,9 +245,9 @@ class AsyncEngine:
         now = time.monotonic()
         for c in chunks:
             c.seq.num_computed += c.num_tokens
-        outputs = [self._append(seq, token, now) for seq, token in zip(sampled, tokens)]
+        for seq, token in zip(sampled, tokens):  # appended one by one: a later failure keeps these
+            outputs.append(self._append(seq, token, now))
         self._record_step(chunks, elapsed, collective, len(tokens))
-        return outputs
 
     def _append(self, seq: Sequence, token: int, now: float) -> tuple[RequestStream, TokenOutput]:
         """Add a sampled token to seq and turn it into the stream's next TokenOutput."""
@@ -243,6 +275,13 @@ class AsyncEngine:
             stream = self._streams.pop(seq.request_id)
         return stream, _counted(seq, out)
 
+    def _fail(self, seq: Sequence, error: StepFailed) -> tuple[RequestStream, StepFailed]:
+        """Free seq's blocks, count it as an error and hand its stream the error."""
+        self.scheduler.remove(seq)
+        self.metrics.request_finished(seq, "error", time.monotonic())
+        with self._lock:
+            return self._streams.pop(seq.request_id), error
+
     def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float,
                      generated: int) -> None:
         m = self.metrics
@@ -251,7 +290,6 @@ class AsyncEngine:
         phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
         m.step_seconds[phase].observe(elapsed)
         m.batch_size.observe(len(chunks))
-        m.tokens_per_step.observe(num_tokens)
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
         m.generation_tokens.inc(generated)

@@ -1,4 +1,5 @@
-"""Prometheus metrics with vLLM's names, labels and buckets, plus loadlab's per-step histograms."""
+"""Prometheus metrics with vLLM's names, labels and buckets, plus loadlab's per-step histograms (each
+value exported once: tokens per step is vLLM's `vllm:iteration_tokens_total`)."""
 
 from __future__ import annotations
 
@@ -80,12 +81,10 @@ class EngineMetrics:
                          buckets=STEP_BUCKETS, registry=r)
         self.step_seconds = {ph: step.labels(**values, phase=ph) for ph in ("prefill", "decode", "mixed")}
         self.batch_size = histogram("loadlab_server_batch_size", "Sequences per engine step.", BATCH_BUCKETS)
-        self.tokens_per_step = histogram("loadlab_server_tokens_per_step", "Tokens computed per engine step.",
-                                         ITERATION_TOKEN_BUCKETS)
         self.collective_seconds = histogram("loadlab_server_collective_seconds",
                                             "Tensor-parallel collective time per engine step.",
                                             COLLECTIVE_BUCKETS)
-        for reason in ("stop", "length", "abort"):
+        for reason in ("stop", "length", "abort", "error"):
             self._success.labels(**values, finished_reason=reason)   # export zeros from the start
 
     def request_finished(self, seq: Sequence, reason: str, now: float) -> None:

@@ -34,6 +34,10 @@ KEEPALIVE = "keepalive"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+class EngineFault(Exception):
+    """A broken device or a lost tensor-parallel peer: the engine cannot serve any more."""
+
+
 @dataclass
 class StepInput:
     """Everything a rank needs to run one step's forward (picklable, CPU tensors)."""
@@ -201,12 +205,23 @@ class ModelRunner:
         self._last_broadcast = time.monotonic()
 
     def execute(self, step: StepInput) -> tuple[torch.Tensor, float]:
-        """Logits of the sample rows and the seconds spent in collectives during this step."""
-        if self.world_size > 1:
-            self.worker.tp.take_collective_seconds()
-            dist.broadcast_object_list([step], src=0)
-            self._last_broadcast = time.monotonic()
-        logits = self.worker.execute(step)
+        """Logits of the sample rows and the seconds spent in collectives during this step.
+
+        Raises EngineFault when the failure leaves nothing to serve with; other errors fail the step only.
+        """
+        try:
+            if self.world_size > 1:
+                self.worker.tp.take_collective_seconds()
+                dist.broadcast_object_list([step], src=0)
+                self._last_broadcast = time.monotonic()
+            logits = self.worker.execute(step)
+        except Exception as e:
+            # The ranks run a step in lockstep: one that failed leaves the others out of step. A CUDA
+            # error (illegal address, device-side assert) leaves the device unusable; running out of
+            # memory does not (torch.OutOfMemoryError is no AcceleratorError).
+            if self.world_size > 1 or isinstance(e, torch.AcceleratorError):
+                raise EngineFault(f"the model step failed beyond recovery: {e!r}") from e
+            raise
         return logits, self.worker.tp.take_collective_seconds()
 
     def keepalive(self) -> None:

@@ -1,4 +1,4 @@
-"""Turns logits into next tokens: greedy, temperature, top-k, top-p, seeded per request.
+"""Turns logits into next tokens: greedy, temperature, top-k, top-p, min-p, seeded per request.
 
 Only printable ASCII bytes (and EOS) can be sampled, so every output token is one byte of valid
 UTF-8 text that any client can count.
@@ -34,16 +34,25 @@ class Sampler:
         return self.candidates[picks].tolist()
 
     def _sample_row(self, scores: torch.Tensor, seq: Sequence) -> int:
+        """Draw one candidate index; the top candidate always keeps a non-zero chance, whatever the params.
+
+        float64 and the top score moved to 0 before scaling: a tiny temperature cannot overflow, a
+        huge one cannot make 0/0, and a top_p or min_p near the smallest float does not round to 0.
+        """
         p = seq.params
-        scores = scores / p.temperature
+        scores = scores.double()
+        scores = (scores - scores.max()) / p.temperature
         if 0 < p.top_k < scores.numel():
             kth = torch.topk(scores, p.top_k).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if p.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
-            # Keep the smallest set of top tokens whose mass reaches top_p (always at least one).
+            # Keep the smallest set of top tokens whose mass reaches top_p, and always the first.
             drop = sorted_probs.cumsum(0) - sorted_probs >= p.top_p
+            drop[0] = False
             probs = probs.clone()
             probs[order[drop]] = 0.0
+        if p.min_p > 0.0:
+            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
         return int(torch.multinomial(probs, 1, generator=seq.generator or self.generator))

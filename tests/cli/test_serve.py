@@ -73,13 +73,14 @@ def test_serve_help_lists_every_engine_flag():
     result = loadlab("serve", "--help")
     assert result.returncode == 0
     engine_flags = ["--" + f.name.replace("_", "-") for f in fields(EngineConfig)]
-    for flag in ["--host", "--port", "--api-key", "--export-tokenizer", *engine_flags]:
+    for flag in ["--host", "--port", "--api-key", "--idle-timeout", "--export-tokenizer", *engine_flags]:
         assert flag in result.stdout
 
 
 @pytest.mark.parametrize("args, mentions", [
     (["--max-num-seqs", "many"], "--max-num-seqs"),
     (["--no-such-flag"], "--no-such-flag"),
+    (["--idle-timeout", "0"], "--idle-timeout: must be a positive number of seconds"),
     (["--port", "99999"], "cannot listen on 127.0.0.1:99999"),
 ])
 def test_bad_flags_are_a_short_error_and_exit_2(args, mentions):

@@ -229,7 +229,7 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
     assert total(after, "collective_time_count") >= 1    # tensor parallel 1: zero-length collectives
     assert total(after, "generation_tokens") == 16
     assert total(after, "ttft_count") == 2
-    # Two raw histograms carry tokens per step; the series is counted once.
+    # Tokens per step: one series (the reference server once exported it under two names).
     assert len([s for s in after if s.signal == "tokens_per_step" and s.labels["le"] == "+Inf"]) == 1
 
 

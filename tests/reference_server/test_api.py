@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -12,6 +14,7 @@ from aiohttp import web
 from reference_server.api import build_app
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
+from reference_server.engine.runner import Worker
 from tests.reference_server.server import MAX_MODEL_LEN, MODEL, chunks, sse_data, start_server
 from tests.support.procs import free_port
 
@@ -241,7 +244,52 @@ def test_a_full_waiting_queue_is_429_and_closing_streams_frees_everything(server
     assert server.pool_is_whole()
 
 
-# ---- a dead engine -----------------------------------------------------------------------------
+# ---- a failed step, a dead engine --------------------------------------------------------------
+
+@contextlib.asynccontextmanager
+async def in_process_server(engine: AsyncEngine) -> AsyncIterator[aiohttp.ClientSession]:
+    """Serve a started engine in this process (so a test can break it) and open a client session to it."""
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            yield http
+    finally:
+        await runner.cleanup()
+
+
+def test_a_failed_step_is_a_500_in_openai_format_and_the_next_request_succeeds(monkeypatch):
+    execute, failures = Worker.execute, [1, 1]
+
+    def fails_twice(self, step):
+        if failures:
+            failures.pop()
+            raise RuntimeError("simulated bug in a step")
+        return execute(self, step)
+
+    monkeypatch.setattr(Worker, "execute", fails_twice)
+    asyncio.run(_failed_steps())
+
+
+async def _failed_steps() -> None:
+    engine = AsyncEngine(EngineConfig(preset="tiny", max_model_len=MAX_MODEL_LEN))
+    await engine.start()
+    try:
+        async with in_process_server(engine) as http:
+            whole = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4})
+            assert whole.status == 500 and (await whole.json())["error"]["code"] == "engine_error"
+            stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4, "stream": True})
+            data = sse_data(await stream.read())   # an error event, then [DONE]
+            assert stream.status == 200 and len(data) == 2 and json.loads(data[0])["error"]["type"] == "server_error"
+            after = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4, "ignore_eos": True})
+            assert after.status == 200 and (await after.json())["usage"]["completion_tokens"] == 4
+            assert (await http.get("/health")).status == 200
+            assert engine.kv_blocks_free == engine.kv_blocks_total
+    finally:
+        await engine.shutdown()
+
 
 def test_a_stopped_engine_is_503_and_open_streams_end_with_an_error_event():
     asyncio.run(_stopped_engine())
@@ -250,22 +298,15 @@ def test_a_stopped_engine_is_503_and_open_streams_end_with_an_error_event():
 async def _stopped_engine() -> None:
     engine = AsyncEngine(EngineConfig(preset="tiny", max_model_len=MAX_MODEL_LEN))
     await engine.start()
-    runner = web.AppRunner(build_app(engine), handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
-            assert (await http.get("/health")).status == 200
-            stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 200, "ignore_eos": True,
-                                                              "stream": True})
-            first = await stream.content.readuntil(b"\n\n")
-            await engine.shutdown()
-            data = sse_data(first + await stream.read())
-            assert json.loads(data[-2])["error"]["message"]
-            health = await http.get("/health")
-            assert health.status == 503 and await health.read() == b""
-            response = await http.post("/v1/completions", json={"prompt": "x"})
-            assert response.status == 503 and (await response.json())["error"]["type"]
-    finally:
-        await runner.cleanup()
+    async with in_process_server(engine) as http:
+        assert (await http.get("/health")).status == 200
+        stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 200, "ignore_eos": True,
+                                                          "stream": True})
+        first = await stream.content.readuntil(b"\n\n")
+        await engine.shutdown()
+        data = sse_data(first + await stream.read())
+        assert json.loads(data[-2])["error"]["message"]
+        health = await http.get("/health")
+        assert health.status == 503 and await health.read() == b""
+        response = await http.post("/v1/completions", json={"prompt": "x"})
+        assert response.status == 503 and (await response.json())["error"]["type"]

@@ -13,8 +13,9 @@ import torch
 
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
-from reference_server.engine.runner import ModelRunner
-from reference_server.interface import EngineDead, QueueFull, SamplingParams
+from reference_server.engine.runner import EngineFault, ModelRunner, Worker
+from reference_server.engine.sampler import Sampler
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
 
 from .conftest import Result, collect, run_engine
 
@@ -76,8 +77,8 @@ def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
 def test_chunked_prefill_under_a_small_budget_gives_the_same_tokens(reference) -> None:
     async def scenario(engine):
         results = await generate_all(engine, PROMPTS, SEEDED)
-        return [r.text for r in results], metric(engine, "loadlab_server_tokens_per_step_bucket", le="32.0"), \
-            metric(engine, "loadlab_server_tokens_per_step_count")
+        return [r.text for r in results], metric(engine, "vllm:iteration_tokens_total_bucket", le="32.0"), \
+            metric(engine, "vllm:iteration_tokens_total_count")
 
     texts, small_steps, steps = run_engine(config(max_num_batched_tokens=32, long_prefill_token_threshold=8),
                                            scenario)
@@ -174,7 +175,12 @@ def test_abort_ends_the_stream_and_frees_blocks_at_once() -> None:
 def test_queue_limit_and_bad_prompts_are_refused() -> None:
     async def scenario(engine):
         params = SamplingParams(max_tokens=4)
-        streams = [engine.add_request(f"r{i}", [65], params) for i in range(2)]
+        with pytest.raises(ValueError, match="--max-waiting"):   # could never be queued: a 400, not a 429
+            engine.add_requests([(f"b{i}", [65]) for i in range(3)], params)
+        streams = [engine.add_request("r0", [65], params)]
+        with pytest.raises(QueueFull):   # fits the queue, not now: none of the batch is queued...
+            engine.add_requests([("b0", [65]), ("b1", [65])], params)
+        streams.append(engine.add_request("r1", [65], params))   # ...so it takes no seat from others
         with pytest.raises(QueueFull):
             engine.add_request("r2", [65], params)
         with pytest.raises(ValueError, match="context"):
@@ -212,8 +218,7 @@ def test_metrics_use_vllm_names_and_labels() -> None:
                  "vllm:request_queue_time_seconds_bucket", "vllm:request_prefill_time_seconds_bucket",
                  "vllm:request_decode_time_seconds_bucket", "vllm:request_inference_time_seconds_bucket",
                  "vllm:request_success_total", "loadlab_server_step_seconds_bucket",
-                 "loadlab_server_batch_size_bucket", "loadlab_server_tokens_per_step_bucket",
-                 "loadlab_server_collective_seconds_bucket"]:
+                 "loadlab_server_batch_size_bucket", "loadlab_server_collective_seconds_bucket"]:
         assert f'{name}{{engine="0",' in text, name
     assert 'model_name="loadlab-reference"' in text
     assert metric(engine, "vllm:request_success_total", finished_reason="length") == 3
@@ -227,9 +232,68 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
 
 
-def test_a_dead_engine_loop_fails_streams_and_new_requests(monkeypatch) -> None:
+def test_no_value_is_exported_twice_under_two_names() -> None:
+    # loadlab_server_tokens_per_step once repeated vllm:iteration_tokens_total, observation for observation.
+    engine = run_engine(config(), _generate_and_return_engine)
+    histograms = {}
+    for family in engine.registry.collect():
+        if family.type == "histogram":
+            histograms[family.name] = tuple((s.name.removeprefix(family.name), tuple(sorted(s.labels.items())), s.value)
+                                            for s in family.samples if not s.name.endswith("_created"))
+    seen: dict[tuple, str] = {}
+    for name, values in histograms.items():
+        assert values not in seen, f"{name} repeats {seen.get(values)}"
+        seen[values] = name
+
+
+async def _generate_and_return_engine(engine: AsyncEngine) -> AsyncEngine:
+    await generate_all(engine, PROMPTS[:3], SEEDED)
+    return engine
+
+
+def test_a_failed_step_fails_its_requests_and_the_engine_serves_the_next(monkeypatch) -> None:
+    execute, failures = Worker.execute, [1]
+
+    def fails_once(self, step):
+        if failures:
+            failures.pop()
+            raise RuntimeError("simulated bug in a step")
+        return execute(self, step)
+
+    monkeypatch.setattr(Worker, "execute", fails_once)
+
+    async def scenario(engine):
+        # Two requests in the failing step, a third arriving after it.
+        first = [engine.add_request(f"r{i}", [65 + i], SamplingParams(max_tokens=4)) for i in range(2)]
+        for stream in first:
+            with pytest.raises(StepFailed):
+                await collect(stream)
+        assert engine.healthy
+        result = await collect(engine.add_request("next", [67], SamplingParams(max_tokens=4, ignore_eos=True)))
+        return result, metric(engine, "vllm:request_success_total", finished_reason="error")
+
+    result, errors = run_engine(config(), scenario)   # run_engine checks every block is free again
+    assert result.finish_reason == "length" and len(result.outputs) == 4
+    assert errors == 2
+
+
+def test_a_sampler_failure_is_a_failed_step_too(monkeypatch) -> None:
+    def broken(self, logits, seqs):
+        raise RuntimeError("invalid multinomial distribution")
+
+    monkeypatch.setattr(Sampler, "sample", broken)
+
+    async def scenario(engine):
+        with pytest.raises(StepFailed):
+            await collect(engine.add_request("a", [65], SamplingParams()))
+        return engine.healthy
+
+    assert run_engine(config(), scenario)
+
+
+def test_a_broken_device_ends_the_engine_loop_and_fails_streams_and_new_requests(monkeypatch) -> None:
     def broken(self, step):
-        raise RuntimeError("simulated device fault")
+        raise EngineFault("simulated device fault")
 
     monkeypatch.setattr(ModelRunner, "execute", broken)
 
@@ -252,7 +316,7 @@ def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(mo
     def broken(self, step):
         entered.set()
         release.wait(10)
-        raise RuntimeError("simulated device fault")
+        raise EngineFault("simulated device fault")
 
     monkeypatch.setattr(ModelRunner, "execute", broken)
 

@@ -4,6 +4,7 @@ never a leaked KV block."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 
@@ -41,10 +42,16 @@ messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "sys
                                            "content": texts | parts},
                                           optional={"name": st.text(max_size=5)}), min_size=1, max_size=3)
 max_tokens = st.integers(1, 16)
+# Where float sampling parameters once broke the engine (top_p=1e-46 rounds to 0 in float32), and
+# what JSON parsers let through (NaN, Infinity): accepted values must serve, the rest must be a 400.
+float_extremes = st.sampled_from([0.0, -0.0, 5e-324, 2.2e-308, 1e-300, 1e-46, 1e-45, 1.2e-38, 1e-6, 1e-5,
+                                  0.9999999, 1.0, 1.0000001, 2.0, 1e6, 1e300, 1.7976931348623157e308,
+                                  math.nan, math.inf, -math.inf]) | st.floats()
 sampling = {
     "model": st.just(MODEL),
     "max_completion_tokens": st.integers(1, 16), "min_tokens": st.integers(0, 2),
-    "n": st.just(1), "temperature": st.floats(0, 2), "top_p": st.floats(0.01, 1), "top_k": st.integers(-1, 600),
+    "n": st.just(1), "temperature": st.floats(0, 2) | float_extremes, "top_p": st.floats(0.01, 1) | float_extremes,
+    "min_p": st.floats(0, 1) | float_extremes, "top_k": st.integers(-1, 600) | extreme_ints,
     "seed": st.integers(-(2**63), 2**63 - 1), "stop": st.text(max_size=3) | st.lists(st.text(max_size=4), max_size=5),
     "ignore_eos": st.booleans(), "stream": st.booleans(),
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans(),
@@ -91,7 +98,32 @@ def test_malformed_and_extreme_requests_get_a_4xx_or_a_good_answer_and_leak_noth
     event(f"HTTP {response.status_code}")  # --hypothesis-show-statistics: how many were served
     check_answer(response)
     assert server.pool_is_whole(), "KV blocks or sequences left behind"
+    assert_still_serving(server)
+
+
+def assert_still_serving(server) -> None:
+    """The next ordinary request succeeds (a request must never stop the engine)."""
     assert server.get("/health").status_code == 200
+    response = server.post("/v1/completions", {"prompt": "ok", "max_tokens": 2, "ignore_eos": True})
+    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 2, response.text
+
+
+SAMPLING_FLOATS = ("temperature", "top_p", "min_p")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(params=st.fixed_dictionaries({}, optional={name: float_extremes for name in SAMPLING_FLOATS}),
+       top_k=st.integers(-1, 300) | extreme_ints, stream=st.booleans())
+def test_sampling_parameters_at_float_extremes_are_served_or_a_400_and_never_stop_the_engine(server, params, top_k,
+                                                                                           stream):
+    body = {"prompt": "abc", "max_tokens": 4, "ignore_eos": True, "seed": 1, "top_k": top_k, "stream": stream,
+            **params}
+    response = server.post("/v1/completions", json.dumps(body))
+    check_answer(response)
+    if any(not math.isfinite(v) for v in params.values()):
+        assert response.status_code == 400 and response.json()["error"]["param"] in (*SAMPLING_FLOATS, "top_k")
+    assert server.pool_is_whole()
+    assert_still_serving(server)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))

@@ -6,9 +6,10 @@ import asyncio
 
 import psutil
 import pytest
+import torch
 
 from reference_server.config import CHOICES, EngineConfig
-from reference_server.engine.runner import DTYPES, build_step, kv_layout
+from reference_server.engine.runner import DTYPES, EngineFault, ModelRunner, Worker, build_step, kv_layout
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
 from reference_server.interface import SamplingParams
@@ -36,6 +37,20 @@ def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
     finishing = Sequence("f", list(range(32)), params, 0.0, num_computed=16, block_table=[2, 5])
     _, sampled = build_step([ScheduledChunk(finishing, 16), ScheduledChunk(decode, 1)], block_size=16)
     assert sampled == [decode, finishing]      # row order, not scheduling order
+
+
+@pytest.mark.parametrize("error, fatal", [(RuntimeError("a bug"), False), (torch.OutOfMemoryError("no memory"), False),
+                                          (torch.AcceleratorError("CUDA error: an illegal memory access"), True)])
+def test_only_a_broken_device_is_an_engine_fault(monkeypatch, error, fatal) -> None:
+    def broken(self, step):
+        raise error
+
+    config = EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=8)
+    runner = ModelRunner(config, kv_layout(config))
+    monkeypatch.setattr(Worker, "execute", broken)
+    step, _ = build_step([ScheduledChunk(Sequence("s", [1, 2], SamplingParams(), 0.0, block_table=[0]), 2)], 16)
+    with pytest.raises(EngineFault if fatal else type(error)):
+        runner.execute(step)
 
 
 def test_kv_budget_sets_the_number_of_blocks_and_caps_the_default_context() -> None:

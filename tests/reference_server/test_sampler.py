@@ -74,3 +74,33 @@ def test_a_request_seed_makes_sampling_reproducible() -> None:
 
     assert draw(5) == draw(5, sampler_seed=99)   # the request's seed wins over the engine's
     assert draw(5) != draw(6)
+
+
+def test_min_p_keeps_only_tokens_near_the_top() -> None:
+    logits = torch.zeros(1, VOCAB)
+    logits[0, ord("a")] = 5.0
+    logits[0, ord("b")] = 4.5        # 0.61 x a's probability
+    logits[0, ord("c")] = 2.0        # 0.05 x a's probability
+    sampler = Sampler(EOS, seed=0)
+    picks = {sampler.sample(logits, [seq(temperature=1.0, min_p=0.5)])[0] for _ in range(60)}
+    assert picks == set(b"ab")
+
+
+EXTREMES = [5e-324, 1e-300, 1e-46, 1e-45, 1e-38, 1e-6, 0.5, 1.0]
+
+
+def test_extreme_parameters_always_keep_the_top_token() -> None:
+    # Each of these once drew from an all-zero distribution (torch.multinomial raised): top_p=1e-46
+    # rounds to 0 in float32, and so did the whole kept mass.
+    sampler = Sampler(EOS, seed=0)
+    logits = torch.randn(4, VOCAB) * 30
+    greedy = sampler.sample(logits, [seq(temperature=0) for _ in range(4)])
+    for value in EXTREMES:
+        for params in ({"top_p": value}, {"min_p": value}, {"temperature": 1e-5, "top_p": value},
+                       {"temperature": 1e6, "top_p": value, "min_p": value}, {"temperature": value + 1e-5}):
+            picks = sampler.sample(logits, [seq(**{"temperature": 1.0, **params}) for _ in range(4)])
+            assert set(picks) <= set(PRINTABLE), params
+            if params.get("top_p", 1.0) < 1e-6 or params.get("min_p", 0.0) == 1.0:
+                assert picks == greedy, params
+    huge = torch.full((1, VOCAB), 3e38)  # scores near float32's limit: still a valid draw
+    assert sampler.sample(huge, [seq(temperature=1e-5, top_k=3, top_p=1e-300)])[0] in PRINTABLE
