@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 from loadlab.analyze.summary import summarize
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import now, process_anchor
-from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 
 def main() -> None:

@@ -23,10 +23,9 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
 from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
 from loadlab.client.livestats import LiveStats
-from loadlab.client.records import StepInfo
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
@@ -35,6 +34,7 @@ from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import StepInfo
 from loadlab.workload.scenario import apply_overrides
 
 log = logging.getLogger("loadlab")

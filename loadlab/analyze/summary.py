@@ -23,11 +23,10 @@ import pandas as pd
 from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
 from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution, percentile
-from loadlab.client.records import ErrorCategory, StepInfo
-from loadlab.collect.samples import Coverage
 from loadlab.errors import UserError
 from loadlab.store.meta import float_or_nan, json_safe
 from loadlab.store.reader import RunData
+from loadlab.store.schema import Coverage, ErrorCategory, StepInfo
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
 MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.summary import per_request, steps_of
-from loadlab.client.records import ErrorCategory
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
+from loadlab.store.schema import ErrorCategory
 
 # Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
 SERVER_SOURCES = ("server", "prometheus")

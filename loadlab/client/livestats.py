@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution
-from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.clock import now
+from loadlab.store.schema import ErrorCategory, RequestRecord
 
 RATE_WINDOW_S = 10.0   # tokens/s and requests/s are averaged over this many recent seconds
 

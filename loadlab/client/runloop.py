@@ -25,16 +25,16 @@ from rich.console import Console
 
 from loadlab.analyze.limits import START_DELAY_P99_MAX
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck, p99
-from loadlab.client.stream import Endpoint
 from loadlab.client.shipping import in_flight_total, worker_id
+from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import RequestRecord, StepInfo
 
 DEFAULT_STEP_SECONDS = 60.0
 _TICK_S = 0.25           # how often the loop checks stop conditions and redraws

@@ -18,7 +18,8 @@ import gevent
 from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
 from loadlab.clock import now
 from loadlab.collect.host import ProcessCpu
-from loadlab.collect.samples import Coverage, Sample, SampleSink
+from loadlab.collect.protocol import SampleSink
+from loadlab.store.schema import Coverage, Sample
 
 _PROBE_S = 0.1
 

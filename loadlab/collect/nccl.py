@@ -23,7 +23,7 @@ from pathlib import Path
 
 from loadlab.clock import now
 from loadlab.collect.poller import PollingCollector
-from loadlab.collect.samples import Coverage, Sample
+from loadlab.store.schema import Coverage, Sample
 
 INSPECTOR_PATTERNS = ("*.log", "*.jsonl")
 

@@ -27,14 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadlab import __version__
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import ClockAnchor
-from loadlab.collect.samples import Coverage, Sample
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import FINISHED, RUNNING, RunMeta, write_json_atomic
 from loadlab.store.reader import (REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, SUMMARY_JSON, RunData,
                                   current_parts, load_run, read_part_tables)
+from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
 
 __all__ = ["RunWriter", "RunData", "load_run"]

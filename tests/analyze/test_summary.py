@@ -12,12 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize)
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import ClockAnchor
-from loadlab.collect.samples import Coverage, Sample
 from loadlab.errors import UserError
 from loadlab.store.meta import RunMeta
 from loadlab.store.reader import RunData
+from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
 
 T = 1000.0

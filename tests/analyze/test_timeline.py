@@ -9,12 +9,11 @@ from typing import Callable
 import pytest
 
 from loadlab.analyze.timeline import build_timeline
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import process_anchor
-from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 NAN = float("nan")
 

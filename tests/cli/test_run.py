@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import ErrorCategory
 from loadlab.store.run_folder import load_run
+from loadlab.store.schema import ErrorCategory
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 
 QUIET = ("--no-server-metrics", "--no-gpu")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import StepInfo
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import StepInfo
 from tests.store.test_run_folder import record
 from tests.support.procs import loadlab
 

@@ -18,11 +18,11 @@ from gevent.server import StreamServer
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.url import URL
 
-from loadlab.client.records import ErrorCategory
 from loadlab.client.stream import Endpoint, build_body, split_url, stream_request
 from loadlab.clock import process_anchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.store.schema import ErrorCategory
 from loadlab.workload.spec import RequestSpec
 from tests.support.procs import BIN, Proc, free_port
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadlab.collect.nccl import NcclInspectorCollector, collective_seconds_per_step, collective_share
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import Sample
 
 DUMP_US = 1_796_000_000_000_000
 

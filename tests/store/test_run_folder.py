@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import ClockAnchor, now, process_anchor
-from loadlab.collect.samples import Coverage, Sample
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from tests.support.procs import REPO
 
 
@@ -161,10 +160,10 @@ _CHILD = textwrap.dedent("""
     monkey.patch_all()
     import sys, time
     from pathlib import Path
-    from loadlab.client.records import RequestRecord, StepInfo
     from loadlab.clock import now, process_anchor
     from loadlab.config import RunConfig
     from loadlab.store.run_folder import RunWriter
+    from loadlab.store.schema import RequestRecord, StepInfo
 
     writer = RunWriter(Path(sys.argv[1]), RunConfig(concurrency=[1]), process_anchor())
     writer.begin_step(StepInfo(0, "concurrency=1", "closed", 1, now()))
