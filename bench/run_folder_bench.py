@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadlab.analyze.summary import summarize
+from loadlab.analyze.summary import summarize, write_summary
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
@@ -47,7 +47,8 @@ def main() -> None:
     summarize(run)
     summarize_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    writer.close()                  # compacts the parts, writes summary.json
+    writer.close()                  # compacts the parts
+    write_summary(load_run(folder))
     close_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     load_run(folder)

@@ -23,6 +23,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
 from loadlab.client.livestats import LiveStats
@@ -33,6 +34,7 @@ from loadlab.client.webui import install_llm_tab
 from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
 from loadlab.workload.scenario import apply_overrides
@@ -149,6 +151,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         # workers' last records (and a single process's aborted requests) reach the folder.
         environment.runner.quit()
         writer.close()
+        write_summary(load_run(folder))
 
     hooks.test_stop.add_listener(end_step)
     hooks.quitting.add_listener(close)

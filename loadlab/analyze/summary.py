@@ -24,8 +24,8 @@ from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_D
 from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
 from loadlab.analyze.stats import Distribution, percentile
 from loadlab.errors import UserError
-from loadlab.store.meta import float_or_nan, json_safe
-from loadlab.store.reader import RunData
+from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
+from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory, StepInfo
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
@@ -170,6 +170,16 @@ class RunSummary:
             slo=Slo(**d["slo"]) if d.get("slo") else None,
             warnings=list(d.get("warnings", [])),
         )
+
+
+def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
+    """Summarize a loaded run and write it to its folder's summary.json (atomically); returns it.
+
+    The one writer of summary.json: `loadlab run`, the locustfile and `loadlab summary --write`.
+    """
+    result = summarize(run, slo)
+    write_json_atomic(run.path / SUMMARY_JSON, result.to_dict())
+    return result
 
 
 def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:

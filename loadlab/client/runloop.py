@@ -24,6 +24,7 @@ from locust.runners import LocalRunner
 from rich.console import Console
 
 from loadlab.analyze.limits import START_DELAY_P99_MAX
+from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.selfcheck import SelfCheck, p99
 from loadlab.client.shipping import in_flight_total, worker_id
@@ -33,6 +34,7 @@ from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.report.live import LiveDisplay, LiveStatus
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import RequestRecord, StepInfo
 
@@ -162,6 +164,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     for c in collectors:
         c.stop()
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()])
+    write_summary(load_run(folder))
     return RunOutcome(status, Path(folder), tally.done, tally.errors)
 
 

@@ -31,12 +31,9 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import FINISHED, RUNNING, RunMeta, write_json_atomic
-from loadlab.store.reader import (REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, SUMMARY_JSON, RunData,
-                                  current_parts, load_run, read_part_tables)
+from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
-
-__all__ = ["RunWriter", "RunData", "load_run"]
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +128,9 @@ class RunWriter:
         self._autoflush.start()
 
     def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = ()) -> None:
-        """Final flush, stop autoflush, compact the parts, finish run.json and write summary.json.
+        """Final flush, stop autoflush, compact the parts and finish run.json.
 
-        A second call does nothing.
+        A second call does nothing. summary.json is the analyzer's (`loadlab.analyze.summary.write_summary`).
         """
         if self._closed:
             return
@@ -155,8 +152,6 @@ class RunWriter:
             self.meta.status = status
             self.meta.coverage = list(coverage)
             self._write_meta()
-        from loadlab.analyze.summary import summarize  # here: the analyzer imports this package
-        write_json_atomic(self.folder / SUMMARY_JSON, summarize(load_run(self.folder)).to_dict())
 
     # --- internals --------------------------------------------------------------------------
     def _now(self) -> float:

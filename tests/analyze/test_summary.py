@@ -11,11 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize)
-from loadlab.clock import ClockAnchor
+from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize,
+                                     write_summary)
+from loadlab.clock import ClockAnchor, process_anchor
+from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import RunMeta
-from loadlab.store.reader import RunData
+from loadlab.store.reader import RunData, load_run
+from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
 
@@ -211,6 +214,17 @@ def test_summary_json_round_trip() -> None:
     back = RunSummary.from_dict(d)
     assert isinstance(back.steps[0], StepSummary) and back.slo == Slo(ttft_ms=300)
     assert back.to_dict() == summary.to_dict()
+
+
+def test_write_summary_writes_summary_json_into_the_closed_run_folder(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run", RunConfig(), process_anchor())
+    writer.add_requests([req(0, T, [T + 0.1, T + 0.2])])
+    writer.close(status="interrupted", coverage=[Coverage("gpu", False, error="no NVML")])
+    result = write_summary(load_run(tmp_path / "run"), Slo(ttft_ms=300))
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(result.to_dict()))
+    assert on_disk["status"] == "interrupted" and on_disk["coverage"][0]["error"] == "no NVML"
+    assert on_disk["steps"][0]["slo_met"] == 1
 
 
 def test_slo_parsing() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.store.run_folder import load_run
+from loadlab.store.reader import load_run
 from loadlab.store.schema import ErrorCategory
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 
