@@ -23,16 +23,17 @@ from locust.env import Environment
 from locust.runners import LocalRunner
 from rich.console import Console
 
-from loadlab.analyze.limits import START_DELAY_P99_MAX
 from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.selfcheck import SelfCheck, p99
+from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import in_flight_total, worker_id
 from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
+from loadlab.metrics.limits import START_DELAY_P99_MAX
+from loadlab.metrics.stats import percentile
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
@@ -237,7 +238,7 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str) ->
     if state is not None and state.cap_waits:
         reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
     if mode == "open":
-        delay = p99(tally.recent_start_delays)
+        delay = percentile(tally.recent_start_delays, 99)
         if delay > START_DELAY_P99_MAX:
             reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
     return "client-limited? " + "; ".join(reasons) if reasons else ""
