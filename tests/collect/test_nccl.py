@@ -1,14 +1,13 @@
-"""NCCL Inspector files -> collective samples; collective time as a share of step time."""
+"""NCCL Inspector files -> collective samples."""
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
 import pytest
 
-from loadlab.collect.nccl import NcclInspectorCollector, collective_seconds_per_step, collective_share
+from loadlab.collect.nccl import NcclInspectorCollector
 from loadlab.store.schema import Sample
 
 DUMP_US = 1_796_000_000_000_000
@@ -105,38 +104,3 @@ def test_a_file_gone_since_the_listing_loses_nothing_read_from_the_others(tmp_pa
     samples = collector.poll()
     assert [x.value for x in samples if x.signal == "collective_time"] == [0.0004]
     assert "node0-pid4101.log" in collector.coverage().error
-
-
-def s(signal: str, t: float, value: float, **labels: str) -> Sample:
-    return Sample(t, "server", signal, value, labels)
-
-
-# A reference-server step-time histogram over a window: 40 steps, 20 ms of step time in all.
-STEPS = [s("step_time_sum", 0, 1.000, phase="decode"), s("step_time_sum", 5, 1.015, phase="decode"),
-         s("step_time_count", 0, 100, phase="decode"), s("step_time_count", 5, 130, phase="decode"),
-         s("step_time_sum", 0, 0.200, phase="prefill"), s("step_time_sum", 5, 0.205, phase="prefill"),
-         s("step_time_count", 0, 10, phase="prefill"), s("step_time_count", 5, 20, phase="prefill"),
-         s("step_time", 5, 130, phase="decode", le="0.01")]  # a bucket: ignored
-
-
-def test_share_from_nccl_interval_totals_averages_over_ranks():
-    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"}),
-            Sample(2, "nccl", "collective_seconds", 0.002, {"rank": "0"}),
-            Sample(1, "nccl", "collective_seconds", 0.005, {"rank": "1"}),
-            Sample(1, "nccl", "collective_time", 0.004, {"rank": "1", "coll": "AllReduce"})]  # not a total
-    assert collective_share(nccl, STEPS) == pytest.approx(0.004 / 0.020)
-    assert collective_seconds_per_step(nccl, STEPS) == pytest.approx(0.004 / 40)
-
-
-def test_share_from_a_server_collective_histogram_uses_counter_increases_across_resets():
-    server = [s("collective_time_sum", 0, 0.50), s("collective_time_sum", 2, 0.503),
-              s("collective_time_sum", 3, 0.001), s("collective_time_sum", 5, 0.002),  # restarted
-              s("collective_time_count", 5, 999), s("ttft_sum", 5, 99.0)]             # ignored
-    assert collective_share(server, STEPS) == pytest.approx(0.005 / 0.020)
-
-
-def test_share_is_nan_when_either_side_is_missing():
-    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"})]
-    assert math.isnan(collective_share(nccl, []))
-    assert math.isnan(collective_share([], STEPS))
-    assert math.isnan(collective_seconds_per_step(nccl, [s("step_time_count", 0, 5)]))  # no increase
