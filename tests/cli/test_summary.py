@@ -13,7 +13,7 @@ from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
-from tests.store.test_run_folder import record
+from tests.support.records import record
 from tests.support.procs import loadlab
 
 

@@ -19,16 +19,9 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
-from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
+from loadlab.store.schema import Coverage, Sample, StepInfo
 from tests.support.procs import REPO
-
-
-def record(i: int, t: float, **kw: object) -> RequestRecord:
-    base = dict(request_id=f"r{i}", worker="host:1", step=0, warmup=False, api="chat",
-                scheduled_time=t, send_time=t + 0.001, first_token_time=t + 0.1, end_time=t + 0.3,
-                token_times=[t + 0.1, t + 0.2, t + 0.3], prompt_tokens=12, completion_tokens=3,
-                client_tokens=3, input_tokens=12, max_tokens=3, finish_reason="length", status=200)
-    return RequestRecord(**{**base, **kw})
+from tests.support.records import record
 
 
 def parts(folder: Path, table: str) -> list[Path]:
