@@ -167,3 +167,23 @@ def test_the_cli_starts_without_ssl_so_locust_can_patch_it_first():
     result = subprocess.run([sys.executable, "-c", STARTUP], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_tests_share_helpers_only_through_tests_support():
+    """A test module (or a benchmark) imports no test module; shared helpers live in tests/support/,
+    and a conftest.py holds fixtures only."""
+    bad = []
+    for path in sorted([*(REPO / "tests").rglob("*.py"), *(REPO / "bench").rglob("*.py")]):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                bad.append(f"{path.relative_to(REPO)}: relative import from {node.module}")
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{path.relative_to(REPO)}: imports {n}" for n in names
+                    if n.split(".")[0] == "tests" and not n.startswith("tests.support")]
+        if path.name == "conftest.py":
+            bad += [f"{path.relative_to(REPO)}: {node.name} is not a fixture" for node in tree.body
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                    and not any("fixture" in ast.unparse(d) for d in node.decorator_list)]
+    assert bad == []

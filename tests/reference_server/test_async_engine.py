@@ -16,7 +16,7 @@ from reference_server.engine import AsyncEngine
 from reference_server.engine.runner import ModelRunner
 from reference_server.interface import EngineDead, QueueFull, SamplingParams
 
-from .conftest import Result, collect, run_engine
+from tests.support.engine import Result, collect, run_engine
 
 # Seeded sampling rather than greedy: batches of different sizes round differently, which can flip
 # an argmax between near-tied tokens, but almost never moves a seeded draw across a boundary.
