@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize,
-                                     write_summary)
+from loadlab.analyze.summary import RunSummary, Slo, StepSummary, summarize, write_summary
 from loadlab.clock import process_anchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Coverage, Sample, StepInfo
