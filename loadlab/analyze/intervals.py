@@ -87,7 +87,8 @@ def interval_totals(series: pd.DataFrame, bins: Bins, cumulative: bool = True) -
         amounts = np.where(np.isnan(previous), 0.0, np.where(increase < 0, values, increase))
     i = bins.index(df["time"])
     keep = i >= 0
-    ranks = df["labels"].map(lambda labels: json.loads(labels).get("rank", "")).to_numpy()
+    rank_of = {labels: json.loads(labels).get("rank", "") for labels in df["labels"].unique()}
+    ranks = df["labels"].map(rank_of).to_numpy()
     per_rank = pd.DataFrame({"bin": i[keep], "rank": ranks[keep], "amount": amounts[keep]})
     means = per_rank.groupby(["bin", "rank"])["amount"].sum().groupby(level="bin").mean()
     out = np.full(bins.count, np.nan)
