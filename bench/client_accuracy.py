@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.store.run_folder import load_run  # noqa: E402
+from loadlab.store.reader import load_run  # noqa: E402
 from tests.support.procs import BIN, Proc, free_port  # noqa: E402
 from report_table import print_results  # noqa: E402  (bench/ is on sys.path: the script's folder)
 

@@ -12,13 +12,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadlab.analyze.summary import summarize
-from loadlab.client.records import RequestRecord, StepInfo
+from loadlab.analyze.summary import summarize, write_summary
 from loadlab.clock import now, process_anchor
-from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 
 def main() -> None:
@@ -48,7 +47,8 @@ def main() -> None:
     summarize(run)
     summarize_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    writer.close()                  # compacts the parts, writes summary.json
+    writer.close()                  # compacts the parts
+    write_summary(load_run(folder))
     close_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     load_run(folder)

@@ -18,10 +18,10 @@ from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
 
-from loadlab.client.records import RequestRecord  # noqa: E402
 from loadlab.clock import process_anchor  # noqa: E402
 from loadlab.config import RunConfig  # noqa: E402
 from loadlab.store import run_folder  # noqa: E402
+from loadlab.store.schema import RequestRecord  # noqa: E402
 
 
 def main() -> None:

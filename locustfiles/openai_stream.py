@@ -23,10 +23,10 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
+from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
 from loadlab.client.livestats import LiveStats
-from loadlab.client.records import StepInfo
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import MasterShipper, WorkerLoss, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
@@ -35,7 +35,9 @@ from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import DEGRADED, FINISHED
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import StepInfo
 from loadlab.workload.scenario import apply_overrides
 
 log = logging.getLogger("loadlab")
@@ -157,6 +159,10 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         # workers' last records (and a single process's aborted requests) reach the folder.
         environment.runner.quit()
         writer.close(DEGRADED if losses else FINISHED)
+        try:
+            write_summary(load_run(folder))
+        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+            writer.fail(e)
 
     hooks.test_stop.add_listener(end_step)
     hooks.quitting.add_listener(close)

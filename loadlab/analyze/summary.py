@@ -1,7 +1,7 @@
 """The numbers of a run, per load step and overall: latency distributions, throughput, errors,
 achieved vs target load, token-count checks and the client self-check.
 
-Definitions (kept in docs/metrics.md, the per-request formulas in request_metrics.py; change together):
+Definitions (kept in docs/metrics.md, the per-request formulas in loadlab/metrics/requests.py; change together):
 - TTFT: first content event − the request's start. The start is the scheduled time in open loop
   (no coordinated omission) and the send time in closed loop; TTFT from the send time is kept too.
 - E2E: last event − start. ITL: every gap between consecutive content events of all requests.
@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
-from loadlab.analyze.stats import Distribution, percentile
-from loadlab.client.records import ErrorCategory, StepInfo
-from loadlab.collect.samples import Coverage
 from loadlab.errors import UserError
-from loadlab.store.meta import float_or_nan, json_safe
-from loadlab.store.reader import RunData
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
+from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.stats import Distribution, percentile
+from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
+from loadlab.store.reader import SUMMARY_JSON, RunData
+from loadlab.store.schema import Coverage, ErrorCategory, StepInfo
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
 MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
@@ -173,6 +172,16 @@ class RunSummary:
             warnings=list(d.get("warnings", [])),
             reason=d.get("reason") or "",
         )
+
+
+def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
+    """Summarize a loaded run and write it to its folder's summary.json (atomically); returns it.
+
+    The one writer of summary.json: `loadlab run`, the locustfile and `loadlab summary --write`.
+    """
+    result = summarize(run, slo)
+    write_json_atomic(run.path / SUMMARY_JSON, result.to_dict())
+    return result
 
 
 def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:

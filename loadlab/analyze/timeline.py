@@ -12,16 +12,14 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.intervals import (NCCL_COLLECTIVE_SECONDS, SERVER_SOURCES, Bins, collective_share,
+                                      interval_totals, pick_source)
 from loadlab.analyze.summary import per_request, steps_of
-from loadlab.client.records import ErrorCategory
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
+from loadlab.store.schema import ErrorCategory
 
-# Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
-SERVER_SOURCES = ("server", "prometheus")
-GPU_SOURCES = ("gpu", "prometheus")
-# NcclInspectorCollector's collective seconds per poll interval and rank (source "nccl").
-NCCL_COLLECTIVE_SECONDS = "collective_seconds"
+GPU_SOURCES = ("gpu", "prometheus")   # as SERVER_SOURCES: best first
 
 
 @dataclass
@@ -65,22 +63,17 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
         raise ValueError(f"interval must be > 0, got {interval}")
     start, end = _time_range(run)
     # floor + 1: the record at `end` itself falls in the last interval.
-    bins = _Bins(start, interval, math.floor((end - start) / interval) + 1)
+    bins = Bins(start, interval, math.floor((end - start) / interval) + 1)
     values: dict[str, np.ndarray] = {}
     if len(run.requests):
         values.update(_client_columns(run, bins, end))
     samples = _used_samples(run.samples)
     for name, how in ((sig.REQUESTS_RUNNING, "sum"), (sig.REQUESTS_WAITING, "sum"), (sig.KV_USAGE, "mean")):
         values[name] = _gauge(samples, name, SERVER_SOURCES, how, bins)
-    values["preemptions"] = _counter_delta(samples, sig.PREEMPTIONS, SERVER_SOURCES, bins)
+    values["preemptions"] = interval_totals(pick_source(samples, sig.PREEMPTIONS, SERVER_SOURCES), bins)
     for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE):
         values[name] = _gauge(samples, name, GPU_SOURCES, "all", bins)
-    collective = _counter_delta(samples, sig.COLLECTIVE_TIME + "_sum", SERVER_SOURCES, bins)
-    if np.all(np.isnan(collective)):   # no engine histogram: NCCL Inspector's estimate, if any
-        collective = _mean_over_ranks(samples, NCCL_COLLECTIVE_SECONDS, bins)
-    step = _counter_delta(samples, sig.STEP_TIME + "_sum", SERVER_SOURCES, bins)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values["collective_share"] = np.where(step > 0, collective / step, np.nan)
+    values["collective_share"] = collective_share(samples, bins)
 
     values["t"] = bins.starts - start
     present = [c for c in COLUMNS if c in values and not np.all(np.isnan(values[c]))]
@@ -88,45 +81,6 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
     columns = {c: values.get(c, nan) for c in COLUMNS}
     rows = [TimelineRow(**{c: float(columns[c][i]) for c in COLUMNS}) for i in range(bins.count)]
     return Timeline(start=start, interval=interval, rows=rows, columns=present)
-
-
-@dataclass
-class _Bins:
-    """Equal intervals from `start`; maps times to interval indices (-1 = outside)."""
-
-    start: float
-    width: float
-    count: int
-
-    @property
-    def starts(self) -> np.ndarray:
-        return self.start + self.width * np.arange(self.count)
-
-    @property
-    def edges(self) -> np.ndarray:
-        return self.start + self.width * np.arange(self.count + 1)
-
-    def index(self, times: np.ndarray | pd.Series) -> np.ndarray:
-        t = np.asarray(times, dtype=float)
-        with np.errstate(invalid="ignore"):
-            i = np.floor((t - self.start) / self.width)
-        ok = np.isfinite(i) & (i >= 0) & (i < self.count)
-        return np.where(ok, np.nan_to_num(i), -1).astype(int)
-
-    def total(self, times: np.ndarray | pd.Series, weights: np.ndarray | None = None) -> np.ndarray:
-        """Sum of `weights` (or a count) of the times falling in each interval."""
-        i = self.index(times)
-        w = np.ones(len(i)) if weights is None else np.asarray(weights, dtype=float)
-        return np.bincount(i[i >= 0], weights=w[i >= 0], minlength=self.count).astype(float)
-
-    def median(self, times: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Median of the values whose time falls in each interval (NaN for empty ones)."""
-        i = self.index(times)
-        keep = (i >= 0) & np.isfinite(values)
-        medians = pd.Series(values[keep]).groupby(i[keep]).median()
-        out = np.full(self.count, np.nan)
-        out[medians.index.to_numpy()] = medians.to_numpy()
-        return out
 
 
 def _time_range(run: RunData) -> tuple[float, float]:
@@ -142,7 +96,7 @@ def _time_range(run: RunData) -> tuple[float, float]:
     return float(start), float(max([start, *ends]))
 
 
-def _client_columns(run: RunData, bins: _Bins, end: float) -> dict[str, np.ndarray]:
+def _client_columns(run: RunData, bins: Bins, end: float) -> dict[str, np.ndarray]:
     df = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
     # Content events are not always single tokens: weight each so a request's events add up to
@@ -162,7 +116,7 @@ def _client_columns(run: RunData, bins: _Bins, end: float) -> dict[str, np.ndarr
     }
 
 
-def _mean_open(opened: np.ndarray, closed: np.ndarray, bins: _Bins, end: float) -> np.ndarray:
+def _mean_open(opened: np.ndarray, closed: np.ndarray, bins: Bins, end: float) -> np.ndarray:
     """Time-averaged number of open intervals [opened, closed) in each bin (unclosed: open to `end`)."""
     sent = np.isfinite(opened)
     opened, closed = opened[sent], np.where(np.isfinite(closed[sent]), closed[sent], end)
@@ -186,57 +140,15 @@ def _used_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return samples[samples["signal"].isin(used)]
 
 
-def _pick_source(samples: pd.DataFrame, signal: str, sources: tuple[str, ...]) -> pd.DataFrame:
-    """The samples of `signal` from the first of `sources` that has any."""
-    of_signal = samples[samples["signal"] == signal]
-    for source in sources:
-        chosen = of_signal[of_signal["source"] == source]
-        if len(chosen):
-            return chosen
-    return of_signal.iloc[0:0]
-
-
-def _gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: _Bins) -> np.ndarray:
+def _gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: Bins) -> np.ndarray:
     """Per-interval mean of a gauge. how: "sum"/"mean" across series at one time, then the
     interval mean; "all": mean of every sample in the interval (e.g. over GPUs)."""
-    df = _pick_source(samples, signal, sources)
+    df = pick_source(samples, signal, sources)
     if how != "all":
         df = df.groupby("time", as_index=False)["value"].agg(how)
     i = bins.index(df["time"])
     keep = i >= 0
     means = pd.Series(df["value"].to_numpy(float)[keep]).groupby(i[keep]).mean()
-    out = np.full(bins.count, np.nan)
-    out[means.index.to_numpy()] = means.to_numpy()
-    return out
-
-
-def _counter_delta(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], bins: _Bins) -> np.ndarray:
-    """How much a counter grew in each interval, summed over its series (NaN: no samples there).
-
-    Each increase is credited to the interval of the later sample; a drop means the counter was
-    reset, and the new value is the increase since.
-    """
-    df = _pick_source(samples, signal, sources).sort_values("time")
-    out = np.full(bins.count, np.nan)
-    seen = bins.index(df["time"])
-    out[np.unique(seen[seen >= 0])] = 0.0
-    # The writer stores labels as JSON with sorted keys: equal label sets are equal strings.
-    for _, series in df.groupby("labels"):
-        values = series["value"].to_numpy(float)
-        increase = np.diff(values)
-        increase = np.where(increase < 0, values[1:], increase)
-        i = bins.index(series["time"].to_numpy(float)[1:])
-        np.add.at(out, i[i >= 0], increase[i >= 0])
-    return out
-
-
-def _mean_over_ranks(samples: pd.DataFrame, signal: str, bins: _Bins) -> np.ndarray:
-    """Per interval: each rank's total of `signal` (source "nccl"), averaged over ranks."""
-    df = samples[(samples["signal"] == signal) & (samples["source"] == "nccl")]
-    i = bins.index(df["time"])
-    keep = i >= 0
-    per_rank = df[keep].assign(bin=i[keep]).groupby(["bin", "labels"])["value"].sum()
-    means = per_rank.groupby(level="bin").mean()
     out = np.full(bins.count, np.nan)
     out[means.index.to_numpy()] = means.to_numpy()
     return out

@@ -17,18 +17,15 @@ def summary(
     write: bool = typer.Option(False, "--write", help="Also rewrite DIR/summary.json with this summary."),
 ) -> None:
     """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""
-    from loadlab.analyze.summary import Slo, summarize
+    from loadlab.analyze.summary import Slo, summarize, write_summary
     from loadlab.report.console import print_summary, table_console
-    from loadlab.store.meta import write_json_atomic
-    from loadlab.store.reader import SUMMARY_JSON, load_run
+    from loadlab.store.reader import load_run
 
     objectives = Slo.parse(slo) if slo is not None else None
     run = load_run(folder)
-    result = summarize(run, objectives)
+    result = write_summary(run, objectives) if write else summarize(run, objectives)
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if write:
-        write_json_atomic(folder / SUMMARY_JSON, result.to_dict())
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from loadlab.client.records import ErrorCategory, RequestRecord
+from loadlab.store.schema import ErrorCategory, RequestRecord
 
 REJECTED_AFTER = 3      # first requests that must all be rejected alike
 MIN_REQUESTS = 20       # measured requests a step needs before its error rate can end it

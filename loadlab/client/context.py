@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from locust.event import EventHook, Events
 
-from loadlab.client.records import StepInfo
 from loadlab.clock import ClockAnchor, process_anchor
 from loadlab.config import RunConfig
+from loadlab.store.schema import StepInfo
 
 
 @dataclass

@@ -13,10 +13,10 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
-from loadlab.analyze.stats import Distribution
-from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.clock import now
+from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.stats import Distribution
+from loadlab.store.schema import ErrorCategory, RequestRecord
 
 RATE_WINDOW_S = 10.0   # tokens/s and requests/s are averaged over this many recent seconds
 
@@ -33,7 +33,7 @@ class Latencies:
 
 
 def request_latencies(record: RequestRecord, open_loop: bool) -> Latencies:
-    """One record's metrics, by the run summary's formulas (loadlab.analyze.request_metrics)."""
+    """One record's metrics, by the run summary's formulas (loadlab.metrics.requests)."""
     start = float(request_start(record.scheduled_time, record.send_time, open_loop))
     tokens = int(output_tokens(record.completion_tokens, record.client_tokens))
     return Latencies(ttft=record.first_token_time - start, e2e=record.end_time - start,

@@ -28,20 +28,23 @@ from locust.env import Environment
 from locust.runners import LocalRunner
 from rich.console import Console
 
-from loadlab.analyze.limits import START_DELAY_P99_MAX
+from loadlab.analyze.summary import write_summary
 from loadlab.client.budget import Breach, ErrorBudget
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.records import RequestRecord, StepInfo
-from loadlab.client.selfcheck import SelfCheck, p99
-from loadlab.client.stream import Endpoint
+from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import WorkerLoss, in_flight_total, worker_id
+from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
+from loadlab.metrics.limits import START_DELAY_P99_MAX
+from loadlab.metrics.stats import percentile
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import RequestRecord, StepInfo
 
 DEFAULT_STEP_SECONDS = 60.0
 _TICK_S = 0.25           # how often the loop checks stop conditions and redraws
@@ -197,6 +200,10 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
             status = DEGRADED
     reason = breach.reason if breach else ""
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()], reason=reason)
+    try:
+        write_summary(load_run(folder))
+    except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+        writer.fail(e)
     if writer.failure:
         return RunOutcome(FAILED, Path(folder), tally.done, tally.errors, "write-error", writer.failure_line())
     return RunOutcome(status, Path(folder), tally.done, tally.errors,
@@ -292,7 +299,7 @@ def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str,
     if state is not None and state.cap_waits:
         reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
     if mode == "open":
-        delay = p99(tally.recent_start_delays)
+        delay = percentile(tally.recent_start_delays, 99)
         if delay > START_DELAY_P99_MAX:
             reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
     limited = "client-limited? " + "; ".join(reasons) if reasons else ""

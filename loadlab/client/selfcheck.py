@@ -3,7 +3,8 @@
 Two signals per process, stored as samples with source "client" and label `worker`:
 - `client_cpu`: cores this process used over the last second;
 - `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms.
-The live warning uses the thresholds of loadlab/analyze/limits.py, as the summary's verdict does.
+The live warning uses the thresholds of loadlab/metrics/limits.py and the percentile of
+loadlab/metrics/stats.py, as the summary's verdict does.
 """
 
 from __future__ import annotations
@@ -11,23 +12,16 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
 
 import gevent
 
-from loadlab.analyze.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
 from loadlab.clock import now
 from loadlab.collect.host import ProcessCpu
-from loadlab.collect.samples import Coverage, Sample, SampleSink
+from loadlab.collect.protocol import SampleSink
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
+from loadlab.store.schema import Coverage, Sample
 
 _PROBE_S = 0.1
-
-
-def p99(values: Iterable[float]) -> float:
-    """The nearest-rank 99th percentile of a few recent values (0.0 when there are none); no numpy
-    here, so a worker process stays light."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
 class SelfCheck:
@@ -63,10 +57,12 @@ class SelfCheck:
 
     def warnings(self) -> list[str]:
         """Why the client may be limiting the measurement right now (empty when it is fine)."""
+        from loadlab.metrics.stats import percentile  # numpy here: workers never ask, they stay without it
+
         found = []
         if self.last_cpu > CLIENT_CPU_P90_MAX:
             found.append(f"client CPU {self.last_cpu:.2f} cores > {CLIENT_CPU_P90_MAX}")
-        lag = p99(self.recent_lags)
+        lag = percentile(self.recent_lags, 99)
         if lag > LOOP_LAG_P99_MAX:
             found.append(f"event-loop lag p99 {lag * 1000:.0f} ms > {LOOP_LAG_P99_MAX * 1000:.0f} ms")
         return found

@@ -51,11 +51,10 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadlab.client import users
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.records import ErrorCategory, RequestRecord, StepInfo
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
-from loadlab.collect.samples import Sample
 from loadlab.config import RunConfig
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
                                         "loadlab_flush", "loadlab_done")

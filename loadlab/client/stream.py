@@ -24,11 +24,11 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
 
 from loadlab.client.reader import body_reader
-from loadlab.client.records import ErrorCategory, RequestRecord
 from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
 from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.store.schema import ErrorCategory, RequestRecord
 from loadlab.workload.spec import RequestSpec
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}

@@ -24,12 +24,12 @@ from locust.env import Environment
 from locust.user.users import LOCUST_STATE_STOPPING
 
 from loadlab.client.context import ClientContext
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.config import RunConfig
+from loadlab.store.schema import ErrorCategory, RequestRecord, StepInfo
 from loadlab.workload import make_workload
-from loadlab.workload.base import Workload
 from loadlab.workload.arrivals import arrival_gaps
+from loadlab.workload.base import Workload
 from loadlab.workload.distributions import sample_seconds
 
 # Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their

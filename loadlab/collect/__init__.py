@@ -1,12 +1,13 @@
 """Collectors: background samplers that run beside the load test on the run's clock.
 
 `build_collectors(config)` picks the ones a run asks for; each implements the `Collector`
-protocol of `loadlab.collect.samples` and writes `Sample`s with canonical names (docs/signals.md).
+protocol of `loadlab.collect.protocol` and writes `Sample`s (the run folder's, `loadlab.store.schema`)
+with canonical names (docs/signals.md).
 """
 
 from __future__ import annotations
 
-from loadlab.collect.samples import Collector
+from loadlab.collect.protocol import Collector
 from loadlab.config import RunConfig
 
 

@@ -10,7 +10,7 @@ import psutil
 
 from loadlab.clock import now
 from loadlab.collect.poller import PollingCollector
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import Sample
 
 
 class ProcessCpu:

@@ -1,4 +1,4 @@
-"""Collective (NCCL) time from NVIDIA's NCCL Inspector profiler plugin, and its share of step time.
+"""Collective (NCCL) time from NVIDIA's NCCL Inspector profiler plugin.
 
 The Inspector (NCCL 2.23+, `NCCL_PROFILER_PLUGIN=.../libnccl-profiler-inspector.so`,
 `NCCL_INSPECTOR_ENABLE=1`, `NCCL_INSPECTOR_DUMP_DIR=<dir>`) appends one JSON object per line to
@@ -16,14 +16,13 @@ shorter than the gap between collectives).
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from loadlab.clock import now
 from loadlab.collect.poller import PollingCollector
-from loadlab.collect.samples import Coverage, Sample
+from loadlab.store.schema import Coverage, Sample
 
 INSPECTOR_PATTERNS = ("*.log", "*.jsonl")
 
@@ -151,61 +150,3 @@ class NcclInspectorCollector(PollingCollector):
         if not self.records and not cov.error and cov.ok_samples:
             cov.error = f"no NCCL Inspector records found under {self.directory}"
         return cov
-
-
-# -- collective time as a share of step time ------------------------------------------------
-
-def _increase(values: list[float]) -> float:
-    """Increase of a cumulative counter over ordered values, across resets (like PromQL)."""
-    total = 0.0
-    for prev, cur in zip(values, values[1:]):
-        total += cur - prev if cur >= prev else cur
-    return total
-
-
-def _totals_by_rank(samples: list[Sample]) -> dict[str, float]:
-    """Total per rank of a set of series: per-interval `collective_seconds` samples are summed,
-    cumulative histogram series (`..._sum`, `..._count`) contribute their increase."""
-    series: dict[tuple, list[Sample]] = defaultdict(list)
-    for s in samples:
-        if "le" not in s.labels:  # histogram buckets are not totals
-            series[(s.signal, tuple(sorted(s.labels.items())))].append(s)
-    totals: dict[str, float] = defaultdict(float)
-    for (signal, _), group in series.items():
-        group.sort(key=lambda s: s.time)
-        rank = group[0].labels.get("rank", "")
-        values = [s.value for s in group]
-        totals[rank] += sum(values) if signal == "collective_seconds" else _increase(values)
-    return totals
-
-
-def _mean_over_ranks(samples: list[Sample]) -> float:
-    # Ranks run their collectives and steps side by side: per-step figures are means over ranks.
-    totals = _totals_by_rank(samples)
-    return sum(totals.values()) / len(totals) if totals else math.nan
-
-
-def _collective_seconds(samples: list[Sample]) -> float:
-    return _mean_over_ranks([s for s in samples if s.signal == "collective_seconds"
-                             or (s.signal.startswith("collective") and s.signal.endswith("_sum"))])
-
-
-def collective_seconds_per_step(samples: list[Sample], step_time_samples: list[Sample]) -> float:
-    """Collective seconds per engine step; NaN when either side is missing.
-
-    `samples`: NCCL `collective_seconds` samples, or a server's collective-time histogram
-    (its `collective..._sum` series; other signals are ignored). `step_time_samples`: a step-time histogram (its `..._count` series
-    counts steps). Pass the samples of the window of interest (e.g. the steady state).
-    """
-    steps = _mean_over_ranks([s for s in step_time_samples if s.signal.endswith("_count")])
-    return _collective_seconds(samples) / steps if steps > 0 else math.nan
-
-
-def collective_share(samples: list[Sample], step_time_samples: list[Sample]) -> float:
-    """Share (0..1) of step time spent in collectives; NaN when either side is missing.
-
-    Same inputs as `collective_seconds_per_step`; step time is the increase of the step-time
-    histogram's `..._sum` (the reference server's `loadlab_server_step_seconds`).
-    """
-    step_seconds = _mean_over_ranks([s for s in step_time_samples if s.signal.endswith("_sum")])
-    return _collective_seconds(samples) / step_seconds if step_seconds > 0 else math.nan

@@ -10,7 +10,8 @@ import logging
 import threading
 import time
 
-from loadlab.collect.samples import Coverage, Sample, SampleSink
+from loadlab.collect.protocol import SampleSink
+from loadlab.store.schema import Coverage, Sample
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import re
 
-from loadlab.collect.samples import Sample
 from loadlab.collect.signals import canonical_name
+from loadlab.store.schema import Sample
 
 # name, optional {labels}, value, optional timestamp (ms, ignored: we stamp the scrape ourselves)
 _SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?")

@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 
 from loadlab.clock import now
 from loadlab.collect.prom_text import first_of_each_series, series_sample
-from loadlab.collect.samples import Coverage, Sample, SampleSink
+from loadlab.collect.protocol import SampleSink
 from loadlab.collect.server_metrics import check_http_url
 from loadlab.collect.signals import ALL_MAPPINGS, DCGM
 from loadlab.errors import UserError
+from loadlab.store.schema import Coverage, Sample
 
 log = logging.getLogger(__name__)
 

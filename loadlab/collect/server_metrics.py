@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 from loadlab.clock import now
 from loadlab.collect.poller import PollingCollector
 from loadlab.collect.prom_text import parse_metrics_text
-from loadlab.collect.samples import Sample
 from loadlab.errors import UserError
+from loadlab.store.schema import Sample
 
 # trtllm-serve serves its metrics here instead of /metrics.
 TRTLLM_METRICS_PATH = "/prometheus/metrics"

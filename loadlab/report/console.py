@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from loadlab.analyze.stats import Distribution
 from loadlab.analyze.summary import RunSummary, StepSummary
+from loadlab.metrics.stats import Distribution
 
 DASH = "–"
 WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns

@@ -9,11 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadlab.client.records import StepInfo
 from loadlab.clock import ClockAnchor
-from loadlab.collect.samples import Coverage
+from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
-FORMAT = "loadlab-run/1"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see client/budget.py); a write error
 DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)

@@ -30,17 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadlab import __version__
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import ClockAnchor
-from loadlab.collect.samples import Coverage, Sample
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import FAILED, FINISHED, RUNNING, RunMeta, write_json_atomic
-from loadlab.store.reader import (REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, SUMMARY_JSON, RunData,
-                                  current_parts, load_run, read_part_tables)
+from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
+from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
-
-__all__ = ["RunWriter", "RunData", "load_run"]
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +145,12 @@ class RunWriter:
         self._autoflush.start()
 
     def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = (), reason: str = "") -> None:
-        """Final flush, stop autoflush, compact the parts, finish run.json and write summary.json.
+        """Final flush, stop autoflush, compact the parts and finish run.json.
 
         After a write error the status becomes `failed`, the reason says what was lost (also in
         `failure` and `unsaved`), and what could be written stays readable. Never raises for a
-        write error. A second call does nothing.
+        write error. A second call does nothing. summary.json is the analyzer's
+        (`loadlab.analyze.summary.write_summary`).
         """
         if self._closed:
             return
@@ -183,14 +180,16 @@ class RunWriter:
             self.meta.reason = self.failure_line() if self.failure else reason
             self.meta.coverage = list(coverage)
             self._write_meta()
-        from loadlab.analyze.summary import summarize  # here: the analyzer imports this package
-        try:
-            write_json_atomic(self.folder / SUMMARY_JSON, summarize(load_run(self.folder)).to_dict())
-        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
-            self._fail(e)
-            with self._lock:
-                self.meta.status, self.meta.reason = FAILED, self.failure_line()
+
+    def fail(self, error: OSError) -> None:
+        """A write into the closed folder (summary.json) failed: mark the run `failed` with the reason."""
+        self._fail(error)
+        with self._lock:
+            self.meta.status, self.meta.reason = FAILED, self.failure_line()
+            try:
                 self._write_meta()
+            except OSError:
+                log.debug("run folder %s: run.json could not be rewritten", self.folder)
 
     def failure_line(self) -> str:
         """One line on a write error: what failed and how many requests could not be saved."""

@@ -11,8 +11,7 @@ from dataclasses import fields
 
 import pyarrow as pa
 
-from loadlab.client.records import RequestRecord
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import RequestRecord, Sample
 
 # RequestRecord's annotations are strings (postponed evaluation): map them to Arrow types.
 _ARROW_TYPES: dict[str, pa.DataType] = {

@@ -100,15 +100,6 @@ def _draw(d: LengthDist, rng: random.Random) -> float:
     return value
 
 
-def format_length(d: LengthDist) -> str:
-    """The short string form of `d` (the inverse of `parse_length`), for logs and reports."""
-    if d.kind == "fixed":
-        return f"fixed:{d.mean:g}"
-    if d.kind == "uniform":
-        return f"uniform:{d.min:g}:{d.max:g}"
-    return f"{d.kind}:{d.mean:g}:{d.std:g}:{d.min:g}:{d.max:g}"
-
-
 def _expect(text: str, values: list[float], count: int, form: str) -> None:
     if len(values) != count:
         raise UserError(f"bad length distribution {text!r}: expected {form}")

@@ -11,63 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadlab.analyze.summary import (CLIENT_CPU_P90_MAX, RunSummary, Slo, StepSummary, summarize)
-from loadlab.client.records import RequestRecord, StepInfo
-from loadlab.clock import ClockAnchor
-from loadlab.collect.samples import Coverage, Sample
+from loadlab.analyze.summary import RunSummary, Slo, StepSummary, summarize, write_summary
+from loadlab.clock import process_anchor
+from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.meta import RunMeta
-from loadlab.store.reader import RunData
-from loadlab.store.tables import requests_table, samples_table
-
-T = 1000.0
-
-
-def req(i: int, send: float, tokens: list[float], end: float | None = None, *, scheduled: float | None = None,
-        step: int = 0, **kw: Any) -> RequestRecord:
-    """A successful request unless `error` is given; completion_tokens defaults to len(tokens)."""
-    n = len(tokens)
-    fields: dict[str, Any] = dict(
-        request_id=f"r{i}", worker="w", step=step, warmup=False, api="chat",
-        scheduled_time=send if scheduled is None else scheduled, send_time=send,
-        first_token_time=tokens[0] if tokens else math.nan,
-        end_time=end if end is not None else (tokens[-1] if tokens else send),
-        token_times=tokens, token_clock="kernel", completion_tokens=n, client_tokens=n, max_tokens=n,
-        status=200)
-    return RequestRecord(**{**fields, **kw})
-
-
-def run_of(records: list[RequestRecord], steps: list[StepInfo] = (), samples: list[Sample] = (),
-           status: str = "finished", config: dict[str, Any] | None = None) -> RunData:
-    meta = RunMeta(status=status, config=config or {}, versions={}, host={},
-                   anchor=ClockAnchor(T, 0.0), steps=list(steps),
-                   coverage=[Coverage("server", True, ok_samples=7)])
-    return RunData(path=Path("mem"), meta=meta, requests=requests_table(records).to_pandas(),
-                   samples=samples_table(list(samples)).to_pandas())
-
-
-def closed(target: float = 2, start: float = T, end: float = T + 10, index: int = 0) -> StepInfo:
-    return StepInfo(index, f"concurrency={target:g}", "closed", target, start, end)
-
-
-def opened(rate: float, start: float = T, end: float = T + 10, index: int = 0) -> StepInfo:
-    return StepInfo(index, f"rate={rate:g}", "open", rate, start, end)
-
-
-def hand_built() -> RunData:
-    return run_of([
-        # TTFT .2; gaps .1 .2 .1; E2E .6; TPOT (.6-.2)/3; 4 tokens in .4 s -> 10 tok/s; cap 3 exceeded
-        req(0, T, [T + 0.2, T + 0.3, T + 0.5, T + 0.6], max_tokens=3),
-        # closed loop: TTFT from send (1001.0), not from scheduled; ends .1 s after its last token
-        # TTFT .1; gap .3; E2E .5; TPOT .4/1; 2 tokens / .4 s = 5 tok/s; client saw 3 events; cap 4 not reached
-        req(1, T + 1, [T + 1.1, T + 1.4], T + 1.5, scheduled=T + 0.9, client_tokens=3, max_tokens=4),
-        req(2, T + 2, [T + 2.5], T + 3, error="timeout", status=200),
-        # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token;
-        # read over TLS, so timed at the read
-        req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0, token_clock="read"),
-        req(4, T, [T + 5], warmup=True),
-    ], [closed(2)])
-
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX
+from loadlab.store.reader import load_run
+from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import Coverage, Sample, StepInfo
+from tests.support.records import T, closed, four_users_back_to_back, opened, req
+from tests.support.runs import hand_built, run_of
 
 def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
     s = summarize(hand_built()).steps[0]
@@ -110,11 +63,6 @@ def test_open_loop_that_falls_short_of_the_requested_rate_is_client_limited() ->
     assert s.client.limited and any("achieved 2.00 req/s < 0.9" in r for r in s.client.reasons)
     healthy = [req(i, T + i * 0.2 + 0.001, [T + i * 0.2 + 0.1], scheduled=T + i * 0.2) for i in range(50)]
     assert not summarize(run_of(healthy, [opened(5)])).steps[0].client.limited
-
-
-def four_users_back_to_back() -> list[RequestRecord]:
-    """4 users x 10 requests of 1 s each: 4 requests always in flight over 10 s."""
-    return [req(u * 10 + k, T + k, [T + k + 0.5, T + k + 1.0]) for u in range(4) for k in range(10)]
 
 
 @pytest.mark.parametrize("users, think_time, limited", [(4, None, False), (8, None, True),
@@ -214,6 +162,17 @@ def test_summary_json_round_trip() -> None:
     assert back.to_dict() == summary.to_dict()
 
 
+def test_write_summary_writes_summary_json_into_the_closed_run_folder(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run", RunConfig(), process_anchor())
+    writer.add_requests([req(0, T, [T + 0.1, T + 0.2])])
+    writer.close(status="interrupted", coverage=[Coverage("gpu", False, error="no NVML")])
+    result = write_summary(load_run(tmp_path / "run"), Slo(ttft_ms=300))
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(result.to_dict()))
+    assert on_disk["status"] == "interrupted" and on_disk["coverage"][0]["error"] == "no NVML"
+    assert on_disk["steps"][0]["slo_met"] == 1
+
+
 def test_slo_parsing() -> None:
     assert Slo.parse("ttft=500, itl=50") == Slo(ttft_ms=500, itl_ms=50)
     assert Slo.parse("TPOT=40,e2e=5000") == Slo(tpot_ms=40, e2e_ms=5000)
@@ -250,3 +209,13 @@ def test_invariants_on_random_runs(requests: list[tuple[float, float, list[float
     if ok:
         assert s.ttft.min <= s.ttft.p50 <= s.ttft.p90 <= s.ttft.p99 <= s.ttft.max
         assert s.e2e.min >= s.ttft.min - 1e-9
+
+
+def test_the_run_folders_warnings_and_status_are_carried_into_the_summary(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[1]), process_anchor())
+    writer.add_warning("load-generator process host:7 died")
+    writer.close(status="degraded")
+    write_summary(load_run(folder))
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "degraded" and "load-generator process host:7 died" in summary["warnings"]

@@ -3,90 +3,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from loadlab.analyze.timeline import build_timeline
-from loadlab.client.records import RequestRecord, StepInfo
-from loadlab.clock import process_anchor
-from loadlab.collect.samples import Sample
-from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
-from loadlab.store.run_folder import RunWriter
-
-NAN = float("nan")
-
-
-def request(rid: str, t0: float, send: float, tokens: list[float], end: float, completion: int = -1,
-            error: str = "", scheduled: float | None = None, step: int = 0) -> RequestRecord:
-    """A record with times given as seconds after t0."""
-    times = [t0 + t for t in tokens]
-    return RequestRecord(
-        request_id=rid, worker="w", step=step, warmup=False, api="chat",
-        scheduled_time=t0 + (send if scheduled is None else scheduled), send_time=t0 + send,
-        first_token_time=times[0] if times else NAN, end_time=t0 + end, token_times=times,
-        completion_tokens=completion, client_tokens=len(times), error=error, status=200 if not error else 0)
-
-
-Content = Callable[[float], tuple[list[RequestRecord], list[Sample]]]
-
-
-def write_run(folder: Path, content: Content, mode: str = "closed") -> None:
-    """A finished run folder whose records and samples `content(t0)` makes from the run's start t0."""
-    config = RunConfig(url="http://127.0.0.1:1", concurrency=[2] if mode == "closed" else [],
-                       rate=[2.0] if mode == "open" else [])
-    writer = RunWriter(folder, config, process_anchor())
-    t0 = writer.meta.started_at
-    writer.begin_step(StepInfo(index=0, label="x", mode=mode, target=2, start_time=t0))
-    records, samples = content(t0)
-    writer.add_requests(records)
-    writer.add_samples(samples)
-    writer.close()
-
-
-def fill_run(folder: Path, with_server: bool = True) -> None:
-    """Three requests over ~2.5 s; server, GPU and step-time samples when `with_server`."""
-    write_run(folder, lambda t0: (three_requests(t0), server_samples(t0) if with_server else []))
-
-
-def three_requests(t0: float) -> list[RequestRecord]:
-    return [
-        # r1: sent at 0.1, tokens 0.3..0.9 (4 events standing for 8 tokens), done at 1.2.
-        request("r1", t0, 0.1, [0.3, 0.5, 0.7, 0.9], 1.2, completion=8),
-        # r2: sent at 0.2, first token at 0.6, then one each 0.5 s, ends at 2.1.
-        request("r2", t0, 0.2, [0.6, 1.1, 1.6, 2.1], 2.1, completion=4),
-        # r3: sent at 1.5, fails at 2.5 without tokens.
-        request("r3", t0, 1.5, [], 2.5, error="timeout"),
-    ]
-
-
-def server_samples(t0: float) -> list[Sample]:
-    def s(t: float, signal: str, value: float, source: str = "server", **labels: str) -> Sample:
-        return Sample(t0 + t, source, signal, value, labels)
-
-    return [
-        # Two engines: running is their sum at each scrape, then the mean over the second.
-        s(0.5, "requests_running", 1, engine="0"), s(0.5, "requests_running", 1, engine="1"),
-        s(0.9, "requests_running", 2, engine="0"), s(0.9, "requests_running", 2, engine="1"),
-        s(1.5, "requests_running", 1, engine="0"), s(1.5, "requests_running", 0, engine="1"),
-        s(0.5, "kv_usage", 0.2, engine="0"), s(0.5, "kv_usage", 0.4, engine="1"),
-        s(0.5, "requests_waiting", 0, engine="0"),
-        # Preemptions counter: +2 in second 1, reset then +1 in second 2.
-        s(0.5, "preemptions", 3), s(1.5, "preemptions", 5), s(2.5, "preemptions", 1),
-        # A Prometheus copy of the same gauge must not be added to the direct scrape's.
-        s(0.5, "requests_running", 50, source="prometheus"),
-        # GPUs: mean over both GPUs and both samples.
-        s(0.2, "gpu_util", 0.5, source="gpu", gpu="0"), s(0.2, "gpu_util", 0.7, source="gpu", gpu="1"),
-        s(0.7, "gpu_util", 0.9, source="gpu", gpu="0"), s(0.7, "gpu_util", 0.9, source="gpu", gpu="1"),
-        s(0.7, "gpu_sm_active", 0.4, source="gpu", gpu="0"),
-        # Step time grows 0.8 s and collective time 0.2 s during second 1: share 0.25.
-        s(0.5, "step_time_sum", 1.0, phase="decode"), s(1.5, "step_time_sum", 1.8, phase="decode"),
-        s(0.5, "collective_time_sum", 0.1), s(1.5, "collective_time_sum", 0.3),
-        s(0.5, "ttft", 3, le="0.1"),   # histogram buckets are not timeline columns
-    ]
-
+from loadlab.store.schema import RequestRecord, Sample
+from tests.support.runs import fill_run, request, three_requests, write_run
 
 def column(timeline, name: str) -> list[float]:
     return [getattr(r, name) for r in timeline.rows]

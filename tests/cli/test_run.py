@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import ErrorCategory
-from loadlab.store.run_folder import load_run
+from loadlab.store.reader import load_run
+from loadlab.store.schema import ErrorCategory
 from tests.support.disk import fill, small_tmpfs
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
 

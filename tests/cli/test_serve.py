@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from reference_server.config import EngineConfig
-from tests.reference_server.server import MODEL, TEST_FLAGS
 from tests.support.procs import BIN, Proc, free_port, loadlab, wait_http
+from tests.support.reference_server import MODEL, TEST_FLAGS
 
 
 def serve_args(port: int, *flags: str) -> list[str]:

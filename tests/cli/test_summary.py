@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import StepInfo
+from loadlab.analyze.summary import write_summary
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
-from tests.store.test_run_folder import record
+from loadlab.store.schema import StepInfo
+from tests.support.records import record
 from tests.support.procs import loadlab
 
 
@@ -26,6 +28,7 @@ def write_run(folder: Path, finish: bool) -> None:
     if finish:
         writer.end_step(0, t + 1)
         writer.close()
+        write_summary(load_run(folder))
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.analyze.test_timeline import fill_run
+from tests.support.runs import fill_run
 from tests.support.procs import loadlab
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from loadlab.client.budget import MIN_REQUESTS, REJECTED_AFTER, ErrorBudget
-from loadlab.client.records import ErrorCategory, RequestRecord
+from loadlab.store.schema import ErrorCategory, RequestRecord
 
 
 def record(error: str = "", status: int = 200, step: int = 0, warmup: bool = False) -> RequestRecord:

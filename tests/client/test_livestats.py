@@ -8,8 +8,8 @@ import random
 import numpy as np
 
 from loadlab.client.livestats import RATE_WINDOW_S, LiveStats, request_latencies
-from loadlab.client.records import RequestRecord
 from loadlab.clock import now
+from loadlab.store.schema import RequestRecord
 
 
 def record(i: int, start: float, ttft: float, gaps: list[float], *, error: str = "", warmup: bool = False,

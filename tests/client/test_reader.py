@@ -17,8 +17,8 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.url import URL
 
 from loadlab.client.reader import GATHER_S, body_reader, next_pause
-from loadlab.client.records import ErrorCategory
-from tests.client.test_stream import client, send, serve_events, start_mock, truth, url_of
+from loadlab.store.schema import ErrorCategory
+from tests.support.event_stream import client, send, serve_events, start_mock, truth, url_of
 
 EVENT = b'data: {"choices":[{"delta":{"content":"t"},"finish_reason":null}]}\n\n'
 LAST = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'

@@ -7,86 +7,17 @@ subprocess and reports, per X-Request-Id, when it really sent each token (GET /t
 from __future__ import annotations
 
 import json
-import re
 import socket
-import time
-import urllib.request
 
 import gevent
 import pytest
 from gevent.server import StreamServer
-from geventhttpclient.client import HTTPClient
-from geventhttpclient.url import URL
 
-from loadlab.client.records import ErrorCategory
-from loadlab.client.stream import Endpoint, build_body, split_url, stream_request
-from loadlab.clock import process_anchor
+from loadlab.client.stream import Endpoint, build_body, split_url
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.workload.spec import RequestSpec
-from tests.support.procs import BIN, Proc, free_port
-
-
-def start_mock(*args: str) -> Proc:
-    port = free_port()
-    return Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
-                ready_url=f"http://127.0.0.1:{port}/health")
-
-
-def url_of(mock: Proc) -> str:
-    return f"http://127.0.0.1:{mock.args[mock.args.index('--port') + 1]}"
-
-
-def truth(url: str) -> dict[str, dict]:
-    with urllib.request.urlopen(f"{url}/truth", timeout=10) as r:
-        return {t["request_id"]: t for t in json.loads(r.read())["requests"]}
-
-
-def spec(max_tokens: int = 10, pin: bool = True) -> RequestSpec:
-    return RequestSpec(prompt="hello", messages=[{"role": "user", "content": "hello"}],
-                       max_tokens=max_tokens, input_tokens=5, pin_output=pin)
-
-
-def client(url: str, concurrency: int = 4, timeout: float = 5.0) -> HTTPClient:
-    return HTTPClient.from_url(URL(url), concurrency=concurrency, network_timeout=timeout,
-                               connection_timeout=timeout)
-
-
-def send(url: str, http: HTTPClient, request_id: str, *, api: str = "chat", model: str = "m",
-         timeout: float = 5.0, api_key: str = "", max_tokens: int = 10):
-    endpoint = Endpoint.from_config(RunConfig(url=url, model=model, api=api, timeout=timeout,
-                                              api_key=api_key))
-    return stream_request(http, endpoint, spec(max_tokens), request_id, time.perf_counter(),
-                          process_anchor(), worker="test", step=0, warmup=False).record
-
-
-def serve_events(writes: list[bytes | float]):
-    """A handler answering each request with `writes` as one chunked event stream, one chunk per
-    write, 10 ms apart; a number in `writes` is a pause of that many seconds."""
-
-    def handle(conn, _address) -> None:
-        while True:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                request += data
-            head, _, body = request.partition(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-            while len(body) < length:
-                body += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
-            for data in writes:
-                if isinstance(data, float):
-                    gevent.sleep(data)
-                    continue
-                conn.sendall(b"%x\r\n%s\r\n" % (len(data), data))
-                gevent.sleep(0.01)
-            conn.sendall(b"0\r\n\r\n")
-
-    return handle
+from loadlab.store.schema import ErrorCategory
+from tests.support.event_stream import client, send, serve_events, spec, start_mock, truth, url_of
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import gevent
 from locust.env import Environment
 
 from loadlab.client.context import ClientContext, add_loadlab_events
-from loadlab.client.records import StepInfo
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser, in_flight
 from loadlab.clock import now
 from loadlab.config import LengthDist, RunConfig, WorkloadConfig
+from loadlab.store.schema import StepInfo
 
 
 def main(url: str, mode: str, target: float, seconds: float, requests: int = 0) -> dict:

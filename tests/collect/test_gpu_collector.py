@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from loadlab.collect.gpu import GpuCollector, NvmlBackend, ReplayBackend
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import Sample
 
 TRACE = Path(__file__).parent / "data" / "gpu_h200_tp2_decode.jsonl"
 

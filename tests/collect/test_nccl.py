@@ -1,37 +1,14 @@
-"""NCCL Inspector files -> collective samples; collective time as a share of step time."""
+"""NCCL Inspector files -> collective samples."""
 
-import json
 import logging
-import math
 import time
 from pathlib import Path
 
 import pytest
 
-from loadlab.collect.nccl import NcclInspectorCollector, collective_seconds_per_step, collective_share
-from loadlab.collect.samples import Sample
-
-DUMP_US = 1_796_000_000_000_000
-
-
-def inspector_line(rank: int, seq: int, exec_us: int, coll: str = "AllReduce", comm: str = "0x7f8c496ae9f661",
-                   kernel_stop_us: int | None = None) -> str:
-    """One record as the Inspector plugin writes it: a JSON object on one line."""
-    perf = {"coll": coll, "coll_sn": seq, "coll_msg_size_bytes": 16384, "coll_exec_time_us": exec_us,
-            "coll_timing_source": "kernel_gpu", "coll_algobw_gbs": 0.04, "coll_busbw_gbs": 0.04}
-    if kernel_stop_us is not None:  # NCCL_INSPECTOR_DUMP_VERBOSE=1
-        perf["event_trace_sn"] = {"coll_start_sn": 1, "coll_stop_sn": 2, "kernel_events": []}
-        perf["event_trace_ts"] = {"coll_start_ts": kernel_stop_us - 900, "coll_stop_ts": kernel_stop_us - 850,
-                                  "kernel_events": [{"channel_id": 0, "kernel_start_ts": kernel_stop_us - exec_us,
-                                                     "kernel_stop_ts": kernel_stop_us,
-                                                     "kernel_record_ts": kernel_stop_us}]}
-    return json.dumps({
-        "header": {"id": comm, "rank": rank, "n_ranks": 2, "nnodes": 1},
-        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "", "rec_mechanism":
-                     "nccl_profiler_interface", "dump_timestamp_us": DUMP_US + seq * 1000,
-                     "hostname": "node0", "pid": 4100 + rank},
-        "coll_perf": perf,
-    }, separators=(",", ":")) + "\n"
+from loadlab.collect.nccl import NcclInspectorCollector
+from loadlab.store.schema import Sample
+from tests.support.nccl_inspector import DUMP_US, inspector_line
 
 
 def append(path: Path, text: str) -> None:
@@ -105,38 +82,3 @@ def test_a_file_gone_since_the_listing_loses_nothing_read_from_the_others(tmp_pa
     samples = collector.poll()
     assert [x.value for x in samples if x.signal == "collective_time"] == [0.0004]
     assert "node0-pid4101.log" in collector.coverage().error
-
-
-def s(signal: str, t: float, value: float, **labels: str) -> Sample:
-    return Sample(t, "server", signal, value, labels)
-
-
-# A reference-server step-time histogram over a window: 40 steps, 20 ms of step time in all.
-STEPS = [s("step_time_sum", 0, 1.000, phase="decode"), s("step_time_sum", 5, 1.015, phase="decode"),
-         s("step_time_count", 0, 100, phase="decode"), s("step_time_count", 5, 130, phase="decode"),
-         s("step_time_sum", 0, 0.200, phase="prefill"), s("step_time_sum", 5, 0.205, phase="prefill"),
-         s("step_time_count", 0, 10, phase="prefill"), s("step_time_count", 5, 20, phase="prefill"),
-         s("step_time", 5, 130, phase="decode", le="0.01")]  # a bucket: ignored
-
-
-def test_share_from_nccl_interval_totals_averages_over_ranks():
-    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"}),
-            Sample(2, "nccl", "collective_seconds", 0.002, {"rank": "0"}),
-            Sample(1, "nccl", "collective_seconds", 0.005, {"rank": "1"}),
-            Sample(1, "nccl", "collective_time", 0.004, {"rank": "1", "coll": "AllReduce"})]  # not a total
-    assert collective_share(nccl, STEPS) == pytest.approx(0.004 / 0.020)
-    assert collective_seconds_per_step(nccl, STEPS) == pytest.approx(0.004 / 40)
-
-
-def test_share_from_a_server_collective_histogram_uses_counter_increases_across_resets():
-    server = [s("collective_time_sum", 0, 0.50), s("collective_time_sum", 2, 0.503),
-              s("collective_time_sum", 3, 0.001), s("collective_time_sum", 5, 0.002),  # restarted
-              s("collective_time_count", 5, 999), s("ttft_sum", 5, 99.0)]             # ignored
-    assert collective_share(server, STEPS) == pytest.approx(0.005 / 0.020)
-
-
-def test_share_is_nan_when_either_side_is_missing():
-    nccl = [Sample(1, "nccl", "collective_seconds", 0.001, {"rank": "0"})]
-    assert math.isnan(collective_share(nccl, []))
-    assert math.isnan(collective_share([], STEPS))
-    assert math.isnan(collective_seconds_per_step(nccl, [s("step_time_count", 0, 5)]))  # no increase

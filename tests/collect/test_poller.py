@@ -6,7 +6,7 @@ import time
 import pytest
 
 from loadlab.collect.poller import PollingCollector
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import Sample
 
 
 class Flaky(PollingCollector):

@@ -10,10 +10,10 @@ from typing import Iterator
 import pytest
 
 from loadlab.collect.prometheus_server import PrometheusCollector, series_query
-from loadlab.collect.samples import Sample
 from loadlab.collect.server_metrics import ServerMetricsCollector
 from loadlab.collect.signals import ALL_MAPPINGS
 from loadlab.errors import UserError
+from loadlab.store.schema import Sample
 from tests.support.mock_load import mock_server, stream_requests
 from tests.support.procs import BIN, Proc, free_port
 from tests.support.prometheus import prometheus_server

@@ -13,9 +13,9 @@ from typing import Iterator
 import pytest
 
 from loadlab.clock import now
-from loadlab.collect.samples import Sample
 from loadlab.collect.server_metrics import ServerMetricsCollector, metrics_url
 from loadlab.errors import UserError
+from loadlab.store.schema import Sample
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

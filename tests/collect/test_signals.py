@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from loadlab.collect.prom_text import parse_metrics_text
-from loadlab.collect.samples import Sample
 from loadlab.collect.signals import canonical_name
+from loadlab.store.schema import Sample
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

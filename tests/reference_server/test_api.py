@@ -15,8 +15,8 @@ from reference_server.api import build_app
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
 from reference_server.engine.runner import Worker
-from tests.reference_server.server import MAX_MODEL_LEN, MODEL, chunks, sse_data, start_server
 from tests.support.procs import free_port
+from tests.support.reference_server import MAX_MODEL_LEN, MODEL, chunks, sse_data, start_server
 
 KEY = "test-key"
 

@@ -17,7 +17,7 @@ from reference_server.engine.runner import EngineFault, ModelRunner, Worker
 from reference_server.engine.sampler import Sampler
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
 
-from .conftest import Result, collect, run_engine
+from tests.support.engine import Result, collect, run_engine
 
 # Seeded sampling rather than greedy: batches of different sizes round differently, which can flip
 # an argmax between near-tied tokens, but almost never moves a seeded draw across a boundary.

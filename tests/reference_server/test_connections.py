@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from tests.reference_server.server import start_server
+from tests.support.reference_server import start_server
 
 IDLE = 1.0   # --idle-timeout of these servers: seconds
 

@@ -13,7 +13,7 @@ import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.reference_server.server import MAX_MODEL_LEN, MODEL, sse_data, start_server
+from tests.support.reference_server import MAX_MODEL_LEN, MODEL, sse_data, start_server
 
 ABORTS = ("vllm:request_success_total", {"finished_reason": "abort"})
 

@@ -14,7 +14,7 @@ from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
 from reference_server.interface import SamplingParams
 
-from .conftest import collect, run_engine
+from tests.support.engine import collect, run_engine
 
 PROMPTS = ["tensor parallel ", "two ranks, one answer: ", "x"]
 

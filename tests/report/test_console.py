@@ -8,8 +8,8 @@ from rich.console import Console
 
 from loadlab.analyze.summary import Slo, summarize
 from loadlab.report.console import print_summary
-from tests.analyze.test_summary import (T, closed, four_users_back_to_back, hand_built, opened, req,
-                                        run_of)
+from tests.support.records import T, closed, four_users_back_to_back, opened, req
+from tests.support.runs import hand_built, run_of
 
 
 def render(summary, width: int = 160) -> str:

@@ -13,7 +13,7 @@ from loadlab.errors import UserError
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
-from tests.store.test_run_folder import record
+from tests.support.records import record
 
 
 def test_a_run_without_parts_loads_as_empty_tables_with_all_columns(tmp_path: Path) -> None:

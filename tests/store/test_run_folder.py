@@ -14,23 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.client.records import RequestRecord, StepInfo
 from loadlab.clock import ClockAnchor, now, process_anchor
-from loadlab.collect.samples import Coverage, Sample
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import FORMAT, Coverage, Sample, StepInfo
 from tests.support.disk import fill, small_tmpfs
 from tests.support.procs import REPO
-
-
-def record(i: int, t: float, **kw: object) -> RequestRecord:
-    base = dict(request_id=f"r{i}", worker="host:1", step=0, warmup=False, api="chat",
-                scheduled_time=t, send_time=t + 0.001, first_token_time=t + 0.1, end_time=t + 0.3,
-                token_times=[t + 0.1, t + 0.2, t + 0.3], prompt_tokens=12, completion_tokens=3,
-                client_tokens=3, input_tokens=12, max_tokens=3, finish_reason="length", status=200)
-    return RequestRecord(**{**base, **kw})
+from tests.support.records import record
 
 
 def parts(folder: Path, table: str) -> list[Path]:
@@ -74,7 +66,7 @@ def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_p
     anchor = ClockAnchor(wall=1000.0, monotonic=time.perf_counter())
     writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[1, 2]), anchor)
     meta = json.loads((folder / "run.json").read_text())
-    assert meta["format"] == "loadlab-run/1" and meta["status"] == "running"
+    assert meta["format"] == FORMAT and meta["status"] == "running"
     assert meta["config"]["concurrency"] == [1, 2] and "api_key" not in meta["config"]
     assert meta["anchors"] == {"wall": 1000.0, "monotonic": anchor.monotonic}
     assert set(meta["versions"]) >= {"loadlab", "python", "locust", "platform"}
@@ -95,20 +87,17 @@ def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_p
     assert run.meta.ended_at >= run.meta.started_at
     assert run.meta.steps[1].end_time == run.meta.ended_at     # a step still open ends with the run
     assert run.meta.coverage == [Coverage("gpu", False, error="no NVML")]
-    summary = json.loads((folder / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["coverage"][0]["error"] == "no NVML"
+    assert not (folder / "summary.json").exists()    # the writer stops at the run folder; analyze/ summarizes
     assert not list(folder.rglob(".*.tmp"))
 
 
-def test_a_warning_is_written_at_once_and_carried_into_the_summary(tmp_path: Path) -> None:
+def test_a_warning_is_written_at_once_and_read_back(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[1]), process_anchor())
     writer.add_warning("load-generator process host:7 died")
     assert json.loads((folder / "run.json").read_text())["warnings"] == ["load-generator process host:7 died"]
     writer.close(status="degraded")
     assert load_run(folder).meta.warnings == ["load-generator process host:7 died"]
-    summary = json.loads((folder / "summary.json").read_text())
-    assert summary["status"] == "degraded" and "load-generator process host:7 died" in summary["warnings"]
 
 
 def test_each_flush_adds_a_part_and_an_empty_flush_adds_none(tmp_path: Path) -> None:
@@ -177,7 +166,6 @@ def test_a_full_disk_keeps_the_rows_in_memory_and_closes_as_failed_with_what_fit
         assert len(run.requests) + writer.unsaved == 20101
         assert len(run.requests) > 100                  # in small parts, what fitted was written
         assert run.requests["request_id"].is_unique
-        assert json.loads((disk / "run" / "summary.json").read_text())["status"] == "failed"
         assert not (disk / "run" / ".reserve").exists()
 
 
@@ -189,7 +177,7 @@ def test_refuses_a_folder_that_already_holds_a_run(tmp_path: Path) -> None:
 
 def test_an_empty_existing_folder_is_accepted(tmp_path: Path) -> None:
     RunWriter(tmp_path, RunConfig(), process_anchor()).close()
-    assert (tmp_path / "summary.json").is_file()
+    assert load_run(tmp_path).meta.status == "finished"
 
 
 # The child writes one record every 5 ms with end_time = now, through autoflush at its default
@@ -199,10 +187,10 @@ _CHILD = textwrap.dedent("""
     monkey.patch_all()
     import sys, time
     from pathlib import Path
-    from loadlab.client.records import RequestRecord, StepInfo
     from loadlab.clock import now, process_anchor
     from loadlab.config import RunConfig
     from loadlab.store.run_folder import RunWriter
+    from loadlab.store.schema import RequestRecord, StepInfo
 
     writer = RunWriter(Path(sys.argv[1]), RunConfig(concurrency=[1]), process_anchor())
     writer.begin_step(StepInfo(0, "concurrency=1", "closed", 1, now()))

@@ -8,7 +8,7 @@ import pytest
 from loadlab.config import LengthDist
 from loadlab.errors import UserError
 from loadlab.workload.distributions import (
-    format_length, parse_length, parse_seconds, sample_length, sample_seconds,
+    parse_length, parse_seconds, sample_length, sample_seconds,
 )
 
 
@@ -66,11 +66,6 @@ def test_same_seed_same_draws():
 def test_bad_strings_raise_user_error(text):
     with pytest.raises(UserError):
         parse_length(text)
-
-
-def test_format_round_trips():
-    for text in ("fixed:128", "uniform:64:256", "normal:100:20:1:500", "lognormal:100:20:5:900"):
-        assert parse_length(format_length(parse_length(text))) == parse_length(text)
 
 
 def test_seconds_allow_fractions_and_zero():

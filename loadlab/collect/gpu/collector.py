@@ -6,7 +6,7 @@ from loadlab.clock import now
 from loadlab.collect.gpu.backend import GpuBackend
 from loadlab.collect.gpu.nvml import NvmlBackend
 from loadlab.collect.poller import PollingCollector
-from loadlab.collect.samples import Coverage, Sample
+from loadlab.store.schema import Coverage, Sample
 
 
 class GpuCollector(PollingCollector):

@@ -78,10 +78,6 @@ class NvmlBackend:
     def read(self) -> list[GpuReading]:
         return [self._read_gpu(gpu) for gpu in self._gpus]
 
-    def unsupported_queries(self) -> dict[int, list[str]]:
-        """Per GPU index, the queries this GPU/driver does not answer (dropped after one try)."""
-        return {gpu.index: sorted(gpu.unsupported) for gpu in self._gpus}
-
     # -- one GPU ----------------------------------------------------------------------------
     def _read_gpu(self, gpu: _Gpu) -> GpuReading:
         nv, h = self._nvml, gpu.handle

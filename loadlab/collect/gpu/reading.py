@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from loadlab.collect.samples import Sample
+from loadlab.store.schema import Sample
 
 # Clock-event ("throttle") reason bits of nvmlDeviceGetCurrentClocksEventReasons.
 CLOCK_EVENT_SW_POWER_CAP = 0x4

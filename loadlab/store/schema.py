@@ -1,9 +1,17 @@
-"""The client's output: one RequestRecord per request, failed ones included."""
+"""The run folder's records and its format version: what every part of loadlab writes or reads.
+
+One `RequestRecord` per request (failed ones included), one `StepInfo` per load step, `Sample`s
+from the collectors and a `Coverage` per collector. A field added to or changed in any of them
+changes the format: bump FORMAT_VERSION (tests/store/test_schema.py says when).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+
+FORMAT_VERSION = 2
+FORMAT = f"loadlab-run/{FORMAT_VERSION}"          # run.json's `format`
 
 
 class ErrorCategory(str, Enum):
@@ -71,3 +79,30 @@ class StepInfo:
     target: float                    # users (closed) or requests/s (open)
     start_time: float                # epoch seconds
     end_time: float = float("nan")
+
+
+@dataclass
+class Sample:
+    """One value of one signal at one time.
+
+    `signal` is a canonical name when the collector knows one (see docs/signals.md: e.g.
+    `requests_running`, `kv_usage`, `gpu_sm_active`) or the raw series name otherwise.
+    Histograms are stored as one sample per bucket with the `le` label, plus `_sum`/`_count`.
+    """
+
+    time: float                      # epoch seconds (loadlab.clock.now())
+    source: str                      # "server", "prometheus", "gpu", "nccl", "host", "client"
+    signal: str
+    value: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Coverage:
+    """What a collector managed to collect, written into run.json and summary.json."""
+
+    source: str
+    enabled: bool
+    ok_samples: int = 0
+    failed_samples: int = 0
+    error: str = ""                  # the first error seen, reported once

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.request_metrics import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
 
 
 def test_start_is_the_scheduled_time_in_open_loop_and_the_send_time_in_closed_loop():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadlab.analyze.stats import Distribution, percentile
+from loadlab.metrics.stats import Distribution, percentile
 
 
 def test_percentiles_interpolate_between_ranks() -> None:

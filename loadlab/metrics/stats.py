@@ -46,7 +46,11 @@ class Distribution:
 
 
 def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:
-    """The exact q-th percentile of the finite values (NaN when there are none)."""
+    """The exact q-th percentile of the finite values (NaN when there are none).
+
+    loadlab's one definition, linear between the two nearest ranks as in `Distribution`: the live
+    self-check and the summary compare the same number against the limits of limits.py.
+    """
     a = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     a = a[np.isfinite(a)]
     return float(np.percentile(a, q)) if a.size else math.nan

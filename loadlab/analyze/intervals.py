@@ -1,0 +1,112 @@
+"""A run's sample series per interval: how much a counter grew, and collective time as a share of
+engine step time. One definition for the timeline's columns and for any window of a run (one
+interval spanning it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from loadlab.collect import signals as sig
+
+# Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
+SERVER_SOURCES = ("server", "prometheus")
+# NcclInspectorCollector's collective seconds per poll interval and rank (source "nccl").
+NCCL_COLLECTIVE_SECONDS = "collective_seconds"
+
+
+@dataclass
+class Bins:
+    """Equal intervals from `start`; maps times to interval indices (-1 = outside)."""
+
+    start: float
+    width: float
+    count: int
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.start + self.width * np.arange(self.count)
+
+    @property
+    def edges(self) -> np.ndarray:
+        return self.start + self.width * np.arange(self.count + 1)
+
+    def index(self, times: np.ndarray | pd.Series) -> np.ndarray:
+        t = np.asarray(times, dtype=float)
+        with np.errstate(invalid="ignore"):
+            i = np.floor((t - self.start) / self.width)
+        ok = np.isfinite(i) & (i >= 0) & (i < self.count)
+        return np.where(ok, np.nan_to_num(i), -1).astype(int)
+
+    def total(self, times: np.ndarray | pd.Series, weights: np.ndarray | None = None) -> np.ndarray:
+        """Sum of `weights` (or a count) of the times falling in each interval."""
+        i = self.index(times)
+        w = np.ones(len(i)) if weights is None else np.asarray(weights, dtype=float)
+        return np.bincount(i[i >= 0], weights=w[i >= 0], minlength=self.count).astype(float)
+
+    def median(self, times: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Median of the values whose time falls in each interval (NaN for empty ones)."""
+        i = self.index(times)
+        keep = (i >= 0) & np.isfinite(values)
+        medians = pd.Series(values[keep]).groupby(i[keep]).median()
+        out = np.full(self.count, np.nan)
+        out[medians.index.to_numpy()] = medians.to_numpy()
+        return out
+
+
+def pick_source(samples: pd.DataFrame, signal: str, sources: tuple[str, ...]) -> pd.DataFrame:
+    """The samples of `signal` from the first of `sources` that has any."""
+    of_signal = samples[samples["signal"] == signal]
+    for source in sources:
+        chosen = of_signal[of_signal["source"] == source]
+        if len(chosen):
+            return chosen
+    return of_signal.iloc[0:0]
+
+
+def interval_totals(series: pd.DataFrame, bins: Bins, cumulative: bool = True) -> np.ndarray:
+    """How much the series of one signal added up in each interval (NaN: no sample there).
+
+    `cumulative`: a counter (or a histogram's `_sum`/`_count`); each series' increase since its
+    previous sample is credited to the interval of the later sample, and a drop means the counter
+    was reset, so the new value is the increase since. Otherwise each sample is already an amount
+    (NCCL Inspector's `collective_seconds`). Series are summed within a rank (label `rank`) and
+    ranks averaged: they run their steps and collectives side by side.
+    """
+    df = series.sort_values("time", kind="stable")
+    values = df["value"].to_numpy(float)
+    amounts = values
+    if cumulative:
+        # The writer stores labels as JSON with sorted keys: equal label sets are equal strings.
+        previous = df.groupby("labels")["value"].shift().to_numpy(float)
+        increase = values - previous
+        amounts = np.where(np.isnan(previous), 0.0, np.where(increase < 0, values, increase))
+    i = bins.index(df["time"])
+    keep = i >= 0
+    rank_of = {labels: json.loads(labels).get("rank", "") for labels in df["labels"].unique()}
+    ranks = df["labels"].map(rank_of).to_numpy()
+    per_rank = pd.DataFrame({"bin": i[keep], "rank": ranks[keep], "amount": amounts[keep]})
+    means = per_rank.groupby(["bin", "rank"])["amount"].sum().groupby(level="bin").mean()
+    out = np.full(bins.count, np.nan)
+    out[means.index.to_numpy()] = means.to_numpy()
+    return out
+
+
+def collective_share(samples: pd.DataFrame, bins: Bins) -> np.ndarray:
+    """Per interval, the share (0..1) of engine step time spent in collectives; NaN where either is missing.
+
+    Collective time is the engine's collective-time histogram (its `_sum`, from the server or
+    Prometheus), else NCCL Inspector's estimate; never both added up. Step time is the increase
+    of the step-time histogram's `_sum` (the reference server's `loadlab_server_step_seconds`).
+    """
+    collective = interval_totals(pick_source(samples, sig.COLLECTIVE_TIME + "_sum", SERVER_SOURCES), bins)
+    if np.all(np.isnan(collective)):   # no engine histogram: NCCL Inspector's estimate, if any
+        nccl = pick_source(samples, NCCL_COLLECTIVE_SECONDS, ("nccl",))
+        collective = interval_totals(nccl, bins, cumulative=False)
+    step = interval_totals(pick_source(samples, sig.STEP_TIME + "_sum", SERVER_SOURCES), bins)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(step > 0, collective / step, np.nan)
