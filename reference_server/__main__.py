@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
 from dataclasses import MISSING, fields
 
 from reference_server.config import CHOICES, EngineConfig
+
+# The key clients must send, when --api-key is not given: an environment variable keeps it out of `ps`.
+API_KEY_ENV = "LOADLAB_SERVER_API_KEY"
 
 FLAG_HELP = {
     "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/model.py)",
@@ -46,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=8000, help="port to bind")
-    parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health, /metrics)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require `Authorization: Bearer KEY` (not on /health, /metrics); else ${API_KEY_ENV}")
     parser.add_argument("--export-tokenizer", metavar="DIR", default=None,
                         help="write the tokenizer as a Hugging Face folder to DIR and exit")
     engine = parser.add_argument_group("engine")
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         listener = _listen(args.host, args.port)  # before loading the model: a taken port fails at once
-        asyncio.run(_serve(config, listener, args.api_key))
+        asyncio.run(_serve(config, listener, args.api_key or os.environ.get(API_KEY_ENV) or None))
     except (ValueError, OSError) as e:  # a bad engine setting, a port already in use
         print(f"error: {e}", file=sys.stderr)
         return 2
