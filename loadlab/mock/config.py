@@ -44,6 +44,8 @@ class MockConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+        if not self.model:
+            raise UserError("--model must not be empty")
         if self.jitter > 1:
             raise UserError("--jitter must be between 0 and 1")
         if min(self.output_len, self.max_model_len, self.kv_capacity_tokens, self.truth_limit) < 1:

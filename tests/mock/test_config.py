@@ -12,7 +12,7 @@ from loadlab.mock.config import MockConfig, parse_codes
 @pytest.mark.parametrize("settings", [
     {"error_rate": 2}, {"error_rate": -0.1}, {"error_rate": 0.6, "stall_rate": 0.6}, {"itl": -1},
     {"jitter": 1.5}, {"output_len": 0}, {"truth_limit": 0}, {"error_codes": [200]}, {"error_codes": []},
-    {"ttft": float("inf")}, {"itl": float("nan")}, {"stall_seconds": float("inf")},
+    {"ttft": float("inf")}, {"itl": float("nan")}, {"stall_seconds": float("inf")}, {"model": ""},
 ])
 def test_impossible_settings_are_user_errors(settings):
     with pytest.raises(UserError):
