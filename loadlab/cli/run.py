@@ -140,9 +140,14 @@ def print_final_summary(folder: Path) -> None:
     from loadlab.report.console import print_summary, table_console
     from loadlab.store.reader import SUMMARY_JSON
 
-    console = table_console()
-    summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
-    print_summary(summary, console)
+    try:
+        summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        # The run and its records are on disk: a missing table must not end it with a traceback.
+        print(f"warning: no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}); "
+              f"`loadlab summary {folder}` recomputes it", file=sys.stderr)
+        return
+    print_summary(summary, table_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -295,3 +295,13 @@ def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
     assert peak >= 15
     ttft = (req["first_token_time"] - req["scheduled_time"]).sort_values()
     assert ttft.iloc[int(0.9 * len(ttft))] < 0.3      # the mock's TTFT is 0.02 s; a request lasts ~0.5 s
+
+
+def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):
+    from loadlab.cli.run import print_final_summary
+
+    print_final_summary(tmp_path)                       # the writer could not write it
+    (tmp_path / "summary.json").write_text("[]")
+    print_final_summary(tmp_path)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("warning: no summary table") for line in err)
