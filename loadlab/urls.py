@@ -42,7 +42,7 @@ class HttpUrl:
 
     def on_path(self, path: str) -> str:
         """The URL of `path` on the same server, credentials included (for a second fetch there)."""
-        userinfo = f"{quote(self.username)}:{quote(self.password)}@" if self.has_credentials else ""
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}@" if self.has_credentials else ""
         return f"{self.scheme}://{userinfo}{self.netloc}{path}"
 
     def authorization(self, api_key: str = "") -> str:

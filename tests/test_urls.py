@@ -24,6 +24,8 @@ def test_the_rules_of_every_url_loadlab_is_given():
     assert (url.username, url.password, url.origin, str(url)) == ("al@ice", "p:w", "http://h:8000", "http://h:8000/v1")
     assert url.authorization("k") == "Basic " + base64.b64encode(b"al@ice:p:w").decode()
     assert parse_http_url(url.on_path("/metrics")) == parse_http_url("http://al%40ice:p%3Aw@h:8000/metrics")
+    odd = parse_http_url("http://a%2Fb:c%2Fd%23@h")                       # "/" and "#" survive a round trip
+    assert parse_http_url(odd.on_path("/m")).password == "c/d#"
     assert "al@ice" not in repr(url) and "p:w" not in repr(url)
     with pytest.raises(UserError) as e:
         parse_http_url("http://user:s3cret@[::1")
