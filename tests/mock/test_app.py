@@ -208,6 +208,17 @@ def test_hostile_bodies_get_400_not_500(mocks, body, headers):
     assert post(mocks["plain"], "/v1/chat/completions", CHAT, AUTH).status == 200   # and it goes on
 
 
+def test_a_body_that_does_not_decode_leaves_no_traceback_in_the_log(tmp_path):
+    port = free_port()
+    log = tmp_path / "mock.log"
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
+              log=log):
+        status, _ = post_raw(port, "/v1/chat/completions", json.dumps(CHAT).encode() * 50, {"Content-Encoding": "gzip"})
+        assert status == 400
+        assert post(port, "/v1/chat/completions", CHAT).status == 200
+    assert "Traceback" not in log.read_text()
+
+
 def test_the_api_key_may_come_from_the_environment():
     port = free_port()
     with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
