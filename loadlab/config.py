@@ -1,11 +1,14 @@
 """The configuration of one run: built from a TOML scenario file, overridden by CLI flags.
 
-It is written (minus secrets) into run.json, so a run folder says how it was produced.
+It is written (minus secrets: the API key, credentials in URLs) into run.json, so a run folder
+says how it was produced.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from loadlab.urls import without_credentials
 
 
 @dataclass
@@ -41,7 +44,7 @@ class WorkloadConfig:
 class RunConfig:
     """Everything `loadlab run` needs. Exactly one of `concurrency` / `rate` is non-empty."""
 
-    url: str = ""
+    url: str = ""                              # may hold user:password@ (sent as Basic auth)
     model: str = ""
     api: str = "chat"                          # chat | completions
     api_key: str = field(default="", repr=False)  # never written to disk
@@ -74,4 +77,7 @@ class RunConfig:
         """The config as stored in run.json: everything but secrets."""
         d = asdict(self)
         d.pop("api_key")
+        for name in ("url", "server_metrics", "prometheus"):
+            if d[name]:
+                d[name] = without_credentials(d[name])
         return d

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import math
+import os
 import signal
 import socket
 import sys
@@ -17,6 +18,9 @@ from dataclasses import MISSING, fields
 
 from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, HEADER_TIMEOUT
 from reference_server.config import CHOICES, EngineConfig
+
+# The key clients must send, when --api-key is not given: an environment variable keeps it out of `ps`.
+API_KEY_ENV = "LOADLAB_SERVER_API_KEY"
 
 FLAG_HELP = {
     "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/model.py)",
@@ -48,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=8000, help="port to bind")
-    parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (not on /health, /metrics)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require `Authorization: Bearer KEY` (not on /health, /metrics); else ${API_KEY_ENV}")
     parser.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
                         help="close a connection idle this long, or this slow to send a body; a new one must send "
                              f"its headers within min(this, {HEADER_TIMEOUT:g}) s")
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         listener = _listen(args.host, args.port)  # before loading the model: a taken port fails at once
-        asyncio.run(_serve(config, listener, args.api_key, args.idle_timeout))
+        asyncio.run(_serve(config, listener, args.api_key or os.environ.get(API_KEY_ENV) or None, args.idle_timeout))
     except (ValueError, OSError) as e:  # a bad engine setting, a port already in use
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,8 @@ from loadlab.store.reader import RunData
 from loadlab.store.schema import ErrorCategory
 
 GPU_SOURCES = ("gpu", "prometheus")   # as SERVER_SOURCES: best first
+# More rows than anyone reads; a tiny --interval would otherwise build them for minutes.
+MAX_ROWS = 100_000
 
 
 @dataclass
@@ -63,7 +65,11 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
         raise ValueError(f"interval must be > 0, got {interval}")
     start, end = _time_range(run)
     # floor + 1: the record at `end` itself falls in the last interval.
-    bins = Bins(start, interval, math.floor((end - start) / interval) + 1)
+    count = math.floor((end - start) / interval) + 1
+    if count > MAX_ROWS:
+        raise ValueError(f"interval {interval:g} s makes {count} rows of a {end - start:.0f} s run "
+                         f"(at most {MAX_ROWS}): choose a longer one")
+    bins = Bins(start, interval, count)
     values: dict[str, np.ndarray] = {}
     if len(run.requests):
         values.update(_client_columns(run, bins, end))

@@ -8,6 +8,7 @@ sampling thread and prometheus_client's HTTP server thread.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from collections.abc import Iterator
@@ -49,8 +50,8 @@ def serve(host: str, port: int, interval: float, replay: str) -> None:
 
     if not 0 < port < 65536:
         raise UserError(f"--port must be 1..65535, got {port}")
-    if not interval > 0:
-        raise UserError(f"--interval must be > 0 seconds, got {interval}")
+    if not (interval > 0 and math.isfinite(interval)):
+        raise UserError(f"--interval must be a finite number > 0 seconds, got {interval}")
     backend: GpuBackend = ReplayBackend(replay) if replay else NvmlBackend()
     try:  # opened here so a machine without GPUs gets one clear line (the collector's open is then a no-op)
         backend.open()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from loadlab.mock.config import MockConfig, parse_codes
+from loadlab.mock.config import API_KEY_ENV, MockConfig, parse_codes
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,8 @@ def mock(
     stall_rate: float = typer.Option(0.0, help="Fraction that stop sending mid-stream for --stall-seconds."),
     stall_seconds: float = typer.Option(30.0, help="How long a stall lasts."),
     not_sse_rate: float = typer.Option(0.0, help="Fraction of stream requests answered with plain JSON."),
-    api_key: str = typer.Option("", help="Require 'Authorization: Bearer KEY' (401 otherwise)."),
+    api_key: str = typer.Option("", envvar=API_KEY_ENV, show_envvar=True,
+                                help="Require 'Authorization: Bearer KEY' (401 otherwise)."),
     seed: int = typer.Option(0, help="Seed of the fault and jitter draws."),
     max_model_len: int = typer.Option(32768, help="Context window: longer requests get 400."),
     kv_capacity_tokens: int = typer.Option(65536, help="Simulated KV cache size for kv_cache_usage_perc."),

@@ -76,6 +76,7 @@ def run(
     """
     from loadlab.config import RunConfig
     from loadlab.errors import UserError
+    from loadlab.urls import parse_http_url, without_credentials
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import apply_overrides, check, load_scenario
 
@@ -100,26 +101,35 @@ def run(
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
     make_workload(cfg.workload, cfg.api)   # fails here, not mid-run, on a bad data set
+    if api_key and parse_http_url(cfg.url).has_credentials:
+        raise UserError("--url holds credentials (sent as Basic auth) and --api-key is set: both are "
+                        "the Authorization header; drop one")
+    folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    check_out_folder(folder)
+    cfg.out = str(folder)
     # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
     import locust  # noqa: F401
     from rich.console import Console
 
     from loadlab.client.discovery import api_key_from_env, discover_model
+    from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.runloop import run_load
-    from loadlab.client.stream import split_url
+    from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
 
-    split_url(cfg.url)
     cfg.api_key = api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
-    folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    cfg.out = str(folder)
+    streams = max(cfg.concurrency) if cfg.concurrency else OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
+    warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
     # SIGTERM (a CI job's time limit, `kill`) ends the run like Ctrl-C: what is in flight is
     # recorded as aborted, and the run folder is closed with its summary.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     console = Console(stderr=True)
-    console.print(f"loadlab run -> {folder}  ({cfg.url}, model {cfg.model}, api {cfg.api})", highlight=False)
+    console.print(f"loadlab run -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
+                  highlight=False)
     outcome = run_load(cfg, folder, console)
     print_final_summary(folder)
     if outcome.status == "interrupted":
@@ -133,21 +143,46 @@ def run(
         sys.exit(EXIT_DEGRADED)
 
 
+def check_out_folder(folder: Path) -> None:
+    """UserError unless `folder` is new or an empty folder: a run never mixes with other files."""
+    from loadlab.errors import UserError
+    from loadlab.store.reader import RUN_JSON
+
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise UserError(f"--out {folder} is a file, not a folder")
+    if (folder / RUN_JSON).exists():
+        raise UserError(f"{folder} already holds a run (run.json); choose another --out folder")
+    try:
+        empty = not any(folder.iterdir())
+    except OSError as e:
+        raise UserError(f"cannot read --out {folder}: {e.strerror or e}") from None
+    if not empty:
+        raise UserError(f"--out {folder} is a non-empty folder that is not a run folder; choose a new or empty one")
+
+
 def print_final_summary(folder: Path) -> None:
     """The summary table of the run, on stdout: the summary.json the run writer left, or, where
     it could not be written (a full disk), recomputed from what was saved."""
     import json
 
     from loadlab.analyze.summary import RunSummary, summarize
+    from loadlab.errors import UserError
     from loadlab.report.console import print_summary, table_console
     from loadlab.store.reader import SUMMARY_JSON, load_run
 
-    console = table_console()
     try:
         summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
-    except (OSError, ValueError):
-        summary = summarize(load_run(folder))
-    print_summary(summary, console)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        try:   # it could not be written (a full disk): recompute it from what was saved
+            summary = summarize(load_run(folder))
+        except (UserError, OSError, ValueError) as again:
+            # The run and its records are on disk: a missing table must not end it with a traceback.
+            print(f"warning: no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}; "
+                  f"{again}); `loadlab summary {folder}` recomputes it", file=sys.stderr)
+            return
+    print_summary(summary, table_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -59,12 +59,15 @@ def timeline(
     from loadlab.report.console import table_console
     from loadlab.store.reader import load_run
 
-    if not interval > 0:
-        raise UserError(f"--interval must be > 0, got {interval}")
+    if not (interval > 0 and math.isfinite(interval)):
+        raise UserError(f"--interval must be a finite number > 0, got {interval}")
     run = load_run(folder)
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    result = build_timeline(run, interval)
+    try:
+        result = build_timeline(run, interval)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     formats = {name: fmt for name, (_, fmt) in FORMATS.items()}
     if not float(interval).is_integer():
         formats["t"] = _number(2)

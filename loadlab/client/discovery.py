@@ -28,10 +28,10 @@ def discover_model(url: str, api_key: str, timeout: float) -> str:
 
     from loadlab.client.stream import split_url
 
-    base, prefix = split_url(url)
+    base, prefix, authorization = split_url(url, api_key)
     request = urllib.request.Request(f"{base}{prefix}/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    if authorization:
+        request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             models = json.loads(r.read())["data"]

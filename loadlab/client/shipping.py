@@ -4,7 +4,7 @@ One mechanism for `loadlab run --processes N` and for plain `locust --master/--w
 possibly on other hosts). Messages are Locust custom messages with msgpack-able payloads:
 
     worker -> master  HELLO    {worker, anchor}               once the worker can take a context
-    master -> worker  CONTEXT  {seq, config, api_key, step, worker_index, worker_count}
+    master -> worker  CONTEXT  {seq, config, url, api_key, step, worker_index, worker_count}
                                                               on HELLO and whenever the step changes
     worker -> master  RECORDS  {records: [RequestRecord as dict], samples: [Sample as dict],
                                started: [request sent], in_flight, seq}
@@ -54,7 +54,7 @@ from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
-from loadlab.store.schema import RequestRecord, Sample, StepInfo
+from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
 HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
                                         "loadlab_flush", "loadlab_done")
@@ -177,6 +177,7 @@ class WorkerShipper:
     def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
         data = msg.data
         config = _from_dict(RunConfig, data["config"])
+        config.url = data["url"]            # secrets travel beside the stored form of the config
         config.api_key = data["api_key"]
         step = StepInfo(**data["step"]) if data["step"] else None
         context: ClientContext | None = getattr(environment, "loadlab", None)
@@ -279,7 +280,8 @@ class MasterShipper:
         workers = self.joined_workers()
         self._seq += 1
         self._sent_step = context.step
-        base = {"seq": self._seq, "config": context.config.to_dict(), "api_key": context.config.api_key,
+        base = {"seq": self._seq, "config": context.config.to_dict(), "url": context.config.url,
+                "api_key": context.config.api_key,
                 "step": dataclasses.asdict(context.step) if context.step else None,
                 "worker_count": len(workers)}
         for index, client_id in enumerate(workers):

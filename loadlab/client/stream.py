@@ -15,8 +15,7 @@ import math
 import socket
 import ssl
 import time
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
 
 import gevent
 from gevent import GreenletExit
@@ -29,6 +28,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.schema import ErrorCategory, RequestRecord
+from loadlab.urls import parse_http_url
 from loadlab.workload.spec import RequestSpec
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
@@ -46,38 +46,33 @@ class Endpoint:
     api: str
     model: str
     timeout: float
-    api_key: str = ""
+    authorization: str = field(default="", repr=False)   # the header's value, "" = none
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "Endpoint":
         """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
-        base_url, prefix = split_url(config.url)
+        base_url, prefix, authorization = split_url(config.url, config.api_key)
         if config.api not in API_PATHS:
             raise UserError(f"unknown --api {config.api!r} (use chat or completions)")
         return cls(base_url=base_url, path=prefix + API_PATHS[config.api], api=config.api,
-                   model=config.model, timeout=config.timeout, api_key=config.api_key)
+                   model=config.model, timeout=config.timeout, authorization=authorization)
 
     def headers(self, request_id: str) -> dict[str, str]:
         """Request headers; the API key travels only here, never into a record or a file."""
         h = {"Content-Type": "application/json", "Accept": "text/event-stream",
              "X-Request-Id": request_id}
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
+        if self.authorization:
+            h["Authorization"] = self.authorization
         return h
 
 
-def split_url(url: str) -> tuple[str, str]:
-    """`http://host:port[/v1]` -> ("http://host:port", "/v1"); UserError for anything else."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"bad --url {url!r}: expected http://host:port or https://host:port")
-    try:
-        parts.port
-    except ValueError:
-        raise UserError(f"bad --url {url!r}: the port is not a number") from None
-    path = parts.path.rstrip("/")
+def split_url(url: str, api_key: str = "") -> tuple[str, str, str]:
+    """`http://[user:pw@]host:port[/v1]` -> ("http://host:port", "/v1", Authorization header value:
+    Basic from the URL's credentials, else Bearer `api_key`, else ""); UserError for a bad URL."""
+    parsed = parse_http_url(url, "--url")
+    path = parsed.path.rstrip("/")
     prefix = path if path.endswith("/v1") else path + "/v1"
-    return f"{parts.scheme}://{parts.netloc}", prefix
+    return parsed.origin, prefix, parsed.authorization(api_key)
 
 
 def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:

@@ -26,7 +26,7 @@ from locust.user.users import LOCUST_STATE_STOPPING
 from loadlab.client.context import ClientContext
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.config import RunConfig
-from loadlab.store.schema import ErrorCategory, RequestRecord, StepInfo
+from loadlab.store.schema import RequestRecord, StepInfo
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.base import Workload

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from loadlab.clock import now
 from loadlab.collect.prom_text import first_of_each_series, series_sample
 from loadlab.collect.protocol import SampleSink
-from loadlab.collect.server_metrics import check_http_url
 from loadlab.collect.signals import ALL_MAPPINGS, DCGM
 from loadlab.errors import UserError
 from loadlab.store.schema import Coverage, Sample
+from loadlab.urls import parse_http_url, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,9 @@ class PrometheusCollector:
     def __init__(self, url: str, selector: str = "", step: float = 1.0, timeout: float = 30.0) -> None:
         if not step > 0:
             raise UserError(f"Prometheus query step must be > 0, got {step}")
-        self.url = check_http_url(url).rstrip("/")
+        parsed = parse_http_url(url, "--prometheus")
+        self.url = str(parsed).rstrip("/")      # without credentials: it is logged
+        self._auth = (parsed.username, parsed.password) if parsed.has_credentials else None
         self.query = series_query(selector)
         self.step = step
         self.timeout = timeout
@@ -91,7 +93,8 @@ class PrometheusCollector:
                     time.sleep(RETRY_PAUSE)
         else:
             self._coverage.failed_samples += 1
-            self._coverage.error = error[:300]  # requests' messages repeat the whole query URL
+            # requests' messages repeat the whole query URL, credentials included
+            self._coverage.error = without_credentials(error)[:300]
             log.warning("prometheus collector: query to %s failed: %s", self.url, self._coverage.error)
             return
         self._coverage.ok_samples += len(samples)
@@ -108,7 +111,8 @@ class PrometheusCollector:
         from urllib3.util.retry import Retry
 
         # No retries inside urllib3: each one logs a warning line; stop() retries quietly.
-        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=Retry(total=0))
+        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=Retry(total=0),
+                                   auth=self._auth)
         samples: list[Sample] = []
         try:
             chunk = self.step * MAX_POINTS_PER_QUERY

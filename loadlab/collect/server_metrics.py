@@ -7,30 +7,21 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
 
 from loadlab.clock import now
 from loadlab.collect.poller import PollingCollector
 from loadlab.collect.prom_text import parse_metrics_text
-from loadlab.errors import UserError
 from loadlab.store.schema import Sample
+from loadlab.urls import HttpUrl, parse_http_url
 
 # trtllm-serve serves its metrics here instead of /metrics.
 TRTLLM_METRICS_PATH = "/prometheus/metrics"
 
 
-def check_http_url(url: str) -> str:
-    """`url` itself, or UserError when it is not an http(s) URL with a host."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"not an http(s) URL: {url!r}")
-    return url
-
-
 def metrics_url(endpoint_url: str, path: str = "/metrics") -> str:
-    """The metrics URL of the server behind an API URL (`http://h:8000/v1` -> `http://h:8000/metrics`)."""
-    parts = urlsplit(check_http_url(endpoint_url))
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    """The metrics URL of the server behind an API URL (`http://h:8000/v1` -> `http://h:8000/metrics`),
+    with the API URL's credentials, if any: the same server, the same login."""
+    return parse_http_url(endpoint_url, "--url").on_path(path)
 
 
 class MetricsNotFound(Exception):
@@ -41,22 +32,28 @@ class ServerMetricsCollector(PollingCollector):
     """Scrapes `url` every `interval` seconds; samples carry canonical signal names (source "server").
 
     `fallback_urls` are tried, in order, when the current URL answers 404 (e.g. TensorRT-LLM's
-    /prometheus/metrics). Coverage counts scrapes: ok = parsed, failed = unreachable, HTTP error,
-    timeout or malformed text; the first error is logged once.
+    /prometheus/metrics). Credentials in a URL are sent as HTTP Basic auth. Coverage counts
+    scrapes: ok = parsed, failed = unreachable, HTTP error, timeout or malformed text; the first
+    error is logged once.
     """
 
     source = "server"
 
     def __init__(self, url: str, interval: float = 1.0, fallback_urls: tuple[str, ...] = ()) -> None:
         super().__init__(interval)
-        self.urls = [check_http_url(u) for u in (url, *fallback_urls)]
+        self._urls: list[HttpUrl] = [parse_http_url(u, "--server-metrics") for u in (url, *fallback_urls)]
         # A scrape slower than the interval is late data; but give a loaded server one second.
         self.timeout = max(1.0, interval)
 
     @property
+    def urls(self) -> list[str]:
+        """The URL being scraped, then its fallbacks, without credentials."""
+        return [str(u) for u in self._urls]
+
+    @property
     def url(self) -> str:
-        """The URL being scraped (it moves to a fallback after a 404)."""
-        return self.urls[0]
+        """The URL being scraped, without credentials (it moves to a fallback after a 404)."""
+        return str(self._urls[0])
 
     def poll(self) -> list[Sample]:
         """One scrape, stamped with the middle of the request on the run's clock."""
@@ -68,13 +65,17 @@ class ServerMetricsCollector(PollingCollector):
     def _fetch(self) -> str:
         while True:
             try:
-                with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+                request = urllib.request.Request(self.url)
+                authorization = self._urls[0].authorization()
+                if authorization:
+                    request.add_header("Authorization", authorization)
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return response.read().decode("utf-8", errors="replace")
             except urllib.error.HTTPError as e:
                 if e.code != 404:
                     raise
-                if len(self.urls) > 1:
-                    self.urls.pop(0)
+                if len(self._urls) > 1:
+                    self._urls.pop(0)
                     continue
                 raise MetricsNotFound(f"{self.url} answered 404: no metrics there (SGLang needs --enable-metrics; "
                                       "or set --server-metrics URL / --no-server-metrics)") from None

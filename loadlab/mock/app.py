@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
 
 from loadlab.clock import now
 from loadlab.errors import UserError
@@ -29,6 +30,8 @@ from loadlab.mock.wire import (
 
 # A request can force its own fault, whatever the rates: deterministic tests with one mock.
 FAULT_HEADER = "X-Mock-Fault"
+# Request body encodings aiohttp decodes (brotli only with an optional package: not offered).
+BODY_ENCODINGS = ("identity", "gzip", "deflate")
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
@@ -99,7 +102,13 @@ class MockServer:
             forced = _forced_fault(request)
         except BadRequest as e:
             truth.status, truth.end_time = e.status, now()
-            return _error(e.status, str(e), e.param)
+            response = _error(e.status, str(e), e.param)
+            if request.content.exception() is not None:
+                # The body broke mid-read: aiohttp would try to read past it and log a traceback.
+                # Marked as ended instead, and the connection closes after the answer.
+                request.content.feed_eof()
+                response.force_close()
+            return response
         truth.stream, truth.prompt_tokens = req.stream, req.prompt_tokens
         truth.output_tokens = req.max_tokens or self.cfg.output_len
         if not forced:
@@ -134,10 +143,17 @@ class MockServer:
         """Authenticate and parse; BadRequest with the status a real server would send."""
         if not self._authorized(request):
             raise BadRequest(401, "invalid or missing API key")
+        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding not in BODY_ENCODINGS:
+            raise BadRequest(400, f"unsupported Content-Encoding {coding[:40]!r} (use {', '.join(BODY_ENCODINGS)})")
         try:
             body = await request.json()
+        except (ContentEncodingError, web.RequestPayloadError):
+            raise BadRequest(400, f"the request body does not decode as Content-Encoding {coding!r}") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise BadRequest(400, "the request body is not valid JSON") from None
+        except RecursionError:
+            raise BadRequest(400, "the request body nests too deep") from None
         req = parse_request(body, chat)
         if req.model is not None and req.model != self.cfg.model:
             raise BadRequest(404, f"The model `{req.model}` does not exist.", "model")

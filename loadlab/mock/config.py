@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
 from loadlab.errors import UserError
 
+# The key `loadlab mock` requires when --api-key is not given (the reference server reads it too).
+API_KEY_ENV = "LOADLAB_SERVER_API_KEY"
 # Faults in the order their rates are stacked on one uniform draw (see MockConfig.draw_fault).
 FAULTS = ("error", "disconnect", "malformed", "stall", "not_sse")
 
@@ -38,8 +41,11 @@ class MockConfig:
     def check(self) -> None:
         """UserError for settings that cannot work."""
         for name in ("ttft", "itl", "jitter", "stall_seconds"):
-            if getattr(self, name) < 0:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 0")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+        if not self.model:
+            raise UserError("--model must not be empty")
         if self.jitter > 1:
             raise UserError("--jitter must be between 0 and 1")
         if min(self.output_len, self.max_model_len, self.kv_capacity_tokens, self.truth_limit) < 1:
@@ -67,8 +73,8 @@ class MockConfig:
 
 
 def parse_codes(text: str) -> list[int]:
-    """"500,429" -> [500, 429]; UserError when an entry is not a number."""
+    """"500,429" -> [500, 429]; UserError when an entry is empty or not a number."""
     try:
-        return [int(c) for c in text.split(",") if c.strip()]
+        return [int(c) for c in text.split(",")]
     except ValueError:
         raise UserError(f"--error-codes must be comma-separated HTTP statuses, got {text!r}") from None

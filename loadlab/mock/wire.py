@@ -74,20 +74,29 @@ def _chat_tokens(messages: Any) -> int:
     for m in messages:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            content = "".join(texts) if all(isinstance(t, str) for t in texts) else None
         if not isinstance(content, str):
             raise BadRequest(400, "each message needs a string content", "messages")
-        total += len(content.encode("utf-8"))
+        total += _utf8_len(content, "messages")
     return total
+
+
+def _utf8_len(text: str, param: str) -> int:
+    """Bytes of `text` in UTF-8; BadRequest for a lone surrogate (JSON's "\\ud800" is no text)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadRequest(400, f"{param} holds an unpaired surrogate: not valid Unicode text", param) from None
 
 
 def _prompt_tokens(prompt: Any) -> int:
     # str, [str], [int] or [[int]]: bytes of text, or the token ids given.
     if isinstance(prompt, str):
-        return len(prompt.encode("utf-8"))
+        return _utf8_len(prompt, "prompt")
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) for p in prompt):
-            return sum(len(p.encode("utf-8")) for p in prompt)
+            return sum(_utf8_len(p, "prompt") for p in prompt)
         if all(isinstance(p, int) for p in prompt):
             return len(prompt)
         if all(isinstance(p, list) for p in prompt):

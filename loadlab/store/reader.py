@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -28,6 +30,7 @@ SUMMARY_JSON = "summary.json"
 REQUESTS_DIR = "requests"
 SAMPLES_DIR = "samples"
 PART_GLOB = "part-*.parquet"
+_JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 _PART_NAME = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
 
 
@@ -64,9 +67,33 @@ def read_meta(folder: Path) -> RunMeta:
     if not run_json.is_file():
         raise UserError(f"not a run folder: {folder} has no {RUN_JSON}")
     try:
-        return RunMeta.from_dict(json.loads(run_json.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        data = json.loads(run_json.read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {_JSON_NAMES.get(type(data), type(data).__name__)}, not an object")
+        meta = RunMeta.from_dict(data)
+        _check_types(meta)
+        for anchor in (meta.anchor, *meta.worker_anchors.values()):
+            _check_types(anchor, "anchors.")
+        for i, step in enumerate(meta.steps):
+            _check_types(step, f"steps[{i}].")
+        for i, cov in enumerate(meta.coverage):
+            _check_types(cov, f"coverage[{i}].")
+        return meta
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+
+
+def _check_types(record: Any, where: str = "") -> None:
+    """TypeError when a field of the dataclass `record`, as parsed from JSON, is not of its
+    declared type (str, int, float, bool, dict or list; an int stands for a float)."""
+    for name, hint in typing.get_type_hints(type(record)).items():
+        kind = typing.get_origin(hint) or hint
+        if kind not in (str, int, float, bool, dict, list):
+            continue
+        value = getattr(record, name)
+        ok = isinstance(value, (int, float) if kind is float else kind)
+        if not ok or (isinstance(value, bool) and kind is not bool):
+            raise TypeError(f"{where}{name} is {str(value)[:40]!r}, not {kind.__name__}")
 
 
 def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
@@ -86,12 +113,21 @@ def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
                   if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges))
 
 
-def read_part_tables(folder: Path, warnings: list[str]) -> list[pa.Table]:
-    """Every readable current part of one table; an unreadable one is skipped with a warning."""
+def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None = None) -> list[pa.Table]:
+    """Every readable current part of one table; an unreadable one is skipped with a warning.
+
+    With `schema`, each part is cast to it; a part whose columns are not the table's (none in
+    common, or of another type) is skipped like a damaged one.
+    """
     tables = []
     for _, _, part in current_parts(folder):
         try:
-            tables.append(pq.read_table(part))
+            table = pq.read_table(part)
+            if schema is not None:
+                if table.num_columns and not set(table.column_names) & set(schema.names):
+                    raise TypeError(f"none of its columns belongs in {folder.name}/")
+                table = table.cast(_schema_of(table, schema))
+            tables.append(table)
         except Exception as e:  # a damaged part must not cost the rest of the run
             warnings.append(f"skipped unreadable part {part.name}: {type(e).__name__}: {e}")
     return tables
@@ -99,7 +135,7 @@ def read_part_tables(folder: Path, warnings: list[str]) -> list[pa.Table]:
 
 def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
     # Columns added to the schema after a part was written come back as nulls.
-    tables = [t.cast(_schema_of(t, schema)) for t in read_part_tables(folder, warnings)]
+    tables = read_part_tables(folder, warnings, schema)
     if not tables:
         return schema.empty_table().to_pandas()
     table = pa.concat_tables(tables, promote_options="default")

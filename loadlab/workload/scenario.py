@@ -26,6 +26,7 @@ from typing import Any
 
 from loadlab.config import LengthDist, RunConfig, WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.urls import parse_http_url
 from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
 from loadlab.workload.base import APIS
@@ -100,6 +101,8 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         raise UserError("timeout must be > 0 and processes >= 1")
     if cfg.workload.kind == "sharegpt" and not cfg.workload.dataset:
         raise UserError("workload.dataset (a ShareGPT JSON file) is needed for kind = 'sharegpt'")
+    if cfg.url:
+        parse_http_url(cfg.url, "url")
     if complete:
         if not cfg.url:
             raise UserError("no url: set url in the scenario file or pass --url")
@@ -161,7 +164,9 @@ def _convert(key: str, value: Any, hint: Any) -> Any:
         return _build(WorkloadConfig, value, prefix=key + ".")
     if typing.get_origin(hint) is list:
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()]
+            value = value.split(",")
+            if not all(v.strip() for v in value):
+                raise UserError(f"{key}: an empty item in {','.join(value)!r} (use e.g. 1,8,32)")
         elif not isinstance(value, (list, tuple)):
             value = [value]
         return [_convert(key, v, args[0]) for v in value]

@@ -52,6 +52,7 @@ def test_replay_is_served_as_loadlab_gpu_gauges_per_gpu(tmp_path):
 def test_bad_flags_are_one_line_errors_with_exit_code_2(tmp_path):
     for args, message in ((["--port", "0"], "--port"),
                           (["--interval", "0", "--replay", str(TRACE)], "--interval"),
+                          (["--interval", "inf", "--replay", str(TRACE)], "--interval"),
                           (["--replay", str(tmp_path / "missing.jsonl")], "cannot read GPU replay file"),
                           (["--interval", "soon"], "--interval")):
         out = loadlab("gpu-exporter", *args, timeout=60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import time
@@ -232,13 +233,67 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"], "max_error_rate"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"], "max_error_rate"),
+    (["--url", "http://[::1", "--model", "m", "--concurrency", "1"], "url"),
+    (["--url", "http://user:pw-77@[::1", "--model", "m", "--concurrency", "1"], "url"),
+    (["--url", "http://127.0.0.1:99999", "--model", "m", "--concurrency", "1"], "url"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1,,8"], "concurrency"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "1,2,"], "rate"),
+    (["--url", "http://u:pw-77@127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api-key", "k"], "credentials"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+    assert "pw-77" not in result.stderr
     assert not Path(tmp_path / "never").exists()
+
+
+def test_out_must_be_new_or_an_empty_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = loadlab("run", "--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1",
+                     "--out", str(tmp_path), *QUIET, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "non-empty" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_credentials_in_the_url_are_used_and_never_written_or_shown(mock, tmp_path):
+    """`http://user:password@host` works (model discovery, requests, the /metrics scrape, with two
+    processes) and the password appears nowhere: not in the run folder, not on the console."""
+    out = tmp_path / "creds"
+    url = mock.replace("http://", "http://alice:pw-4711@")
+    result = loadlab("run", "--url", url, "--concurrency", "2", "--requests", "4", "--output-len", "3",
+                     "--processes", "2", "--no-gpu", "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = load_run(out)
+    assert len(run.requests) == 4 and run.requests["error"].eq("").all()
+    assert run.meta.config["url"] == mock and run.meta.config["model"] == "m"
+    assert any(c.source == "server" and c.ok_samples > 0 for c in run.meta.coverage)
+    assert "pw-4711" not in result.stdout + result.stderr
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert b"pw-4711" not in f.read_bytes(), f
+
+
+def _open_files_limit(soft: int, hard: int):
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return preexec
+
+
+def test_too_few_open_files_for_the_concurrency_is_one_warning(mock, tmp_path):
+    """The soft limit is raised to the hard one (as Locust does); beyond that, one warning line."""
+    args = [str(BIN / "loadlab"), "run", "--url", mock, "--model", "m", "--duration", "0.5",
+            "--output-len", "2", *QUIET]
+    fits = subprocess.run([*args, "--concurrency", "300", "--out", str(tmp_path / "fits")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, preexec_fn=_open_files_limit(200, 4096))
+    assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr[-2000:]
+    assert load_run(tmp_path / "fits").requests["error"].eq("").all()   # 300 sockets did open
+    short = subprocess.run([*args, "--concurrency", "300", "--out", str(tmp_path / "short")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, preexec_fn=_open_files_limit(200, 200))
+    warnings = [line for line in short.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "open files" in warnings[0] and "200" in warnings[0], short.stderr[-2000:]
 
 
 def test_multiturn_answers_feed_the_next_turn_and_think_time_paces_the_user(mock, tmp_path):
@@ -345,3 +400,13 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
         shown = loadlab("summary", str(out))
         assert shown.returncode == 0 and "failed" in shown.stdout, shown.stderr
         assert json.loads((out / "summary.json").read_text())["overall"]["sent"] == saved
+
+
+def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):
+    from loadlab.cli.run import print_final_summary
+
+    print_final_summary(tmp_path)                       # the writer could not write it
+    (tmp_path / "summary.json").write_text("[]")
+    print_final_summary(tmp_path)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("warning: no summary table") for line in err)

@@ -41,10 +41,15 @@ def alive(process: psutil.Process) -> bool:
 
 
 def test_serve_runs_the_reference_server_until_sigterm(tmp_path):
+    """...with its API key from the environment, so that it need not show in `ps`."""
     port = free_port()
     log = tmp_path / "server.log"
-    with Proc(serve_args(port), ready_url=f"http://127.0.0.1:{port}/health", timeout=120, log=log) as server:
-        assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]["id"] == MODEL
+    models = f"http://127.0.0.1:{port}/v1/models"
+    with Proc(serve_args(port), ready_url=f"http://127.0.0.1:{port}/health", timeout=120, log=log,
+              env={"LOADLAB_SERVER_API_KEY": "sk-env"}) as server:
+        assert requests.get(models, timeout=10).status_code == 401
+        answer = requests.get(models, headers={"Authorization": "Bearer sk-env"}, timeout=10)
+        assert answer.json()["data"][0]["id"] == MODEL
         assert server.stop(signal.SIGTERM, timeout=30) == 0
     assert_clean_exit(log, [])
 

@@ -81,3 +81,15 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content", ["[]", "3", "null", '"run"'])
+def test_a_run_json_that_is_not_an_object_is_one_line_and_exit_2(tmp_path: Path, content: str) -> None:
+    folder = tmp_path / "run"
+    write_run(folder, finish=True)
+    (folder / "run.json").write_text(content)
+    for command in ("summary", "timeline"):
+        result = loadlab(command, str(folder))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: not a run folder") and "unreadable" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1

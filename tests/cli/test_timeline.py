@@ -43,4 +43,8 @@ def test_a_bad_interval_is_a_one_line_error(tmp_path):
     fill_run(tmp_path / "run")
     result = loadlab("timeline", str(tmp_path / "run"), "--interval", "0")
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --interval must be > 0, got 0.0"
+    assert result.stderr.strip() == "error: --interval must be a finite number > 0, got 0.0"
+    for interval, message in (("inf", "finite"), ("1e-9", "rows")):   # 1e-9: billions of rows, minutes
+        result = loadlab("timeline", str(tmp_path / "run"), "--interval", interval, timeout=60)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1

@@ -84,10 +84,19 @@ def test_request_body_pins_the_output_and_asks_for_usage():
     assert "min_tokens" not in json.loads(build_body(spec(7, pin=False), endpoint))
 
 
-@pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port"])
+@pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port", "http://[::1"])
 def test_bad_urls_are_user_errors(bad):
     with pytest.raises(UserError):
         split_url(bad)
+
+
+def test_credentials_in_the_url_are_basic_auth_and_leave_the_url():
+    endpoint = Endpoint.from_config(RunConfig(url="http://bob:pw@h:8000/v1", model="m", api_key="k"))
+    assert (endpoint.base_url, endpoint.path) == ("http://h:8000", "/v1/chat/completions")
+    assert endpoint.headers("r")["Authorization"] == "Basic Ym9iOnB3"       # base64("bob:pw")
+    assert "pw" not in repr(endpoint)
+    keyed = Endpoint.from_config(RunConfig(url="http://h:8000", model="m", api_key="k"))
+    assert keyed.headers("r")["Authorization"] == "Bearer k"
 
 
 def test_every_fault_lands_in_its_category_and_sockets_stay_clean():

@@ -26,6 +26,7 @@ class MetricsPages:
     def __init__(self, pages: dict[str, tuple[int, str]]) -> None:
         self.pages = pages
         self.hits: dict[str, int] = {}
+        self.authorization = ""       # the last request's Authorization header
 
 
 @contextmanager
@@ -36,6 +37,7 @@ def metrics_server(pages: dict[str, tuple[int, str]]) -> Iterator[tuple[str, Met
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             state.hits[self.path] = state.hits.get(self.path, 0) + 1
+            state.authorization = self.headers.get("Authorization", "")
             status, body = state.pages.get(self.path, (404, "not found"))
             data = body.encode()
             self.send_response(status)
@@ -166,6 +168,14 @@ def test_falls_back_to_tensorrt_llm_path_on_404():
         batch = collector.poll()
     assert collector.url.endswith("/prometheus/metrics")
     assert any(s.signal == "kv_usage" and s.value == 0.97 for s in batch)
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
+    with metrics_server({"/metrics": (200, "vllm:num_requests_running 3\n")}) as (url, pages):
+        collector = ServerMetricsCollector(metrics_url(url.replace("http://", "http://bob:pw@") + "/v1"))
+        batch = collector.poll()
+    assert pages.authorization == "Basic Ym9iOnB3" and batch           # base64("bob:pw")
+    assert collector.url == url + "/metrics" and collector.urls == [url + "/metrics"]
 
 
 def test_metrics_url_from_api_url():

@@ -185,6 +185,48 @@ def test_bad_key_unknown_model_bad_body_and_unknown_path(mocks):
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
 
 
+def post_raw(port: int, path: str, body: bytes, headers: dict) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body, {"Content-Type": "application/json", **headers})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("body, headers", [
+    (b"[" * 100_000 + b"]" * 100_000, {}),                                        # nests too deep
+    (b'{"model": "mock", "messages": [{"role": "user", "content": "\\ud800"}]}', {}),   # lone surrogate
+    (b'{"model": "mock", "messages": [{"role": "user", "content": [{"text": 5}]}]}', {}),
+    (json.dumps(CHAT).encode(), {"Content-Encoding": "bogus"}),
+    (json.dumps(CHAT).encode(), {"Content-Encoding": "gzip"}),                   # not gzip at all
+])
+def test_hostile_bodies_get_400_not_500(mocks, body, headers):
+    status, answer = post_raw(mocks["plain"], "/v1/chat/completions", body, {**AUTH, **headers})
+    assert status == 400 and answer["error"]["code"] == 400 and answer["error"]["message"]
+    assert post(mocks["plain"], "/v1/chat/completions", CHAT, AUTH).status == 200   # and it goes on
+
+
+def test_a_body_that_does_not_decode_leaves_no_traceback_in_the_log(tmp_path):
+    port = free_port()
+    log = tmp_path / "mock.log"
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
+              log=log):
+        status, _ = post_raw(port, "/v1/chat/completions", json.dumps(CHAT).encode() * 50, {"Content-Encoding": "gzip"})
+        assert status == 400
+        assert post(port, "/v1/chat/completions", CHAT).status == 200
+    assert "Traceback" not in log.read_text()
+
+
+def test_the_api_key_may_come_from_the_environment():
+    port = free_port()
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
+              env={"LOADLAB_SERVER_API_KEY": "sk-env"}):
+        assert post(port, "/v1/completions", COMPLETION).status == 401
+        assert post(port, "/v1/completions", COMPLETION, {"Authorization": "Bearer sk-env"}).status == 200
+
+
 def test_models_and_health(mocks):
     models = get_json(mocks["plain"], "/v1/models", AUTH)
     assert models["object"] == "list"
@@ -325,7 +367,8 @@ def test_client_that_goes_away_is_recorded(mocks):
     assert truth["client_disconnected"] and not truth["finished"]
 
 
-@pytest.mark.parametrize("args", [["--error-rate", "2"], ["--error-codes", "abc"], ["--port", "-5"]])
+@pytest.mark.parametrize("args", [["--error-rate", "2"], ["--error-codes", "abc"], ["--port", "-5"],
+                                  ["--ttft", "inf"], ["--itl", "nan"], ["--error-codes", "500,,429"]])
 def test_bad_flags_are_one_line_errors(args):
     result = loadlab("mock", "--port", str(free_port()), *args, timeout=60)
     assert result.returncode == 2

@@ -12,6 +12,7 @@ from loadlab.mock.config import MockConfig, parse_codes
 @pytest.mark.parametrize("settings", [
     {"error_rate": 2}, {"error_rate": -0.1}, {"error_rate": 0.6, "stall_rate": 0.6}, {"itl": -1},
     {"jitter": 1.5}, {"output_len": 0}, {"truth_limit": 0}, {"error_codes": [200]}, {"error_codes": []},
+    {"ttft": float("inf")}, {"itl": float("nan")}, {"stall_seconds": float("inf")}, {"model": ""},
 ])
 def test_impossible_settings_are_user_errors(settings):
     with pytest.raises(UserError):
@@ -22,6 +23,8 @@ def test_error_codes_parse():
     assert parse_codes("500, 429") == [500, 429]
     with pytest.raises(UserError):
         parse_codes("500,oops")
+    with pytest.raises(UserError):
+        parse_codes("500,,429")
 
 
 def test_faults_follow_their_rates_and_the_seed():

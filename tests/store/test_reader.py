@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from loadlab.clock import now, process_anchor
@@ -59,6 +61,12 @@ def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) ->
     (lambda p: p.mkdir(), "has no run.json"),
     (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
     (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), "unreadable"),
+    (lambda p: (p.mkdir(), (p / "run.json").write_text("[]")), "a JSON array, not an object"),
+    (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
+    (lambda p: _valid_run_json_with(p, config=[1]), "config"),
+    (lambda p: _valid_run_json_with(p, status=5), "status"),
+    (lambda p: _valid_run_json_with(p, steps=[{"index": 0, "label": "x", "mode": 7, "target": 1,
+                                               "start_time": 0}]), r"steps\[0\]\.mode"),
 ])
 def test_not_a_run_folder_is_a_one_line_user_error(tmp_path: Path, make, message: str) -> None:
     folder = tmp_path / "x"
@@ -66,3 +74,21 @@ def test_not_a_run_folder_is_a_one_line_user_error(tmp_path: Path, make, message
     with pytest.raises(UserError, match=message) as e:
         load_run(folder)
     assert "\n" not in str(e.value)
+
+
+def _valid_run_json_with(folder: Path, **fields: object) -> None:
+    """A run.json as a writer leaves it, with `fields` replaced by values of the wrong JSON type."""
+    RunWriter(folder, RunConfig(), process_anchor())
+    data = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**data, **fields}))
+
+
+def test_a_part_with_columns_of_another_table_or_type_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, RunConfig(), process_anchor())
+    writer.add_requests([record(0, now())])
+    writer.flush()
+    pq.write_table(pa.table({"step": ["a"], "request_id": ["r9"]}), tmp_path / "requests" / "part-000100.parquet")
+    pq.write_table(pa.table({"colour": [1.0]}), tmp_path / "requests" / "part-000101.parquet")
+    run = load_run(tmp_path)
+    assert list(run.requests["request_id"]) == ["r0"]
+    assert [w for w in run.warnings if "part-000100" in w] and [w for w in run.warnings if "part-000101" in w]

@@ -70,6 +70,7 @@ def test_rate_may_be_a_single_number(tmp_path):
     ('arrival = "burst"', "arrival"),
     ("concurrency = [4]\nrate = [1]", "concurrency or rate"),
     ('[workload]\nkind = "sharegpt"', "workload.dataset"),
+    ('url = "http://[::1"', "url"),
 ])
 def test_mistakes_name_the_key(tmp_path, text, key):
     with pytest.raises(UserError, match=key.replace(".", r"\.")) as e:
@@ -113,6 +114,9 @@ def test_bad_overrides_are_user_errors():
         apply_overrides(RunConfig(), processes="many")
     with pytest.raises(UserError, match="rate"):
         apply_overrides(RunConfig(), rate=[-1.0])
+    for flags in ({"concurrency": "1,,8"}, {"concurrency": "1,8,"}, {"rate": " , 2"}, {"concurrency": ""}):
+        with pytest.raises(UserError, match="empty item"):   # never silently 1,8
+            apply_overrides(RunConfig(), **flags)
 
 
 def test_check_complete_wants_a_url_and_a_load():
