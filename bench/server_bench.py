@@ -75,7 +75,7 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
         async def watch() -> None:
             nonlocal max_running
             while True:
-                max_running = max(max_running, len(engine.scheduler.running))
+                max_running = max(max_running, int(_metric(engine, "vllm:num_requests_running")))
                 await asyncio.sleep(0.002)
 
         watcher = asyncio.ensure_future(watch())
