@@ -68,7 +68,8 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
                   for ph in ("prefill", "decode", "mixed")}
         coll_before = (_metric(engine, "loadlab_server_collective_seconds_sum"),
                        _metric(engine, "loadlab_server_collective_seconds_count"))
-        counters = ("vllm:iteration_tokens_total_sum", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+        counters = ("vllm:iteration_tokens_total_sum", "vllm:prefix_cache_queries_total",
+                    "vllm:prefix_cache_hits_total")
         counted_before = [_metric(engine, name) for name in counters]
         max_running = 0
         start = time.monotonic()
@@ -198,9 +199,9 @@ def bench_prefix(base: EngineConfig, n: int, rate: float) -> None:
     for caching in (False, True):
         s = run(replace(base, prefix_caching=caching, max_num_seqs=16), requests)
         ttft = sorted(s.ttfts)
+        p50, p90 = ttft[len(ttft) // 2], ttft[int(0.9 * len(ttft))]
         print(f"| {'on' if caching else 'off'} | {s.prefill_tokens:.0f} | {s.prefix_hit_rate:.0%} "
-              f"| {1000 * s.mean_ttft:.0f} | {1000 * ttft[len(ttft) // 2]:.0f} | {1000 * ttft[int(0.9 * len(ttft))]:.0f} "
-              f"| {s.mean_e2e:.2f} |")
+              f"| {1000 * s.mean_ttft:.0f} | {1000 * p50:.0f} | {1000 * p90:.0f} | {s.mean_e2e:.2f} |")
 
 
 def bench_tp(base: EngineConfig, preset: str, batch: int) -> None:

@@ -28,7 +28,8 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})  # never behind the API key: pro
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(engine: Engine, api_key: str | None = None, connections: ConnectionGuard | None = None) -> web.Application:
+def build_app(engine: Engine, api_key: str | None = None,
+              connections: ConnectionGuard | None = None) -> web.Application:
     """The OpenAI-compatible HTTP API in front of a started engine.
 
     `connections` sets the deadlines of slow clients (serve with its protocol factory to bound the
@@ -60,10 +61,12 @@ class _Routes:
         self.created = int(time.time())
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_completion(await self._json(request), self.model), self.model.name)
+        body = parse_completion(await self._json(request), self.model)
+        return await respond(request, self.engine, body, self.model.name)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_chat(await self._json(request), self.model), self.model.name)
+        body = parse_chat(await self._json(request), self.model)
+        return await respond(request, self.engine, body, self.model.name)
 
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.model.name, "object": "model", "created": self.created, "owned_by": "loadlab",

@@ -4,8 +4,8 @@ preemption, static vs continuous batching, paged vs contiguous KV, queue limits,
 from __future__ import annotations
 
 import asyncio
-import threading
 import random
+import threading
 from dataclasses import replace
 
 import pytest
