@@ -4,6 +4,7 @@
     .venv/bin/python bench/server_bench.py batching    # continuous vs static on mixed lengths
     .venv/bin/python bench/server_bench.py kv          # paged vs contiguous: capacity and gather cost
     .venv/bin/python bench/server_bench.py tp          # tensor parallel 1 vs 2: step and collective time
+    .venv/bin/python bench/server_bench.py prefix      # prefix caching on vs off on the shared-prefix workload
 
 Measures through AsyncEngine (scheduler, sampler and thread hand-off included), not the bare model.
 """
@@ -16,11 +17,14 @@ import random
 import time
 from dataclasses import dataclass, replace
 
+from loadlab.config import LengthDist, WorkloadConfig
+from loadlab.workload import make_workload
 from reference_server.config import EngineConfig, ModelShape
 from reference_server.engine import AsyncEngine
 from reference_server.engine.runner import DTYPES
 from reference_server.interface import SamplingParams
 from reference_server.model import PRESETS
+from reference_server.tokenizer import ByteTokenizer
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Request:
     prompt_len: int
     output_len: int
     delay: float = 0.0            # seconds after the start at which it is sent
+    prompt: list[int] | None = None   # the prompt's token ids (default: one letter, prompt_len times)
 
 
 @dataclass
@@ -37,6 +42,9 @@ class RunStats:
     decode_tokens_per_s: float    # tokens after each request's first, over the common decode window
     mean_e2e: float
     mean_ttft: float
+    ttfts: list[float]            # per request, seconds
+    prefill_tokens: float         # prompt tokens the engine computed (not those read from the prefix cache)
+    prefix_hit_rate: float        # prefix-cache hits / queries, in tokens
     max_running: int
     step_ms: dict[str, float]     # mean step time by phase
     collective_ms_per_step: float
@@ -60,6 +68,9 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
                   for ph in ("prefill", "decode", "mixed")}
         coll_before = (_metric(engine, "loadlab_server_collective_seconds_sum"),
                        _metric(engine, "loadlab_server_collective_seconds_count"))
+        counters = ("vllm:iteration_tokens_total_sum", "vllm:prefix_cache_queries_total",
+                    "vllm:prefix_cache_hits_total")
+        counted_before = [_metric(engine, name) for name in counters]
         max_running = 0
         start = time.monotonic()
 
@@ -68,14 +79,14 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
             sent = time.monotonic()
             params = SamplingParams(max_tokens=r.output_len, temperature=0, ignore_eos=True)
             times = []
-            async for _ in engine.add_request(f"r{i}", [65 + i % 26] * r.prompt_len, params):
+            async for _ in engine.add_request(f"r{i}", r.prompt or [65 + i % 26] * r.prompt_len, params):
                 times.append(time.monotonic())
             return sent, times[0], times[-1]
 
         async def watch() -> None:
             nonlocal max_running
             while True:
-                max_running = max(max_running, len(engine.scheduler.running))
+                max_running = max(max_running, int(_metric(engine, "vllm:num_requests_running")))
                 await asyncio.sleep(0.002)
 
         watcher = asyncio.ensure_future(watch())
@@ -89,6 +100,7 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
             n = _metric(engine, "loadlab_server_step_seconds_count", phase=ph) - c0
             if n:
                 step_ms[ph] = 1000 * (_metric(engine, "loadlab_server_step_seconds_sum", phase=ph) - s0) / n
+        computed, queries, hits = (_metric(engine, name) - before for name, before in zip(counters, counted_before))
         steps = _metric(engine, "loadlab_server_collective_seconds_count") - coll_before[1]
         coll = _metric(engine, "loadlab_server_collective_seconds_sum") - coll_before[0]
         return RunStats(
@@ -97,6 +109,9 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
             else float("nan"),
             mean_e2e=sum(s[2] - s[0] for s in spans) / len(spans),
             mean_ttft=sum(s[1] - s[0] for s in spans) / len(spans),
+            ttfts=[s[1] - s[0] for s in spans],
+            prefill_tokens=computed - sum(r.output_len - 1 for r in requests),   # the rest were decodes
+            prefix_hit_rate=hits / queries if queries else 0.0,
             max_running=max_running, step_ms=step_ms,
             collective_ms_per_step=1000 * coll / steps if steps else 0.0,
             preemptions=_metric(engine, "vllm:num_preemptions_total"))
@@ -158,6 +173,37 @@ def bench_kv(base: EngineConfig) -> None:
         print(f"| {kv} | {s.step_ms.get('decode', 0):.1f} | {s.decode_tokens_per_s:.0f} |")
 
 
+def shared_prefix_requests(n: int, rate: float, seed: int = 0) -> list[Request]:
+    """loadlab's shared_prefix workload: 4 prefixes of 384 tokens x 8 suffixes of 32; 16 output tokens;
+    n requests sent at `rate` per second (Poisson)."""
+    cfg = WorkloadConfig(kind="shared_prefix", num_prefixes=4, prefix_len=384, suffixes_per_prefix=8,
+                         input_len=LengthDist(mean=32), output_len=LengthDist(mean=16), seed=seed)
+    workload = make_workload(cfg, "completions")
+    tokenizer, rng, at = ByteTokenizer(), random.Random(seed), 0.0
+    requests = []
+    for _ in range(n):
+        spec = workload.next_request()
+        ids = tokenizer.encode(spec.prompt)
+        requests.append(Request(len(ids), spec.max_tokens, delay=at, prompt=ids))
+        at += rng.expovariate(rate)
+    return requests
+
+
+def bench_prefix(base: EngineConfig, n: int, rate: float) -> None:
+    requests = shared_prefix_requests(n, rate)
+    prompt_tokens = sum(r.prompt_len for r in requests)
+    print(f"{n} requests at {rate:g}/s, {prompt_tokens} prompt tokens (loadlab's shared_prefix workload: "
+          "4 prefixes of 384 tokens x 8 suffixes of 32, 16 output tokens)\n")
+    print("| prefix caching | prefill tokens computed | hit rate (tokens) | TTFT mean (ms) | TTFT p50 (ms) "
+          "| TTFT p90 (ms) | mean E2E (s) |\n|---|---|---|---|---|---|---|")
+    for caching in (False, True):
+        s = run(replace(base, prefix_caching=caching, max_num_seqs=16), requests)
+        ttft = sorted(s.ttfts)
+        p50, p90 = ttft[len(ttft) // 2], ttft[int(0.9 * len(ttft))]
+        print(f"| {'on' if caching else 'off'} | {s.prefill_tokens:.0f} | {s.prefix_hit_rate:.0%} "
+              f"| {1000 * s.mean_ttft:.0f} | {1000 * p50:.0f} | {1000 * p90:.0f} | {s.mean_e2e:.2f} |")
+
+
 def bench_tp(base: EngineConfig, preset: str, batch: int) -> None:
     print("| tensor_parallel | mean decode step (ms) | collective per step (ms) | collective share |\n|---|---|---|---|")
     for tp in (1, 2):
@@ -168,13 +214,15 @@ def bench_tp(base: EngineConfig, preset: str, batch: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["decode", "batching", "kv", "tp", "all"])
+    parser.add_argument("what", choices=["decode", "batching", "kv", "tp", "prefix", "all"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--presets", default="tiny,small", help="decode: comma-separated presets")
     parser.add_argument("--batches", default="1,8,32", help="decode: comma-separated batch sizes")
     parser.add_argument("--preset", default="tiny", help="batching / kv / tp: the preset")
     parser.add_argument("--kv-memory-gb", type=float, default=0.25)
+    parser.add_argument("--requests", type=int, default=64, help="prefix: how many requests")
+    parser.add_argument("--rate", type=float, default=8.0, help="prefix: requests per second")
     parser.add_argument("--hbm-tbps", type=float, default=0.0, help="decode: add a memory-bandwidth roofline column")
     args = parser.parse_args()
     base = EngineConfig(preset=args.preset, device=args.device, dtype=args.dtype, kv_memory_gb=args.kv_memory_gb,
@@ -187,6 +235,8 @@ def main() -> None:
         bench_kv(base)
     if args.what in ("tp", "all"):
         bench_tp(base, args.preset, 8)
+    if args.what in ("prefix", "all"):
+        bench_prefix(base, args.requests, args.rate)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ FLAG_HELP = {
     "tensor_parallel": "ranks to shard the model over (torch.distributed)",
     "cpu_threads": "torch threads per rank on CPU (0 = all cores but one, split over the ranks)",
     "max_waiting": "waiting-queue limit; beyond it requests get 429",
+    "prefix_caching": "reuse the KV blocks of prompt prefixes seen before (paged KV only)",
     "model_name": "the model id clients see in /v1/models",
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # The values each string setting of EngineConfig accepts: the server's flag choices and the engine's
@@ -58,4 +59,33 @@ class EngineConfig:
     tensor_parallel: int = 1
     cpu_threads: int = 0                 # torch threads per rank on CPU; 0 = all cores but one, split over ranks
     max_waiting: int = 1024              # waiting-queue limit; beyond it the API answers 429
+    prefix_caching: bool = True          # reuse the KV blocks of prompt prefixes seen before (paged KV only)
     model_name: str = "loadlab-reference"
+
+    def validate(self) -> None:
+        """Refuse a bad configuration with one clear ValueError before anything is loaded."""
+        # torch (through the model's presets) is imported here, not at the top: the server's
+        # --help reads this module and must stay fast.
+        import torch
+
+        from reference_server.model import PRESETS
+
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel", "max_waiting"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("max_model_len", "long_prefill_token_threshold", "num_kv_blocks", "kv_memory_gb",
+                     "static_batch_timeout", "cpu_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
+        if self.weights and not os.path.isfile(self.weights):
+            raise ValueError(f"weights file {self.weights!r} does not exist")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda: PyTorch sees no CUDA GPU here")
+        if self.device == "cuda" and self.tensor_parallel > torch.cuda.device_count():
+            raise ValueError(f"tensor_parallel={self.tensor_parallel} needs that many CUDA devices; "
+                             f"{torch.cuda.device_count()} found")

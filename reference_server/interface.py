@@ -1,14 +1,21 @@
 """The contract between the serving engine and the HTTP API.
 
 The API turns an OpenAI request into token ids and SamplingParams, calls
-`AsyncEngine.add_request(request_id, prompt_ids, params)` and streams the TokenOutputs of the
-RequestStream it returns. The engine owns the
-scheduler, the KV cache, the model and the Prometheus registry that `/metrics` serves.
+`Engine.add_requests([(request_id, prompt_ids), ...], params)` and streams the TokenOutputs of the
+TokenStreams it returns. The engine owns the scheduler, the KV cache, the model and the Prometheus
+registry that `/metrics` serves.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from reference_server.tokenizer import ByteTokenizer
 
 
 @dataclass
@@ -47,3 +54,35 @@ class EngineDead(Exception):
 
 class StepFailed(Exception):
     """The engine step running this request raised; the request ends, the engine goes on (a 500)."""
+
+
+class TokenStream(Protocol):
+    """One request's outputs; the last carries finish_reason. Raises EngineDead or StepFailed instead."""
+
+    def __aiter__(self) -> AsyncIterator[TokenOutput]: ...
+
+    def abort(self) -> None:
+        """Stop generating (the client went away); the request's KV blocks are freed at once."""
+
+
+class Engine(Protocol):
+    """What the HTTP API needs of a started engine (reference_server.engine.AsyncEngine)."""
+
+    model_name: str
+
+    @property
+    def tokenizer(self) -> ByteTokenizer: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool:
+        """False once the engine has stopped or died (GET /health answers 503)."""
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry /metrics serves."""
+
+    def add_requests(self, prompts: list[tuple[str, list[int]]], params: SamplingParams) -> Sequence[TokenStream]:
+        """Queue (request id, prompt ids) pairs all or none; raises QueueFull, EngineDead or ValueError."""

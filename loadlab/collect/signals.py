@@ -19,6 +19,8 @@ KV_USAGE = "kv_usage"                      # gauge: KV-cache blocks in use, 0..1
 PREEMPTIONS = "preemptions"                # counter: requests preempted / retracted
 PROMPT_TOKENS = "prompt_tokens"            # counter: prefill tokens processed
 GENERATION_TOKENS = "generation_tokens"    # counter: tokens generated
+PREFIX_CACHE_QUERIES = "prefix_cache_queries"  # counter: tokens of requests looked up in the prefix cache
+PREFIX_CACHE_HITS = "prefix_cache_hits"    # counter: of those, tokens whose KV was reused
 TOKENS_PER_STEP = "tokens_per_step"        # histogram: tokens carried by one engine step
 BATCH_SIZE = "batch_size"                  # histogram (or gauge): sequences in one engine step
 TTFT = "ttft"                              # histogram, seconds
@@ -64,6 +66,8 @@ VLLM = _table({
     "vllm:num_preemptions": PREEMPTIONS,
     "vllm:prompt_tokens": PROMPT_TOKENS,
     "vllm:generation_tokens": GENERATION_TOKENS,
+    "vllm:prefix_cache_queries": PREFIX_CACHE_QUERIES,
+    "vllm:prefix_cache_hits": PREFIX_CACHE_HITS,
     "vllm:iteration_tokens_total": TOKENS_PER_STEP,    # a histogram whose name ends in _total
     "vllm:time_to_first_token_seconds": TTFT,
     "vllm:inter_token_latency_seconds": ITL,

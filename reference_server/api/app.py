@@ -17,6 +17,7 @@ from reference_server.api.errors import APIError, bad_request
 from reference_server.api.generation import respond
 from reference_server.api.requests import (ServedModel, parse_chat, parse_completion, parse_detokenize,
                                            parse_tokenize)
+from reference_server.interface import Engine
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,9 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})  # never behind the API key: pro
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(engine: Any, api_key: str | None = None, connections: ConnectionGuard | None = None) -> web.Application:
-    """The OpenAI-compatible HTTP API in front of a started `AsyncEngine`.
+def build_app(engine: Engine, api_key: str | None = None,
+              connections: ConnectionGuard | None = None) -> web.Application:
+    """The OpenAI-compatible HTTP API in front of a started engine.
 
     `connections` sets the deadlines of slow clients (serve with its protocol factory to bound the
     first headers too); by default, DEFAULT_IDLE_TIMEOUT.
@@ -50,7 +52,7 @@ def build_app(engine: Any, api_key: str | None = None, connections: ConnectionGu
 
 
 class _Routes:
-    def __init__(self, engine: Any, connections: ConnectionGuard) -> None:
+    def __init__(self, engine: Engine, connections: ConnectionGuard) -> None:
         self.engine = engine
         self.connections = connections
         tokenizer = engine.tokenizer
@@ -59,10 +61,12 @@ class _Routes:
         self.created = int(time.time())
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_completion(await self._json(request), self.model), self.model.name)
+        body = parse_completion(await self._json(request), self.model)
+        return await respond(request, self.engine, body, self.model.name)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await respond(request, self.engine, parse_chat(await self._json(request), self.model), self.model.name)
+        body = parse_chat(await self._json(request), self.model)
+        return await respond(request, self.engine, body, self.model.name)
 
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.model.name, "object": "model", "created": self.created, "owned_by": "loadlab",

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 
 from reference_server.api.errors import APIError
 from reference_server.api.requests import GenerationRequest
 from reference_server.api.responses import SSE_DONE, ResponseBuilder, sse
-from reference_server.interface import EngineDead, QueueFull, StepFailed, TokenOutput
+from reference_server.interface import Engine, EngineDead, QueueFull, StepFailed, TokenOutput, TokenStream
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +23,10 @@ log = logging.getLogger(__name__)
 class Generation:
     """The engine requests behind one API request: one per prompt, aborted on close unless finished."""
 
-    def __init__(self, engine: Any, request_id: str, request: GenerationRequest) -> None:
+    def __init__(self, engine: Engine, request_id: str, request: GenerationRequest) -> None:
         ids = [request_id] if len(request.prompts) == 1 else [f"{request_id}-{i}" for i in range(len(request.prompts))]
         try:  # all prompts or none
-            self._streams: list[Any] = engine.add_requests(list(zip(ids, request.prompts)), request.params)
+            self._streams = engine.add_requests(list(zip(ids, request.prompts)), request.params)
         except QueueFull:
             raise APIError(429, "The server's waiting queue is full; retry later.", code="queue_full") from None
         except EngineDead:
@@ -58,16 +57,16 @@ class Generation:
         self._unfinished.clear()
 
 
-async def _single(stream: Any) -> AsyncIterator[tuple[int, TokenOutput]]:
+async def _single(stream: TokenStream) -> AsyncIterator[tuple[int, TokenOutput]]:
     async for out in stream:
         yield 0, out
 
 
-async def _merge(streams: list[Any]) -> AsyncIterator[tuple[int, TokenOutput]]:
+async def _merge(streams: Sequence[TokenStream]) -> AsyncIterator[tuple[int, TokenOutput]]:
     """Interleave several streams as their tokens arrive (a batch of prompts)."""
     queue: asyncio.Queue[tuple[int, TokenOutput | BaseException | None]] = asyncio.Queue()
 
-    async def pump(index: int, stream: Any) -> None:
+    async def pump(index: int, stream: TokenStream) -> None:
         try:
             async for out in stream:
                 queue.put_nowait((index, out))
@@ -91,7 +90,7 @@ async def _merge(streams: list[Any]) -> AsyncIterator[tuple[int, TokenOutput]]:
             task.cancel()
 
 
-async def respond(http: web.Request, engine: Any, request: GenerationRequest, model_name: str) -> web.StreamResponse:
+async def respond(http: web.Request, engine: Engine, request: GenerationRequest, model_name: str) -> web.StreamResponse:
     """Answer a completions or chat request."""
     builder = ResponseBuilder(request, model_name)
     generation = Generation(engine, builder.id, request)

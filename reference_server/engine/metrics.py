@@ -56,6 +56,9 @@ class EngineMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Preemptions by recompute.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens computed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
+        self.prefix_cache_queries = counter("vllm:prefix_cache_queries",
+                                            "Prefix cache queries, in tokens of the requests admitted.")
+        self.prefix_cache_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens whose KV was reused.")
         self.iteration_tokens = histogram("vllm:iteration_tokens_total", "Tokens per engine step.",
                                           ITERATION_TOKEN_BUCKETS)
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Arrival to first token.", TTFT_BUCKETS)
@@ -95,7 +98,7 @@ class EngineMetrics:
         self.generation_tokens_per_request.observe(len(seq.output_ids))
         if seq.first_scheduled is not None:
             self.queue_time.observe(seq.first_scheduled - seq.arrival)
-            if seq.first_token is not None:
-                self.prefill_time.observe(seq.first_token - seq.first_scheduled)
-                self.decode_time.observe(seq.last_token - seq.first_token)
-                self.inference_time.observe(seq.last_token - seq.first_scheduled)
+            if seq.first_token_time is not None and seq.last_token_time is not None:
+                self.prefill_time.observe(seq.first_token_time - seq.first_scheduled)
+                self.decode_time.observe(seq.last_token_time - seq.first_token_time)
+                self.inference_time.observe(seq.last_token_time - seq.first_scheduled)

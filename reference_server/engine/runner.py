@@ -84,9 +84,9 @@ def build_step(chunks: list[ScheduledChunk], block_size: int,
                blocks_per_slab: int = 0) -> tuple[StepInput, list[Sequence]]:
     """Flatten the scheduled chunks into one batch: single-token decodes first, then prompt chunks.
 
-    Decodes are ordered by their first block so that consecutive contiguous-KV slabs line up.
     Returns the step and the sequences that get a new token, in the order of its sample rows.
     """
+    # Decodes are ordered by their first block so that consecutive contiguous-KV slabs line up.
     decodes = sorted((c for c in chunks if c.num_tokens == 1), key=lambda c: c.seq.block_table[0])
     prefills = [c for c in chunks if c.num_tokens > 1]
     ids: list[int] = []
@@ -104,26 +104,36 @@ def build_step(chunks: list[ScheduledChunk], block_size: int,
             sampled.append(seq)
     meta = AttentionMetadata(slot_mapping=torch.tensor(slots), num_decodes=len(decodes))
     if decodes:
-        lens = torch.tensor([c.seq.num_computed + 1 for c in decodes])
-        width = max(len(c.seq.block_table) for c in decodes)
-        meta.decode_tables = torch.tensor([c.seq.block_table + [0] * (width - len(c.seq.block_table))
-                                           for c in decodes])
-        meta.decode_len = int(lens.max())
-        meta.decode_mask = (torch.arange(meta.decode_len)[None, :] < lens[:, None])[:, None, None, :]
-        firsts = [c.seq.block_table[0] for c in decodes]
-        if blocks_per_slab and firsts == list(range(firsts[0], firsts[0] + len(firsts) * blocks_per_slab,
-                                                     blocks_per_slab)):
-            meta.decode_first_slab = firsts[0] // blocks_per_slab
-    offset = len(decodes)
+        _describe_decodes(meta, decodes, blocks_per_slab)
+    meta.prefills = _prefill_chunks(prefills, offset=len(decodes))
+    return StepInput(torch.tensor(ids), torch.tensor(positions), meta,
+                     torch.tensor(sample_rows, dtype=torch.long)), sampled
+
+
+def _describe_decodes(meta: AttentionMetadata, decodes: list[ScheduledChunk], blocks_per_slab: int) -> None:
+    """The decode part: one block table and key mask for all single-token rows, read together."""
+    lens = torch.tensor([c.seq.num_computed + 1 for c in decodes])
+    width = max(len(c.seq.block_table) for c in decodes)
+    meta.decode_tables = torch.tensor([c.seq.block_table + [0] * (width - len(c.seq.block_table)) for c in decodes])
+    meta.decode_len = int(lens.max())
+    meta.decode_mask = (torch.arange(meta.decode_len)[None, :] < lens[:, None])[:, None, None, :]
+    firsts = [c.seq.block_table[0] for c in decodes]
+    if blocks_per_slab and firsts == list(range(firsts[0], firsts[0] + len(firsts) * blocks_per_slab,
+                                                 blocks_per_slab)):
+        meta.decode_first_slab = firsts[0] // blocks_per_slab
+
+
+def _prefill_chunks(prefills: list[ScheduledChunk], offset: int) -> list[PrefillChunk]:
+    """The prefill part: each prompt chunk attends on its own, from row `offset` of the batch on."""
+    out = []
     for c in prefills:
         start = c.seq.num_computed
         mask = None
         if start > 0:   # earlier tokens are in the cache: query i sees keys 0..start+i
             mask = torch.arange(start + c.num_tokens)[None, :] <= (start + torch.arange(c.num_tokens))[:, None]
-        meta.prefills.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
+        out.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
         offset += c.num_tokens
-    return StepInput(torch.tensor(ids), torch.tensor(positions), meta,
-                     torch.tensor(sample_rows, dtype=torch.long)), sampled
+    return out
 
 
 class Worker:

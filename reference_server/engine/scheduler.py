@@ -4,7 +4,8 @@ There are no prefill/decode phases: each sequence has `num_computed` tokens in t
 step computes the next ones, under a shared token budget. Running sequences go first (a decode token
 or their next prompt chunk), then waiting ones while budget, `max_num_seqs` and KV blocks allow.
 When blocks run out, the newest running sequence is preempted by recompute: its blocks are freed and
-it goes back to the front of the waiting queue, keeping the tokens it generated.
+it goes back to the front of the waiting queue, keeping the tokens it generated. A sequence admitted
+with a cached prefix starts computing after it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ class ScheduledChunk:
         return self.seq.num_computed + self.num_tokens == self.seq.num_tokens
 
 
+@dataclass
+class SchedulerStats:
+    """What the scheduler counted since the last `take_stats()`."""
+
+    preemptions: int = 0
+    prefix_queries: int = 0         # tokens of the sequences admitted
+    prefix_hits: int = 0            # of which their KV came from the prefix cache
+
+
 class Scheduler:
     """Waiting queue, running list and the per-step scheduling decision."""
 
@@ -38,7 +48,7 @@ class Scheduler:
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.num_preemptions = 0        # since the last `take_preemptions()`
+        self.stats = SchedulerStats()
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -52,12 +62,12 @@ class Scheduler:
         self.blocks.free(seq)
         seq.status = Status.FINISHED
 
-    def take_preemptions(self) -> int:
-        n, self.num_preemptions = self.num_preemptions, 0
-        return n
+    def take_stats(self) -> SchedulerStats:
+        stats, self.stats = self.stats, SchedulerStats()
+        return stats
 
-    def _chunk_size(self, seq: Sequence, budget: int) -> int:
-        n = min(seq.num_tokens - seq.num_computed, budget)
+    def _chunk_size(self, seq: Sequence, budget: int, start: int) -> int:
+        n = min(seq.num_tokens - start, budget)
         cap = self.config.long_prefill_token_threshold
         return min(n, cap) if cap > 0 else n
 
@@ -67,7 +77,7 @@ class Scheduler:
         seq.num_computed = 0
         seq.status = Status.WAITING
         self.waiting.appendleft(seq)
-        self.num_preemptions += 1
+        self.stats.preemptions += 1
 
     def schedule(self, now: float) -> list[ScheduledChunk]:
         """The chunks of the next step (empty: nothing to do yet)."""
@@ -77,11 +87,11 @@ class Scheduler:
         for seq in list(self.running):
             if seq.status is not Status.RUNNING:    # preempted earlier in this loop
                 continue
-            n = self._chunk_size(seq, budget)
+            n = self._chunk_size(seq, budget, seq.num_computed)
             if n <= 0:
                 continue
             # Free blocks by preempting from the back (the newest) until this sequence fits.
-            while not self.blocks.can_allocate(seq, seq.num_computed + n):
+            while not self.blocks.can_allocate(seq, seq.num_computed + n, []):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted = True
@@ -89,7 +99,7 @@ class Scheduler:
                     break
             if seq.status is not Status.RUNNING:
                 continue
-            self.blocks.allocate(seq, seq.num_computed + n)
+            self.blocks.allocate(seq, seq.num_computed + n, [])
             chunks.append(ScheduledChunk(seq, n))
             budget -= n
         if not preempted and self._may_admit(now):
@@ -111,11 +121,13 @@ class Scheduler:
         """Move waiting sequences to running (oldest first) while seats, budget and blocks allow."""
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            n = self._chunk_size(seq, budget)
+            prefix = self.blocks.cached_prefix(seq)
+            cached = len(prefix) * self.blocks.block_size
+            n = self._chunk_size(seq, budget, cached)
             static = self.config.batching == "static"
             if n <= 0 and not static:
                 break
-            if n > 0 and not self.blocks.can_allocate(seq, n):
+            if n > 0 and not self.blocks.can_allocate(seq, cached + n, prefix):
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING
@@ -123,6 +135,9 @@ class Scheduler:
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
             if n > 0:   # a static batch member without budget left starts its prompt next step
-                self.blocks.allocate(seq, n)
+                self.blocks.allocate(seq, cached + n, prefix)
+                seq.num_computed = cached
+                self.stats.prefix_queries += seq.num_tokens
+                self.stats.prefix_hits += cached
                 chunks.append(ScheduledChunk(seq, n))
                 budget -= n

@@ -29,9 +29,10 @@ class Sequence:
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    first_scheduled: float | None = None
-    first_token: float | None = None
-    last_token: float | None = None
+    first_scheduled: float | None = None            # times, time.monotonic()
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    block_hashes: list[bytes] = field(default_factory=list)  # of its leading full blocks (prefix caching)
     text: str = ""                                  # decoded output, for stop strings
     emitted: int = 0                                # characters of `text` already handed out
 

@@ -43,6 +43,8 @@ def test_vllm_current_names():
         assert {hist + part for part in HISTOGRAM_PARTS} <= signals(samples), hist
     assert value(samples, "tokens_per_step", le="16.0") == 1200
     assert value(samples, "itl_count") == 15240
+    assert value(samples, "prefix_cache_queries") == 20480   # tokens
+    assert value(samples, "prefix_cache_hits") == 12288
 
 
 def test_vllm_older_names_map_to_the_same_signals():
@@ -68,7 +70,6 @@ def test_labels_are_kept():
 def test_unknown_series_keep_their_raw_names():
     samples = scrape("vllm.txt")
     assert value(samples, "python_gc_objects_collected_total", generation="0") == 7741
-    assert value(samples, "vllm:prefix_cache_queries_total") == 20480
     assert value(samples, "vllm:request_success_total", finished_reason="length") == 120
 
 
@@ -135,6 +136,7 @@ def test_dcgm_series_become_gpu_signals_in_ratios_and_bytes():
     ("vllm:iteration_tokens_total_bucket", "tokens_per_step"),
     ("vllm:iteration_tokens_total_sum", "tokens_per_step_sum"),
     ("vllm:num_preemptions_total", "preemptions"),
+    ("vllm:prefix_cache_hits_total", "prefix_cache_hits"),
     ("vllm:num_preemptions", "preemptions"),
     ("trtllm:kv_cache_utilization", "kv_usage"),
     ("vllm:ttft_made_up", "vllm:ttft_made_up"),

@@ -4,15 +4,15 @@ preemption, static vs continuous batching, paged vs contiguous KV, queue limits,
 from __future__ import annotations
 
 import asyncio
-import threading
 import random
+import threading
 from dataclasses import replace
 
 import pytest
 import torch
 
 from reference_server.config import EngineConfig
-from reference_server.engine import AsyncEngine
+from reference_server.engine import AsyncEngine, EngineCore
 from reference_server.engine.runner import EngineFault, ModelRunner, Worker
 from reference_server.engine.sampler import Sampler
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
@@ -335,24 +335,25 @@ def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(mo
     asyncio.run(scenario())
 
 
-def test_configuration_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="unknown preset"):
-        AsyncEngine(config(preset="gpt-5"))
-    with pytest.raises(ValueError, match="batching must be one of"):
-        AsyncEngine(config(batching="dynamic"))
-    with pytest.raises(ValueError, match="cannot hold one sequence"):
-        AsyncEngine(config(num_kv_blocks=2))
-    with pytest.raises(ValueError, match="dtype must be one of"):
-        AsyncEngine(config(dtype="int4"))
+@pytest.mark.parametrize("overrides, message", [
+    ({"preset": "gpt-5"}, "unknown preset"),
+    ({"batching": "dynamic"}, "batching must be one of"),
+    ({"num_kv_blocks": 2}, "cannot hold one sequence"),
+    ({"dtype": "int4"}, "dtype must be one of"),
+    ({"max_num_seqs": 0}, "max_num_seqs must be at least 1"),
+    ({"weights": "/nonexistent/model.safetensors"}, "does not exist"),
+    ({"tensor_parallel": 4}, "does not divide num_kv_heads"),
+    pytest.param({"device": "cuda"}, "no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
+])
+def test_configuration_errors_are_clear_and_come_before_the_model_loads(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngineCore(config(**overrides))
+
+
+def test_the_async_engine_refuses_a_bad_setting_at_once() -> None:
     with pytest.raises(ValueError, match="max_num_seqs must be at least 1"):
         AsyncEngine(config(max_num_seqs=0))
-    with pytest.raises(ValueError, match="does not exist"):
-        AsyncEngine(config(weights="/nonexistent/model.safetensors"))
-    with pytest.raises(ValueError, match="does not divide num_kv_heads"):
-        AsyncEngine(config(tensor_parallel=4))
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA GPU"):
-            AsyncEngine(config(device="cuda"))
 
 
 @pytest.mark.parametrize("trial", range(6))

@@ -33,8 +33,10 @@ json_values = st.recursive(
 extreme_ints = st.sampled_from([0, -1, MAX_MODEL_LEN, 2**31, 2**63, -(2**63) - 1, 2**64, 10**30, -(10**400)])
 garbage = json_values | extreme_ints | st.floats() | st.text(max_size=3) | st.just("🦊" * 3000)
 
+# Prompts sharing their first blocks, so the prefix cache shares and evicts blocks across examples.
+SHARED_PREFIX = "A system prompt that many requests share, long enough for a few KV blocks: "
 texts = (st.text(max_size=40) | st.just("x" * (MAX_MODEL_LEN + 1)) | st.just("<|eos|><|im_end|>") | st.just("ü" * 120)
-         | st.just("lone \ud800 surrogate"))
+         | st.just("lone \ud800 surrogate") | st.text(max_size=20).map(lambda t: SHARED_PREFIX + t))
 token_ids = st.lists(st.integers(0, 260), min_size=1, max_size=8)
 prompts = texts | st.lists(texts, min_size=1, max_size=2) | token_ids | st.lists(token_ids, min_size=1, max_size=2)
 parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}), min_size=1, max_size=2)

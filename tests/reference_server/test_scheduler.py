@@ -1,7 +1,7 @@
 """Scheduler: token budget, max_num_seqs, chunked prefill, preemption by recompute, static batching."""
 
 from reference_server.config import EngineConfig
-from reference_server.engine.block_manager import BlockManager
+from reference_server.engine.block_manager import PagedBlocks
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
 from reference_server.interface import SamplingParams
@@ -9,7 +9,7 @@ from reference_server.interface import SamplingParams
 
 def make(num_blocks: int = 100, **overrides) -> Scheduler:
     config = EngineConfig(block_size=4, **overrides)
-    return Scheduler(config, BlockManager(num_blocks, config.block_size))
+    return Scheduler(config, PagedBlocks(num_blocks, config.block_size))
 
 
 def request(name: str, prompt_len: int, arrival: float = 0.0, max_tokens: int = 100) -> Sequence:
@@ -69,7 +69,7 @@ def test_preemption_by_recompute_when_blocks_run_out() -> None:
     assert s.blocks.num_free == 0
     chunks = s.schedule(0.0)                  # a needs a 4th block: b (newest) is preempted
     assert [c.seq for c in chunks] == [a]
-    assert s.take_preemptions() == 1
+    assert s.take_stats().preemptions == 1
     assert b.status is Status.WAITING and b.num_computed == 0 and b.block_table == []
     assert s.waiting[0] is b and len(b.output_ids) == 5   # keeps its tokens, recomputes them later
     advance(chunks)

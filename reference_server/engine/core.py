@@ -1,0 +1,205 @@
+"""The engine core: synchronous, one step at a time, as nano-vllm's LLMEngine.
+
+`step()` schedules, runs the model, samples, appends the tokens, finishes the sequences that are
+done and records the metrics; it returns the outputs of the requests it touched. No thread and no
+asyncio here: `AsyncEngine` drives the core from its loop thread, a test drives it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from reference_server.config import EngineConfig
+from reference_server.engine import stopping
+from reference_server.engine.block_manager import BlockManager, ContiguousBlocks, PagedBlocks
+from reference_server.engine.metrics import EngineMetrics
+from reference_server.engine.runner import EngineFault, KVLayout, ModelRunner, build_step, kv_layout
+from reference_server.engine.sampler import Sampler
+from reference_server.engine.scheduler import ScheduledChunk, Scheduler
+from reference_server.engine.sequence import Sequence, Status
+from reference_server.interface import SamplingParams, StepFailed, TokenOutput
+from reference_server.model import PRESETS
+from reference_server.tokenizer import ByteTokenizer
+
+log = logging.getLogger("reference_server.engine")
+
+
+@dataclass
+class RequestOutput:
+    """What a step says to one request: its next token (the last one has a finish_reason) or its failure."""
+
+    request_id: str
+    output: TokenOutput | StepFailed
+
+    @property
+    def final(self) -> bool:
+        """Whether the request ends with this output."""
+        return isinstance(self.output, StepFailed) or self.output.finish_reason is not None
+
+
+@dataclass
+class StepResult:
+    outputs: list[RequestOutput]
+    num_scheduled: int              # sequences that ran in the step; 0 when there was nothing to do yet
+
+
+def make_block_manager(config: EngineConfig, layout: KVLayout) -> BlockManager:
+    """The KV block manager of this configuration: contiguous slabs, or paged blocks (prefix-cached or not)."""
+    if layout.blocks_per_slab:
+        return ContiguousBlocks(layout.num_blocks, layout.block_size, layout.blocks_per_slab)
+    return PagedBlocks(layout.num_blocks, layout.block_size, config.prefix_caching)
+
+
+class EngineCore:
+    """Scheduler, KV blocks, model runner, sampler and metrics, stepped by the caller.
+
+    Construction validates the configuration and loads the model (one process per tensor-parallel rank).
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        config.validate()
+        self.config = config
+        self.shape = PRESETS[config.preset]
+        self.tokenizer = ByteTokenizer()
+        layout = kv_layout(config)
+        self.max_model_len = layout.max_model_len
+        self.blocks_per_slab = layout.blocks_per_slab
+        self.blocks = make_block_manager(config, layout)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.sampler = Sampler(self.tokenizer.eos_token_id, config.seed)
+        self.metrics = EngineMetrics(config.model_name, self.max_model_len)
+        self.runner = ModelRunner(config, layout)
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def new_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """A sequence for a prompt, which must fit the context and the vocabulary (ValueError otherwise)."""
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model's context is "
+                             f"{self.max_model_len} tokens, including at least one output token")
+        if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
+            raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
+        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a sequence; the next steps run it."""
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """End a request now, freeing its blocks; None when it is not here (already finished)."""
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            if seq.request_id == request_id:
+                return self._finish(seq, "abort", TokenOutput(-1, ""))
+        return None
+
+    def abort_all(self) -> None:
+        """End every request (shutting down), freeing every block."""
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            self._finish(seq, "abort", TokenOutput(-1, ""))
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel ranks."""
+        self.runner.shutdown()
+
+    # ---- one step --------------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """Schedule, run, sample, append, finish, record. A failing step fails its own requests only;
+        EngineFault (a broken device, a lost rank) propagates."""
+        chunks = self.scheduler.schedule(time.monotonic())
+        outputs: list[RequestOutput] = []
+        if chunks:
+            try:
+                self._execute(chunks, outputs)
+            except EngineFault:
+                raise
+            except Exception as e:
+                log.exception("an engine step failed; failing its %d sequences", len(chunks))
+                error = StepFailed(f"the engine step failed: {e!r}")
+                outputs += [self._fail(c.seq, error) for c in chunks if c.seq.status is not Status.FINISHED]
+        else:
+            self.runner.keepalive()
+        self._update_gauges()
+        return StepResult(outputs, len(chunks))
+
+    def _execute(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput]) -> None:
+        start = time.perf_counter()
+        step, sampled = build_step(chunks, self.blocks.block_size, self.blocks_per_slab)
+        logits, collective = self.runner.execute(step)
+        tokens = self.sampler.sample(logits, sampled)
+        elapsed = time.perf_counter() - start
+        now = time.monotonic()
+        for c in chunks:
+            self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
+            c.seq.num_computed += c.num_tokens
+        for seq, token in zip(sampled, tokens):  # appended one by one: a later failure keeps these
+            outputs.append(self._append(seq, token, now))
+        self._record_step(chunks, elapsed, collective, len(tokens))
+
+    def _append(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        """Add a sampled token to seq and turn it into the request's next output."""
+        m = self.metrics
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+            m.ttft.observe(now - seq.arrival)
+            m.prompt_tokens.inc(len(seq.prompt_ids))
+        elif seq.last_token_time is not None:
+            m.itl.observe(now - seq.last_token_time)
+        seq.last_token_time = now
+        seq.output_ids.append(token)
+        text, reason = stopping.advance(seq, token, self.tokenizer, self.max_model_len)
+        out = TokenOutput(token, text)
+        if reason is not None:
+            return self._finish(seq, reason, out)
+        return RequestOutput(seq.request_id, _counted(seq, out))
+
+    def _finish(self, seq: Sequence, reason: str, out: TokenOutput) -> RequestOutput:
+        """Free seq's blocks, record its metrics and mark `out` as its final output."""
+        self.scheduler.remove(seq)
+        out.finish_reason = reason
+        self.metrics.request_finished(seq, reason, time.monotonic())
+        return RequestOutput(seq.request_id, _counted(seq, out))
+
+    def _fail(self, seq: Sequence, error: StepFailed) -> RequestOutput:
+        """Free seq's blocks and count it as an error."""
+        self.scheduler.remove(seq)
+        self.metrics.request_finished(seq, "error", time.monotonic())
+        return RequestOutput(seq.request_id, error)
+
+    def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float, generated: int) -> None:
+        m = self.metrics
+        num_tokens = sum(c.num_tokens for c in chunks)
+        decodes = sum(1 for c in chunks if c.num_tokens == 1 and c.seq.num_computed > len(c.seq.prompt_ids))
+        phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
+        m.step_seconds[phase].observe(elapsed)
+        m.batch_size.observe(len(chunks))
+        m.iteration_tokens.observe(num_tokens)
+        m.collective_seconds.observe(collective)
+        m.generation_tokens.inc(generated)
+        stats = self.scheduler.take_stats()
+        m.preemptions.inc(stats.preemptions)
+        m.prefix_cache_queries.inc(stats.prefix_queries)
+        m.prefix_cache_hits.inc(stats.prefix_hits)
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.running.set(len(self.scheduler.running))
+        m.waiting.set(len(self.scheduler.waiting))
+        m.kv_usage.set(1.0 - self.blocks.num_free / self.blocks.total)
+
+
+def _counted(seq: Sequence, out: TokenOutput) -> TokenOutput:
+    out.prompt_tokens = len(seq.prompt_ids)
+    out.output_tokens = len(seq.output_ids)
+    return out
