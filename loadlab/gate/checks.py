@@ -187,11 +187,11 @@ def _read_analysis(folder: Path) -> dict[str, Any] | str | None:
 
 
 def format_value(value: float, unit: str) -> str:
-    """A value in the unit people read it in: latencies in ms, fractions in %."""
+    """A value in the unit people read it in: latencies in ms (s from 1 s), fractions in %."""
     if not math.isfinite(value):
         return "–"
     if unit == "s":
-        return f"{value * 1000:.4g} ms"
+        return f"{value:.4g} s" if value >= 1 else f"{value * 1000:.4g} ms"
     if unit == "fraction":
         return f"{value * 100:.4g} %"
     return f"{value:.4g} {unit}"
