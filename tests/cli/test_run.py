@@ -232,6 +232,7 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"], "max_error_rate"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"], "max_error_rate"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--slo", "ttft_p99=soon"], "bad SLO"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
@@ -345,3 +346,22 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
         shown = loadlab("summary", str(out))
         assert shown.returncode == 0 and "failed" in shown.stdout, shown.stderr
         assert json.loads((out / "summary.json").read_text())["overall"]["sent"] == saved
+
+
+def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
+    # client_limited=any: this test's load generator shares a busy machine with the mock.
+    passed = loadlab("run", "--url", mock, "--model", "m", "--concurrency", "2", "--requests", "12",
+                     "--output-len", "5", "--out", str(tmp_path / "pass"),
+                     "--slo", "ttft=2000,ttft_p99=2s,goodput=90%,client_limited=any", *QUIET, timeout=120)
+    assert passed.returncode == 0, passed.stdout[-2000:] + passed.stderr[-2000:]
+    assert "gate: PASS (exit 0)" in passed.stdout
+    summary = json.loads((tmp_path / "pass" / "summary.json").read_text())
+    assert summary["slo"]["ttft_ms"] == 2000 and summary["steps"][0]["slo_met"] == 12   # goodput counted
+    assert load_run(tmp_path / "pass").meta.config["slo"].startswith("ttft=2000,")
+
+    scenario = tmp_path / "scenario.toml"   # the SLO from the scenario's [slo] table
+    scenario.write_text(f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nrequests = 12\n'
+                        '[workload]\noutput_len = "5"\n[slo]\nttft_p50 = "1ms"\nclient_limited = "any"\n')
+    failed = loadlab("run", "-c", str(scenario), "--out", str(tmp_path / "fail"), *QUIET, timeout=120)
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert "gate: FAIL (exit 1)" in failed.stdout
