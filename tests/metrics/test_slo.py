@@ -11,6 +11,8 @@ import pytest
 from loadlab.errors import UserError
 from loadlab.metrics.slo import Objective, Slo, parse_slo, read_slo, slo_text
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_the_per_request_form_of_loadlab_summary_still_parses_to_slo() -> None:
     assert parse_slo("ttft=500, itl=50").per_request == Slo(ttft_ms=500, itl_ms=50)
@@ -114,3 +116,9 @@ def test_read_slo_takes_inline_text_or_a_toml_file(tmp_path: Path) -> None:
         read_slo(str(bad))
     with pytest.raises(UserError, match="SLO file not found"):
         read_slo(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("name", ["slo-pass.toml", "slo-fail.toml"])
+def test_the_example_slo_files_parse(name: str) -> None:
+    spec = read_slo(str(REPO / "examples" / name))
+    assert spec.objectives and not spec.check_client and spec.min_requests == 5
