@@ -88,7 +88,9 @@ def statistic(values: np.ndarray, stat: str) -> float:
         return math.nan
     if stat.startswith("p"):
         return float(np.percentile(a, float(stat[1:])))
-    return float({"mean": np.mean, "min": np.min, "max": np.max}[stat](a))
+    if stat == "mean":
+        return float(a.mean())
+    return float(a.min() if stat == "min" else a.max())
 
 
 def measure(run: RunData, slo: Slo | None = None) -> RunValues:
