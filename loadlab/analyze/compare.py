@@ -115,26 +115,29 @@ def _replicates(step: StepValues, metric: str, stat: str, rng: np.random.Generat
     if METRICS[metric].distribution:
         values, owner = step.samples(metric)
         finite = np.isfinite(values)
-        return weighted_bootstrap(values[finite], owner[finite], step.count, stat, rng)
+        return weighted_bootstrap(values[finite], owner[finite], stat, rng)
     rates = _window_rates(step, metric)
     if rates.size < MIN_WINDOWS:
         return np.full(REPLICATES, math.nan)
     return rates[rng.integers(0, rates.size, (REPLICATES, rates.size))].mean(axis=1)
 
 
-def weighted_bootstrap(values: np.ndarray, owner: np.ndarray, owners: int, stat: str,
-                       rng: np.random.Generator) -> np.ndarray:
+def weighted_bootstrap(values: np.ndarray, owner: np.ndarray, stat: str, rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of `stat` of `values`, resampling their owners (requests) with
     replacement: each replicate weighs a value by how often its request was drawn. Vectorised
     (replicates x values); beyond MAX_VALUES values a random subset stands for them."""
-    if values.size < 2 or owners < 2 or not _enough_tail(values.size, stat):
-        return np.full(REPLICATES, math.nan)
     if values.size > MAX_VALUES:
         keep = rng.choice(values.size, MAX_VALUES, replace=False)
         values, owner = values[keep], owner[keep]
+    _, owner = np.unique(owner, return_inverse=True)
+    owners = int(owner.max()) + 1 if owner.size else 0
+    if values.size < 2 or owners < 2 or not _enough_tail(values.size, stat):
+        return np.full(REPLICATES, math.nan)
     order = np.argsort(values, kind="stable")
     values, owner = values[order], owner[order]
-    draws = rng.multinomial(owners, np.full(owners, 1 / owners), size=REPLICATES).astype(np.int32)
+    # How often each replicate drew each request: one bincount over all replicates at once.
+    drawn = rng.integers(0, owners, (REPLICATES, owners)) + np.arange(REPLICATES)[:, None] * owners
+    draws = np.bincount(drawn.ravel(), minlength=REPLICATES * owners).reshape(REPLICATES, owners).astype(np.int32)
     weights = draws[:, owner]                                   # replicates x values
     total = weights.sum(axis=1)
     if stat == "mean":
@@ -144,8 +147,7 @@ def weighted_bootstrap(values: np.ndarray, owner: np.ndarray, owners: int, stat:
         return np.nanmin(present, axis=1) if stat == "min" else np.nanmax(present, axis=1)
     cumulative = np.cumsum(weights, axis=1)
     rank = (cumulative < (float(stat[1:]) / 100 * total)[:, None]).sum(axis=1)
-    out = values[np.minimum(rank, values.size - 1)]
-    return np.where(total > 0, out, np.nan)
+    return np.where(total > 0, values[np.minimum(rank, values.size - 1)], np.nan)
 
 
 def _enough_tail(count: int, stat: str) -> bool:

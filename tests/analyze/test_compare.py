@@ -82,7 +82,7 @@ def test_the_bootstrap_resamples_whole_requests() -> None:
     # would mix them in every replicate; resampling requests gives replicates of only 1 or 3 often.
     values = np.array([1.0] * 50 + [3.0] * 50)
     owner = np.array([0] * 50 + [1] * 50)
-    reps = weighted_bootstrap(values, owner, 2, "mean", rng)
-    assert np.mean((reps == 1.0) | (reps == 3.0)) > 0.4
-    assert weighted_bootstrap(values[:1], owner[:1], 1, "p50", rng).size and \
-        np.isnan(weighted_bootstrap(values[:1], owner[:1], 1, "p50", rng)).all()
+    reps = weighted_bootstrap(values, owner, "mean", rng)
+    assert np.mean((reps == 1.0) | (reps == 3.0)) > 0.4      # both draws the same request: p = 1/2
+    assert np.isnan(weighted_bootstrap(values, np.zeros(100, dtype=int), "mean", rng)).all()   # one request
+    assert np.isnan(weighted_bootstrap(values, np.arange(100), "p99", rng)).all()   # 1 value beyond p99
