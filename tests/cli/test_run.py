@@ -189,16 +189,18 @@ def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args,
 def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
     """80% of requests fail: the first step ends once it has enough requests to judge, the
     second never starts, and the exit code says the run missed its budget (here set in the
-    scenario file)."""
+    scenario file), also when --slo gates the run (the run's own code keeps precedence)."""
     url, proc = start_mock("--error-rate", "0.8", "--error-codes", "500", "--ttft", "0.01", "--itl", "0.005")
     scenario = tmp_path / "budget.toml"
     scenario.write_text("max_error_rate = 0.5\n")
     out = tmp_path / "budget"
     with proc:
         result = loadlab("run", "-c", str(scenario), "--url", url, "--model", "m", "--concurrency", "2,4",
-                         "--step-duration", "60", "--output-len", "5", "--out", str(out), *QUIET, timeout=120)
+                         "--step-duration", "60", "--output-len", "5", "--out", str(out), "--slo", "error_rate=1%",
+                         *QUIET, timeout=120)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "--max-error-rate 0.5" in one_error_line(result.stderr)
+    assert "gate: INVALID (exit 2)" in result.stdout     # printed, but the run's code 3 wins
     data = load_run(out)
     assert data.meta.status == "stopped" and "concurrency=2" in data.meta.reason
     assert set(data.requests["step"]) == {0}
