@@ -56,22 +56,29 @@ class GateResult:
 
 def gate_run(folder: Path, spec: SloSpec | None, baseline: Path | None = None,
              max_regression: float = 0.0, seed: int = 0) -> GateResult:
-    """Check the run in `folder`; UserError when it (or the baseline) is not a run folder."""
+    """Check the run in `folder` (and its analysis.json); UserError when it (or the baseline) is
+    not a run folder."""
     if spec is None and baseline is None:
         raise UserError("nothing to check: give --slo and/or --baseline")
-    run = load_run(folder)
-    values = measure(run, spec.per_request if spec else None)
+    per_request = spec.per_request if spec else None
+    base = measure(load_run(baseline), per_request) if baseline is not None else None
+    return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base,
+                     max_regression, seed)
+
+
+def check_run(values: RunValues, spec: SloSpec | None, analysis: dict[str, Any] | str | None = None,
+              base: RunValues | None = None, max_regression: float = 0.0, seed: int = 0) -> GateResult:
+    """The gate's checks on a measured run (`analysis`: analysis.json's object, None when there is
+    none, or why it could not be read); with `base`, the baseline check too. For callers that
+    hold the run in memory, e.g. a sweep judging each step as it goes."""
     objectives = spec.objectives if spec else ()
-    analysis = _read_analysis(folder)
-    checks = _validity(values, objectives, spec, analysis)
+    result = GateResult(values.summary.path, _validity(values, objectives, spec, analysis))
     for objective in objectives:
-        checks += _objective_checks(objective, values, analysis)
-    result = GateResult(str(folder), checks)
-    if baseline is not None:
-        base = measure(load_run(baseline), spec.per_request if spec else None)
+        result.checks += _objective_checks(objective, values, analysis)
+    if base is not None:
         comparison = compare_runs(base, values, max_regression, seed)
         result.checks += [_baseline_check(c, max_regression) for c in comparison.changes] or [
-            Check(BASELINE, f"baseline {baseline}", ERROR, detail="no step in common with the baseline")]
+            Check(BASELINE, f"baseline {base.summary.path}", ERROR, detail="no step in common with the baseline")]
         result.notes += comparison.differences
     return result
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.analyze.measures import measure
 from loadlab.errors import UserError
-from loadlab.gate.checks import BASELINE, ERROR, FAIL, INVALID, PASS, SLO, SKIPPED, VALIDITY, gate_run
+from loadlab.gate.checks import BASELINE, ERROR, FAIL, INVALID, PASS, SKIPPED, SLO, VALIDITY, check_run, gate_run
 from loadlab.metrics.slo import parse_slo
-from tests.support.runs import write_drawn_run
+from tests.support.records import T, closed
+from tests.support.runs import DRAWN_EVERY, drawn_records, run_of, write_drawn_run
 
 # Drawn runs (tests/support/runs.py): 5 requests/s of 10 tokens, TTFT ~0.2 s, gaps ~20 ms.
 PASSING = "ttft_p99=2s,itl_p50=100ms,tpot_p90=50ms,e2e_max=3s,tps_user_p50=10,output_tps=30,rps=4,error_rate=1%"
@@ -127,3 +129,14 @@ def test_usage_errors(tmp_path: Path) -> None:
         gate_run(tmp_path, None)
     with pytest.raises(UserError):
         gate_run(tmp_path / "missing", parse_slo("ttft_p99=2s"))
+
+
+def test_a_run_in_memory_is_checked_the_same_way() -> None:
+    values = measure(run_of(drawn_records(T, 1, 50), [closed(2, start=T, end=T + 50 * DRAWN_EVERY)]))
+    analysis = {"steps": [{"index": 0, "constraint": "compute"}], "overall": {"client_limited": False}}
+    result = check_run(values, parse_slo("ttft_p99=2s,verdict_not=compute"), analysis)
+    assert statuses(result) == {"run finished": PASS, "at least 10 requests [concurrency=2]": PASS,
+                                "not client-limited [concurrency=2]": PASS,
+                                "not client-limited [analysis.json]": PASS,
+                                "ttft_p99=2s [concurrency=2]": PASS, "verdict_not=compute [concurrency=2]": FAIL}
+    assert result.exit_code == 1
