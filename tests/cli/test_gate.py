@@ -3,6 +3,7 @@ files, and one-line errors for bad input."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -60,3 +61,7 @@ def test_compare_prints_the_change_interval_and_call(runs: Path) -> None:
     row = next(line for line in result.stdout.splitlines() if "ttft_p50" in line)
     assert "regression" in row and "[+" in row
     assert loadlab("compare", str(runs / "base")).returncode == 2
+    as_json = loadlab("compare", str(runs / "base"), str(runs / "slow"), "--json")
+    (comparison,) = json.loads(as_json.stdout)
+    ttft = next(c for c in comparison["changes"] if c["metric"] == "ttft_p50")
+    assert ttft["call"] == "regression" and ttft["low"] > ttft["noise"]
