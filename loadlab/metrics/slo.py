@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,6 @@ class SloSpec:
     objectives: tuple[Objective, ...] = ()
     check_client: bool = True         # client_limited=false (default) vs any
     min_requests: int = DEFAULT_MIN_REQUESTS
-    given: frozenset[str] = field(default_factory=frozenset)   # setting names written explicitly
 
 
 def parse_slo(text: str) -> SloSpec:
@@ -133,8 +132,7 @@ def parse_slo(text: str) -> SloSpec:
         raise UserError("bad SLO '': give at least one objective, e.g. ttft_p99=2s (docs/slo.md)")
     return SloSpec(text=",".join(items), per_request=Slo(**per_request) if per_request else None,
                    objectives=tuple(objectives), check_client=settings.get("client_limited", True),
-                   min_requests=settings.get("min_requests", DEFAULT_MIN_REQUESTS),
-                   given=frozenset(settings))
+                   min_requests=settings.get("min_requests", DEFAULT_MIN_REQUESTS))
 
 
 def slo_text(table: dict[str, Any], where: str = "slo") -> str:
