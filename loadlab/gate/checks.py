@@ -104,19 +104,19 @@ def _validity(values: RunValues, objectives: tuple[Objective, ...], spec: SloSpe
                                 INVALID if s.client.limited else PASS,
                                 "client-limited" if s.client.limited else "ok", "; ".join(s.client.reasons)))
     if isinstance(analysis, dict) and (spec is None or spec.check_client):
-        limited = bool(analysis.get("overall", {}).get("client_limited"))
+        overall = _entry(analysis, None)
+        limited = bool(overall.get("client_limited"))
         checks.append(Check(VALIDITY, "not client-limited [analysis.json]", INVALID if limited else PASS,
-                            "client-limited" if limited else "ok",
-                            str(analysis.get("overall", {}).get("headline", "")) if limited else ""))
+                            "client-limited" if limited else "ok", str(overall.get("headline", "")) if limited else ""))
     return checks
 
 
 def _gated_steps(values: RunValues, objectives: tuple[Objective, ...]) -> list[StepValues]:
     """The steps some objective looks at (every step when one looks at each or at the whole run)."""
-    chosen = {id(s): s for o in objectives for s in (_select(values, o.step) or []) if s.summary.index >= 0}
     if not objectives or any(o.step in (None, "overall") for o in objectives):
         return values.steps
-    return [s for s in values.steps if id(s) in chosen]
+    chosen = {s.summary.index for o in objectives for s in (_select(values, o.step) or [])}
+    return [s for s in values.steps if s.summary.index in chosen]
 
 
 def _select(values: RunValues, step: int | str | None) -> list[StepValues] | None:
@@ -159,11 +159,8 @@ def _verdict_check(objective: Objective, step: StepValues, analysis: dict[str, A
         why = analysis or f"no {ANALYSIS_JSON} in the run folder (run `loadlab analyze RUN` first)"
         return Check(SLO, name, ERROR, detail=f"not checkable: {why}")
     key = "constraint" if objective.metric == "verdict" else "saturation"
-    if step.summary.index < 0:
-        entry = analysis.get("overall")
-    else:
-        entry = next((s for s in analysis.get("steps", []) if s.get("index") == step.summary.index), None)
-    if not isinstance(entry, dict) or key not in entry:
+    entry = _entry(analysis, step.summary.index if step.summary.index >= 0 else None)
+    if key not in entry:
         return Check(SLO, name, ERROR, detail=f"not checkable: {ANALYSIS_JSON} has no {key} for this step")
     found = str(entry[key])
     return Check(SLO, name, FAIL if found in objective.excluded else PASS, found,
@@ -179,6 +176,17 @@ def _baseline_check(change: Change, max_regression: float) -> Check:
     detail = (f"baseline {base}, now {new}; noise {change.noise:.1%}, allowed regression "
               f"{max_regression:.1%}: {change.call}")
     return Check(BASELINE, name, FAIL if change.call == REGRESSION else PASS, measured, detail)
+
+
+def _entry(analysis: dict[str, Any], index: int | None) -> dict[str, Any]:
+    """analysis.json's entry for step `index` (None: `overall`); {} when it has none."""
+    if index is None:
+        entry = analysis.get("overall")
+    else:
+        steps = analysis.get("steps")
+        entry = next((s for s in steps if isinstance(s, dict) and s.get("index") == index), None) \
+            if isinstance(steps, list) else None
+    return entry if isinstance(entry, dict) else {}
 
 
 def _read_analysis(folder: Path) -> dict[str, Any] | str | None:

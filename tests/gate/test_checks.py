@@ -105,6 +105,9 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     analysis["overall"]["client_limited"] = True
     (tmp_path / "run" / "analysis.json").write_text(json.dumps(analysis))
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=compute")).exit_code == 2
+    (tmp_path / "run" / "analysis.json").write_text('{"steps": [3, null], "overall": null}')   # odd shapes
+    odd = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
+    assert odd.exit_code == 2 and "analysis.json has no constraint for this step" in odd.checks[-1].detail
     (tmp_path / "run" / "analysis.json").write_text("{not json")
     broken = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
     assert broken.exit_code == 2 and "analysis.json unreadable" in broken.checks[-1].detail
