@@ -85,8 +85,8 @@ def compare_runs(base: RunValues, new: RunValues, max_regression: float = 0.0, s
     changes = [_change(b, new_steps[label], metric, stat, max_regression, rng)
                for label, b in base_steps.items() if label in new_steps for metric, stat in COMPARED]
     differences = _config_differences(base.summary.path, new.summary.path, base.config, new.config)
-    differences += [f"step {label} only in {base.summary.path}" for label in base_steps if label not in new_steps]
-    differences += [f"step {label} only in {new.summary.path}" for label in new_steps if label not in base_steps]
+    differences += [f"step '{label}' only in {base.summary.path}" for label in base_steps if label not in new_steps]
+    differences += [f"step '{label}' only in {new.summary.path}" for label in new_steps if label not in base_steps]
     return Comparison(base.summary.path, new.summary.path, changes, differences)
 
 

@@ -72,8 +72,8 @@ def test_runs_are_compared_where_their_steps_match_and_differences_are_listed() 
     comparison = compare_runs(base, new)
     assert comparison.changes == []
     assert any(d.startswith("workload:") for d in comparison.differences)
-    assert any("step concurrency=2 only in" in d for d in comparison.differences)
-    assert any("step concurrency=4 only in" in d for d in comparison.differences)
+    assert any("step 'concurrency=2' only in" in d for d in comparison.differences)
+    assert any("step 'concurrency=4' only in" in d for d in comparison.differences)
 
 
 def test_the_bootstrap_resamples_whole_requests() -> None:
