@@ -72,6 +72,9 @@ class RunConfig:
     gpu_interval: float = 0.25
     nccl_inspector_dir: str = ""
     server_pid: int = 0                        # sample this process's CPU when on the same host
+    # SLOs in docs/slo.md's inline syntax ("" = none); a scenario's [slo] table is turned into it.
+    # Per-request objectives define the summary's goodput; `loadlab run` gates the run on them all.
+    slo: str = ""
 
     def to_dict(self) -> dict:
         """The config as stored in run.json: everything but secrets."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 USERS = ("loadlab", "locustfiles")          # where a use counts
-CALLED_BY_NAME = {"wait_time", "on_start", "on_stop"}   # Locust's User hooks
+CALLED_BY_NAME = {"wait_time", "on_start", "on_stop",   # Locust's User hooks
+                  "filter"}                                 # logging.Filter's hook
 
 
 def sources() -> dict[Path, str]:

@@ -3,7 +3,7 @@
 Layers, read from every module's imports (lazy ones inside functions too): the helpers (the
 `loadlab` package itself, clock, errors, config) at the bottom; then store/ (the run folder and
 its schema), workload/ and metrics/ (the definitions of docs/metrics.md); then collect/ and
-client/; then analyze/ and report/; on top the run conductor (client/runloop.py, the locustfile),
+client/; then analyze/, report/ and gate/; on top the run conductor (client/runloop.py, the locustfile),
 cli/ and the demo. analyze/ reads only the run folder: nothing from client/, and from collect/
 only the canonical signal names (collect/signals.py: what the samples' `signal` column holds).
 reference_server/ stands alone: it imports nothing of loadlab, and loadlab nothing of it
@@ -32,7 +32,7 @@ PARTS = {
     "loadlab.store": "store", "loadlab.workload": "workload", "loadlab.metrics": "metrics",
     "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
     "loadlab.client": "client",
-    "loadlab.analyze": "analyze", "loadlab.report": "report",
+    "loadlab.analyze": "analyze", "loadlab.report": "report", "loadlab.gate": "gate",
     "loadlab.client.runloop": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
@@ -44,15 +44,16 @@ BELOW_CLIENT = {"helpers", "store", "workload", "metrics", "collect", "signals"}
 ALLOWED: dict[str, set[str]] = {
     "helpers": set(),
     "store": {"helpers"},
-    "workload": {"helpers"},
+    "workload": {"helpers", "metrics"},           # a scenario's [slo] table: metrics/slo.py
     "metrics": {"helpers"},
     "collect": {"helpers", "store", "signals"},
     "signals": {"helpers", "store", "collect"},   # the names of the GPU collector's signals
     "client": BELOW_CLIENT,
     "analyze": {"helpers", "store", "metrics", "signals"},
     "report": {"helpers", "store", "metrics", "analyze"},
-    "conductor": BELOW_CLIENT | {"client", "analyze", "report"},
-    "cli": BELOW_CLIENT | {"client", "analyze", "report", "conductor", "mock"},
+    "gate": {"helpers", "store", "metrics", "analyze"},
+    "conductor": BELOW_CLIENT | {"client", "analyze", "report", "gate"},
+    "cli": BELOW_CLIENT | {"client", "analyze", "report", "gate", "conductor", "mock"},
     "mock": {"helpers"},
     "reference_server": set(),
 }
@@ -125,6 +126,10 @@ def test_no_module_imports_upward():
     ("loadlab.client.users", "loadlab.client.runloop"),
     ("loadlab.collect.host", "loadlab.client.selfcheck"),
     ("loadlab.report.console", "loadlab.cli.summary"),
+    ("loadlab.analyze.compare", "loadlab.gate.checks"),
+    ("loadlab.gate.checks", "loadlab.client.runloop"),
+    ("loadlab.gate.junit", "loadlab.cli.gate"),
+    ("loadlab.metrics.slo", "loadlab.workload.scenario"),
     ("loadlab.workload.base", "loadlab.store.schema"),
     ("loadlab.config", "loadlab.store.schema"),
     ("loadlab.cli.serve", "reference_server.config"),

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from loadlab.errors import UserError
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
 from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
 from loadlab.store.reader import SUMMARY_JSON, RunData
@@ -33,38 +33,6 @@ MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested r
 MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
 MAX_FAILED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a failing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
-
-
-@dataclass
-class Slo:
-    """Latency objectives in milliseconds (None = no objective). A request meets the SLO when it
-    succeeded and TTFT, TPOT, E2E and every one of its inter-token gaps are within them."""
-
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> "Slo":
-        """Parse `ttft=500,itl=50` (milliseconds). Raises UserError on anything else."""
-        known = {f.name.removesuffix("_ms"): f.name for f in fields(cls)}
-        values: dict[str, float] = {}
-        for item in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, value = item.partition("=")
-            key = key.strip().lower()
-            if not sep or key not in known:
-                raise UserError(f"bad SLO '{item}': expected NAME=MILLISECONDS with NAME in {', '.join(known)}")
-            try:
-                ms = float(value)
-            except ValueError:
-                raise UserError(f"bad SLO '{item}': '{value.strip()}' is not a number of milliseconds") from None
-            if not ms > 0:
-                raise UserError(f"bad SLO '{item}': must be a positive number of milliseconds")
-            values[known[key]] = ms
-        if not values:
-            raise UserError(f"bad SLO '{text}': give at least one of {', '.join(known)}")
-        return cls(**values)
 
 
 @dataclass

@@ -12,6 +12,11 @@ Exit codes (the run's status is in run.json; see docs/run-folder.md):
   6    a load-generator process died during the run (--processes N; status `degraded`)
   130  interrupted by Ctrl-C or SIGTERM (status `interrupted`)
 Codes 3-6 print one `error:` line on stderr; the summary of what was saved is printed as usual.
+
+With --slo (or a scenario's [slo] table) the finished run is then gated like `loadlab gate`
+(docs/slo.md), and a run that would exit 0 exits with the gate's code instead: 0 every check
+passed, 1 a check failed, 2 the run is invalid for gating. Codes 3-6 and 130 keep precedence
+(the gate's table is still printed).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ def run(
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
     nccl_inspector_dir: Optional[str] = typer.Option(None, "--nccl-inspector-dir", help="Folder the NCCL Inspector plugin writes to."),
     server_pid: Optional[int] = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Gate the run on these SLOs (inline or a TOML file, docs/slo.md): exit 0 pass, 1 fail, 2 invalid run."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
 ) -> None:
     """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value.
@@ -73,9 +79,12 @@ def run(
     5 the run folder could not be written (a full disk);
     6 a load-generator process died (--processes N);
     130 interrupted.
+    With --slo, a run that would exit 0 exits with the gate's code: 0 pass, 1 a check failed,
+    2 invalid for gating.
     """
     from loadlab.config import RunConfig
     from loadlab.errors import UserError
+    from loadlab.metrics.slo import read_slo
     from loadlab.urls import parse_http_url, without_credentials
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import apply_overrides, check, load_scenario
@@ -92,7 +101,8 @@ def run(
         max_error_rate=max_error_rate,
         processes=processes, kind=workload, input_len=input_len, output_len=output_len,
         dataset=dataset, seed=seed, server_metrics=server_metrics, prometheus=prometheus,
-        prometheus_selector=selector, nccl_inspector_dir=nccl_inspector_dir, server_pid=server_pid)
+        prometheus_selector=selector, nccl_inspector_dir=nccl_inspector_dir, server_pid=server_pid,
+        slo=read_slo(slo).text if slo is not None else None)
     if no_server_metrics:
         cfg.server_metrics = None
     if no_gpu:
@@ -132,6 +142,7 @@ def run(
                   highlight=False)
     outcome = run_load(cfg, folder, console)
     print_final_summary(folder)
+    gate_code = _gate(folder, cfg.slo) if cfg.slo and outcome.status != "interrupted" else 0
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
     if outcome.cause:
@@ -141,6 +152,18 @@ def run(
         print("error: a load-generator process died during the run (status degraded; see the warning above)",
               file=sys.stderr)
         sys.exit(EXIT_DEGRADED)
+    sys.exit(gate_code)
+
+
+def _gate(folder: Path, slo: str) -> int:
+    """Gate the run just written on its SLOs (the `loadlab gate` checks); returns the exit code."""
+    from loadlab.cli.gate import finish_gate
+    from loadlab.gate.checks import gate_run
+    from loadlab.metrics.slo import parse_slo
+
+    result = gate_run(folder, parse_slo(slo))
+    finish_gate(result)
+    return result.exit_code
 
 
 def check_out_folder(folder: Path) -> None:

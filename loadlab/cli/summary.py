@@ -13,15 +13,19 @@ import typer
 def summary(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms for goodput, e.g. ttft=500,itl=50,tpot=40,e2e=5000."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Per-request SLOs for goodput, e.g. ttft=500,itl=50ms,tpot=40,e2e=5s (docs/slo.md; inline or a TOML file)."),
     write: bool = typer.Option(False, "--write", help="Also rewrite DIR/summary.json with this summary."),
 ) -> None:
     """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""
-    from loadlab.analyze.summary import Slo, summarize, write_summary
+    from loadlab.analyze.summary import summarize, write_summary
+    from loadlab.errors import UserError
+    from loadlab.metrics.slo import read_slo
     from loadlab.report.console import print_summary, table_console
     from loadlab.store.reader import load_run
 
-    objectives = Slo.parse(slo) if slo is not None else None
+    objectives = read_slo(slo).per_request if slo is not None else None
+    if slo is not None and objectives is None:
+        raise UserError(f"--slo {slo}: goodput needs a per-request objective (ttft, itl, tpot or e2e)")
     run = load_run(folder)
     result = write_summary(run, objectives) if write else summarize(run, objectives)
     for warning in run.warnings:

@@ -39,6 +39,7 @@ from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
+from loadlab.metrics.slo import parse_slo
 from loadlab.metrics.stats import percentile
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
@@ -201,7 +202,7 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     reason = breach.reason if breach else ""
     writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()], reason=reason)
     try:
-        write_summary(load_run(folder))
+        write_summary(load_run(folder), parse_slo(config.slo).per_request if config.slo else None)
     except OSError as e:   # the parts are there: `loadlab summary` recomputes it
         writer.fail(e)
     if writer.failure:

@@ -8,6 +8,9 @@
     kind = "synthetic"
     input_len = "uniform:64:256"    # length distributions use parse_length's forms
     output_len = "128"
+    [slo]                           # docs/slo.md; kept in RunConfig.slo as the inline text
+    ttft_p99 = "2s"
+    error_rate = "1%"
 
 CLI flags then override the file through `apply_overrides`. Both go through one converter driven
 by the dataclass field types, so a new RunConfig/WorkloadConfig field works without code here.
@@ -26,6 +29,7 @@ from typing import Any
 
 from loadlab.config import LengthDist, RunConfig, WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.metrics.slo import parse_slo, slo_text
 from loadlab.urls import parse_http_url
 from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
@@ -140,6 +144,8 @@ def _fields(cls: type) -> dict[str, Any]:
 
 def _convert(key: str, value: Any, hint: Any) -> Any:
     """`value` (from TOML or a CLI flag) as the type `hint`, or UserError naming `key`."""
+    if key == "slo":   # an [slo] table or the inline text, both checked by the one SLO parser
+        return slo_text(value) if isinstance(value, dict) else parse_slo(_scalar(key, value, str)).text
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         # `X | None`: false (TOML has no null) or "off" switches the setting off.

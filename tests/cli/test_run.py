@@ -190,16 +190,18 @@ def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args,
 def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
     """80% of requests fail: the first step ends once it has enough requests to judge, the
     second never starts, and the exit code says the run missed its budget (here set in the
-    scenario file)."""
+    scenario file), also when --slo gates the run (the run's own code keeps precedence)."""
     url, proc = start_mock("--error-rate", "0.8", "--error-codes", "500", "--ttft", "0.01", "--itl", "0.005")
     scenario = tmp_path / "budget.toml"
     scenario.write_text("max_error_rate = 0.5\n")
     out = tmp_path / "budget"
     with proc:
         result = loadlab("run", "-c", str(scenario), "--url", url, "--model", "m", "--concurrency", "2,4",
-                         "--step-duration", "60", "--output-len", "5", "--out", str(out), *QUIET, timeout=120)
+                         "--step-duration", "60", "--output-len", "5", "--out", str(out), "--slo", "error_rate=1%",
+                         *QUIET, timeout=120)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "--max-error-rate 0.5" in one_error_line(result.stderr)
+    assert "gate: INVALID (exit 2)" in result.stdout     # printed, but the run's code 3 wins
     data = load_run(out)
     assert data.meta.status == "stopped" and "concurrency=2" in data.meta.reason
     assert set(data.requests["step"]) == {0}
@@ -239,6 +241,7 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1,,8"], "concurrency"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "1,2,"], "rate"),
     (["--url", "http://u:pw-77@127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api-key", "k"], "credentials"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--slo", "ttft_p99=soon"], "bad SLO"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
@@ -400,6 +403,25 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
         shown = loadlab("summary", str(out))
         assert shown.returncode == 0 and "failed" in shown.stdout, shown.stderr
         assert json.loads((out / "summary.json").read_text())["overall"]["sent"] == saved
+
+
+def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
+    # client_limited=any: this test's load generator shares a busy machine with the mock.
+    passed = loadlab("run", "--url", mock, "--model", "m", "--concurrency", "2", "--requests", "12",
+                     "--output-len", "5", "--out", str(tmp_path / "pass"),
+                     "--slo", "ttft=2000,ttft_p99=2s,goodput=90%,client_limited=any", *QUIET, timeout=120)
+    assert passed.returncode == 0, passed.stdout[-2000:] + passed.stderr[-2000:]
+    assert "gate: PASS (exit 0)" in passed.stdout
+    summary = json.loads((tmp_path / "pass" / "summary.json").read_text())
+    assert summary["slo"]["ttft_ms"] == 2000 and summary["steps"][0]["slo_met"] == 12   # goodput counted
+    assert load_run(tmp_path / "pass").meta.config["slo"].startswith("ttft=2000,")
+
+    scenario = tmp_path / "scenario.toml"   # the SLO from the scenario's [slo] table
+    scenario.write_text(f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nrequests = 12\n'
+                        '[workload]\noutput_len = "5"\n[slo]\nttft_p50 = "1ms"\nclient_limited = "any"\n')
+    failed = loadlab("run", "-c", str(scenario), "--out", str(tmp_path / "fail"), *QUIET, timeout=120)
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert "gate: FAIL (exit 1)" in failed.stdout
 
 
 def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):

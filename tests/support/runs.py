@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from loadlab.clock import ClockAnchor, process_anchor
 from loadlab.config import RunConfig
@@ -108,3 +111,37 @@ def server_samples(t0: float) -> list[Sample]:
         s(0.5, "collective_time_sum", 0.1), s(1.5, "collective_time_sum", 0.3),
         s(0.5, "ttft", 3, le="0.1"),   # histogram buckets are not timeline columns
     ]
+
+
+DRAWN_EVERY = 0.2   # drawn runs: one request sent every 0.2 s
+
+
+def drawn_records(t0: float, seed: int, n: int, slower: float = 1.0, step: int = 0) -> list[RequestRecord]:
+    """`n` requests sent every DRAWN_EVERY s from t0, ten tokens each: TTFT lognormal around
+    0.2 s, nine gaps lognormal around 20 ms (E2E ~0.4 s: ~2 in flight), every time `slower`
+    times longer. The same seed draws the same requests."""
+    rng = np.random.default_rng(seed)
+    ttft = rng.lognormal(np.log(0.2), 0.3, n) * slower
+    gaps = rng.lognormal(np.log(0.02), 0.3, (n, 9)) * slower
+    records = []
+    for i in range(n):
+        send = t0 + i * DRAWN_EVERY
+        tokens = list(send + ttft[i] + np.concatenate([[0.0], np.cumsum(gaps[i])]))
+        records.append(req(i, send, tokens, step=step, request_id=f"s{step}-r{i}"))
+    return records
+
+
+def write_drawn_run(folder: Path, seed: int, slower: float = 1.0, targets: Sequence[float] = (2,),
+                    n: int = 150, status: str = "finished") -> None:
+    """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step, one step per
+    target (labels concurrency=<target>), the steps one after the other."""
+    config = RunConfig(url="http://127.0.0.1:1", concurrency=[int(t) for t in targets])
+    writer = RunWriter(folder, config, process_anchor())
+    start = writer.meta.started_at
+    for index, target in enumerate(targets):
+        end = start + n * DRAWN_EVERY
+        writer.begin_step(StepInfo(index, f"concurrency={target:g}", "closed", target, start))
+        writer.add_requests(drawn_records(start, seed + index, n, slower, index))
+        writer.end_step(index, end)
+        start = end
+    writer.close(status)

@@ -127,8 +127,9 @@ def test_check_complete_wants_a_url_and_a_load():
     check(RunConfig(url="http://x", rate=[1.0]))
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.toml")), ids=lambda p: p.name)
-def test_example_scenarios_load_and_are_complete(path):
+@pytest.mark.parametrize("path", sorted(p for p in (REPO / "examples").glob("*.toml") if not p.name.startswith("slo-")),
+                         ids=lambda p: p.name)
+def test_example_scenarios_load_and_are_complete(path):   # examples/slo-*.toml: SLO files (tests/metrics)
     check(load_scenario(path))
 
 
@@ -139,3 +140,15 @@ def test_an_output_len_flag_pins_sharegpt_output_unless_told_otherwise():
     assert apply_overrides(cfg, output_len="64").workload.output_from_dataset is False
     assert apply_overrides(cfg, output_len="64", output_from_dataset=True).workload.output_from_dataset is True
     assert apply_overrides(cfg, seed=2).workload.output_from_dataset is True
+
+
+def test_an_slo_table_is_kept_as_the_inline_text_and_checked_by_the_slo_parser(tmp_path):
+    text = SCENARIO + '\n[slo]\nttft = 500\nttft_p99 = "2s"\n[slo.step."concurrency=8"]\noutput_tps = 100\n'
+    cfg = load_scenario(write(tmp_path, text))
+    assert cfg.slo == "ttft=500,ttft_p99=2s,step=concurrency=8:output_tps=100"
+    assert "slo" in cfg.to_dict()                       # run.json says which SLO the run was held to
+    assert apply_overrides(cfg, slo="error_rate=1%").slo == "error_rate=1%"
+    with pytest.raises(UserError, match=r"scenario.toml: bad SLO 'ttft_p99=fast'"):
+        load_scenario(write(tmp_path, SCENARIO + '\n[slo]\nttft_p99 = "fast"\n'))
+    with pytest.raises(UserError, match="bad SLO 'speed=1'"):
+        apply_overrides(cfg, slo="speed=1")

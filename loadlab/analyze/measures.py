@@ -1,0 +1,115 @@
+"""The values SLO checks and run comparisons read, per step: the summary's figures plus the raw
+per-request values behind them, so any percentile can be taken and resampled.
+
+Metric names are those of loadlab/metrics/slo.py (ttft, itl, tpot, e2e, tps_user, output_tps, rps,
+error_rate, goodput); definitions as in docs/metrics.md (the summary computes them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadlab.analyze.summary import RunSummary, StepSummary, per_request, steps_of, summarize
+from loadlab.metrics.slo import METRICS, Slo
+from loadlab.store.reader import RunData
+
+# The per-request columns of analyze.summary.per_request behind each distribution metric.
+_COLUMNS = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "tps_user": "user_tokens_per_s"}
+
+
+@dataclass
+class StepValues:
+    """One step (index -1: the whole run): its summary and the successful requests' raw values,
+    ordered by send time (request i of every array is the same request)."""
+
+    summary: StepSummary
+    per_request: dict[str, np.ndarray]   # ttft, tpot, e2e, tps_user (NaN where undefined)
+    itl: np.ndarray                      # every inter-token gap of those requests ...
+    itl_owner: np.ndarray                # ... and the index of the request it belongs to
+    end_times: np.ndarray
+    out_tokens: np.ndarray
+
+    @property
+    def label(self) -> str:
+        return self.summary.label
+
+    @property
+    def count(self) -> int:
+        """Successful measured requests."""
+        return self.summary.succeeded
+
+    def value(self, metric: str, stat: str = "", share: bool = False) -> float:
+        """The step's figure for an SLO metric (a stat such as p99 or mean for a distribution;
+        `share`: goodput as the fraction of sent requests meeting the per-request SLO)."""
+        s = self.summary
+        if METRICS[metric].distribution:
+            values, _ = self.samples(metric)
+            return statistic(values, stat)
+        if metric == "output_tps":
+            return s.output_tokens_per_s
+        if metric == "rps":
+            return s.requests_per_s
+        if metric == "error_rate":
+            judged = s.sent - s.aborted
+            return s.failed / judged if judged > 0 else math.nan
+        if s.slo_met is None:     # goodput without per-request objectives
+            return math.nan
+        if share:
+            return s.slo_met / s.sent if s.sent else math.nan
+        return s.goodput if s.goodput is not None else math.nan
+
+    def samples(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """A distribution metric's values and, for each, the request it came from."""
+        if metric == "itl":
+            return self.itl, self.itl_owner
+        values = self.per_request[metric]
+        return values, np.arange(values.size)
+
+
+@dataclass
+class RunValues:
+    """A whole run's StepValues, its summary and its config (as in run.json)."""
+
+    summary: RunSummary
+    steps: list[StepValues]
+    overall: StepValues
+    config: dict[str, Any]
+
+
+def statistic(values: np.ndarray, stat: str) -> float:
+    """p<q>, mean, min or max of the finite values (NaN when there are none); percentiles as
+    loadlab.metrics.stats (linear between ranks)."""
+    a = values[np.isfinite(values)]
+    if a.size == 0:
+        return math.nan
+    if stat.startswith("p"):
+        return float(np.percentile(a, float(stat[1:])))
+    if stat == "mean":
+        return float(a.mean())
+    return float(a.min() if stat == "min" else a.max())
+
+
+def measure(run: RunData, slo: Slo | None = None) -> RunValues:
+    """The run's values per step and overall (goodput with `slo`'s per-request objectives)."""
+    summary = summarize(run, slo)
+    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+    ok = requests[~requests["warmup"] & requests["ok"]].sort_values("send_time", kind="stable")
+
+    def values_of(step: StepSummary) -> StepValues:
+        rows = ok if step.index < 0 else ok[ok["step"] == step.index]
+        gaps = list(rows["gaps"])
+        sizes = np.array([g.size for g in gaps], dtype=int)
+        return StepValues(
+            summary=step,
+            per_request={m: rows[c].to_numpy(dtype=float) for m, c in _COLUMNS.items()},
+            itl=np.concatenate(gaps) if gaps else np.empty(0),
+            itl_owner=np.repeat(np.arange(len(gaps)), sizes),
+            end_times=rows["end_time"].to_numpy(dtype=float),
+            out_tokens=rows["out_tokens"].to_numpy(dtype=float))
+
+    return RunValues(summary=summary, steps=[values_of(s) for s in summary.steps],
+                     overall=values_of(summary.overall), config=run.meta.config)
