@@ -56,7 +56,7 @@ class RunConfig:
     warmup_requests: int = 0                   # first N requests (per step) excluded from results
     timeout: float = 300.0                     # per-request timeout, seconds (covers stalls)
     # A step whose measured requests fail more often than this ends the run (None = off, for a
-    # deliberate fault test); see loadlab/client/budget.py for why 0.5 and the minimum count.
+    # deliberate fault test); see loadlab/conductor/budget.py for why 0.5 and the minimum count.
     max_error_rate: float | None = 0.5
     processes: int = 1                         # local load-generator processes
     out: str = ""                              # run folder

@@ -26,11 +26,11 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
-from loadlab.client.livestats import LiveStats
+from loadlab.conductor.livestats import LiveStats
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import MasterShipper, WorkerLoss, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
-from loadlab.client.webui import install_llm_tab
+from loadlab.conductor.webui import install_llm_tab
 from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.errors import UserError

@@ -3,7 +3,7 @@
 Layers, read from every module's imports (lazy ones inside functions too): the helpers (the
 `loadlab` package itself, clock, errors, config) at the bottom; then store/ (the run folder and
 its schema), workload/ and metrics/ (the definitions of docs/metrics.md); then collect/ and
-client/; then analyze/ and report/; on top the run conductor (client/runloop.py, the locustfile),
+client/; then analyze/ and report/; on top the run conductor (conductor/, the locustfile),
 cli/ and the demo. analyze/ reads only the run folder: nothing from client/, and from collect/
 only the canonical signal names (collect/signals.py: what the samples' `signal` column holds).
 reference_server/ stands alone: it imports nothing of loadlab, and loadlab nothing of it
@@ -32,7 +32,7 @@ PARTS = {
     "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
     "loadlab.client": "client",
     "loadlab.analyze": "analyze", "loadlab.report": "report",
-    "loadlab.client.runloop": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
+    "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
     "reference_server": "reference_server",
@@ -120,8 +120,8 @@ def test_no_module_imports_upward():
     ("loadlab.store.reader", "loadlab.report.console"),
     ("loadlab.analyze.summary", "loadlab.client.stream"),
     ("loadlab.analyze.timeline", "loadlab.collect.nccl"),
-    ("loadlab.client.livestats", "loadlab.analyze.summary"),
-    ("loadlab.client.users", "loadlab.client.runloop"),
+    ("loadlab.client.stream", "loadlab.conductor.livestats"),
+    ("loadlab.client.users", "loadlab.conductor.runloop"),
     ("loadlab.collect.host", "loadlab.client.selfcheck"),
     ("loadlab.report.console", "loadlab.cli.summary"),
     ("loadlab.workload.base", "loadlab.store.schema"),

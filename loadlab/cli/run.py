@@ -105,7 +105,7 @@ def run(
     from rich.console import Console
 
     from loadlab.client.discovery import api_key_from_env, discover_model
-    from loadlab.client.runloop import run_load
+    from loadlab.conductor.runloop import run_load
     from loadlab.client.stream import split_url
 
     split_url(cfg.url)

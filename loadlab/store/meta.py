@@ -13,7 +13,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
-STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see client/budget.py); a write error
+STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see conductor/budget.py); a write error
 DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)
 
 

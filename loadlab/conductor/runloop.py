@@ -29,7 +29,7 @@ from locust.runners import LocalRunner
 from rich.console import Console
 
 from loadlab.analyze.summary import write_summary
-from loadlab.client.budget import Breach, ErrorBudget
+from loadlab.conductor.budget import Breach, ErrorBudget
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import WorkerLoss, in_flight_total, worker_id

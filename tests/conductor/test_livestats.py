@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from loadlab.client.livestats import RATE_WINDOW_S, LiveStats, request_latencies
+from loadlab.conductor.livestats import RATE_WINDOW_S, LiveStats, request_latencies
 from loadlab.clock import now
 from loadlab.store.schema import RequestRecord
 
