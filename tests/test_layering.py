@@ -3,11 +3,12 @@
 Layers, read from every module's imports (lazy ones inside functions too): the helpers (the
 `loadlab` package itself, clock, errors, config) at the bottom; then store/ (the run folder and
 its schema), workload/ and metrics/ (the definitions of docs/metrics.md); then collect/ and
-client/; then analyze/ and report/; on top the run conductor (conductor/, the locustfile),
-cli/ and the demo. analyze/ reads only the run folder: nothing from client/, and from collect/
-only the canonical signal names (collect/signals.py: what the samples' `signal` column holds).
-reference_server/ stands alone: it imports nothing of loadlab, and loadlab nothing of it
-(`loadlab serve` and the demo start it as a process, `python -m reference_server`).
+client/; then analyze/ and report/; on top the run conductor (conductor/, which drives the users,
+collectors, run writer and live display, and the locustfile), cli/ and the demo. analyze/ reads
+only the run folder: nothing from client/, and from collect/ only the canonical signal names
+(collect/signals.py: what the samples' `signal` column holds). reference_server/ stands alone:
+it imports nothing of loadlab, and loadlab nothing of it (`loadlab serve` and the demo start it
+as a process, `python -m reference_server`).
 
 No module of `loadlab` imports torch (only `reference_server` does), and the CLI starts without
 ssl, gevent or Locust.
@@ -32,7 +33,7 @@ PARTS = {
     "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
     "loadlab.client": "client",
     "loadlab.analyze": "analyze", "loadlab.report": "report",
-    "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
+    "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor, apart from the users
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
     "reference_server": "reference_server",
@@ -122,6 +123,7 @@ def test_no_module_imports_upward():
     ("loadlab.analyze.timeline", "loadlab.collect.nccl"),
     ("loadlab.client.stream", "loadlab.conductor.livestats"),
     ("loadlab.client.users", "loadlab.conductor.runloop"),
+    ("loadlab.analyze.summary", "loadlab.conductor.runloop"),
     ("loadlab.collect.host", "loadlab.client.selfcheck"),
     ("loadlab.report.console", "loadlab.cli.summary"),
     ("loadlab.workload.base", "loadlab.store.schema"),

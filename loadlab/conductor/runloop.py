@@ -1,7 +1,12 @@
-"""Drive one run: load steps, stop conditions, the run folder, the live display and the self-check.
+"""Conduct one run: load steps, stop conditions, the run folder, the live display and the self-check.
 
-The same loop drives a LocalRunner (one process) or a MasterRunner (`--processes N`): it only
-calls runner.start/stop/quit, sets `environment.loadlab.step` and listens to `llm_request`.
+The same Conductor drives a LocalRunner (one process) or a MasterRunner (`--processes N`): it
+only calls runner.start/stop/quit, sets `environment.loadlab` and listens to `llm_request`.
+
+A closed-loop step first starts its new users and waits until each has its connection open
+(they hold until the step begins); then the step's clock starts, and the new users send their
+first requests spread over `--ramp-up` seconds (StepInfo.ramp_end): neither the connection
+set-up nor a burst of simultaneous first requests lands in the measured TTFT.
 
 Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and/or until its
 `--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
@@ -19,8 +24,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import gevent
@@ -29,17 +35,18 @@ from locust.runners import LocalRunner
 from rich.console import Console
 
 from loadlab.analyze.summary import write_summary
-from loadlab.conductor.budget import Breach, ErrorBudget
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.selfcheck import SelfCheck
-from loadlab.client.shipping import WorkerLoss, in_flight_total, worker_id
+from loadlab.client.shipping import in_flight_total, publish_context, ready_total, worker_id
 from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.config import RunConfig
+from loadlab.conductor.budget import Breach, ErrorBudget
+from loadlab.conductor.livestats import LiveStats
+from loadlab.conductor.recording import attach_writer
 from loadlab.metrics.limits import START_DELAY_P99_MAX
-from loadlab.metrics.stats import percentile
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
 from loadlab.store.reader import load_run
@@ -47,8 +54,9 @@ from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import RequestRecord, StepInfo
 
 DEFAULT_STEP_SECONDS = 60.0
+READY_WAIT_S = 10.0      # a step waits at most this long for its users' connections
 _TICK_S = 0.25           # how often the loop checks stop conditions and redraws
-_RATE_WINDOW_S = 5.0     # tokens/s on screen: over the last few seconds
+_SPAWN_RATE = 10_000.0   # users per second: all at once (the ramp-up spreads their first requests)
 
 
 @dataclass(frozen=True)
@@ -78,140 +86,216 @@ def plan_steps(config: RunConfig) -> list[StepPlan]:
     return [StepPlan(i, f"{name}={v:g}", mode, float(v), seconds, requests) for i, v in enumerate(values)]
 
 
-@dataclass
-class Tally:
-    """Running counts over the records this process receives (the only process, or the master)."""
-
-    done: int = 0
-    errors: int = 0
-    output_tokens: int = 0
-    per_step: dict[int, int] = field(default_factory=dict)
-    recent_tokens: deque = field(default_factory=deque)         # (end time, tokens)
-    recent_start_delays: deque = field(default_factory=lambda: deque(maxlen=200))
-
-    def add(self, rec: RequestRecord) -> None:
-        self.done += 1
-        self.per_step[rec.step] = self.per_step.get(rec.step, 0) + 1
-        if not rec.ok:
-            self.errors += 1
-        tokens = rec.completion_tokens if rec.completion_tokens >= 0 else rec.client_tokens
-        self.output_tokens += tokens
-        self.recent_tokens.append((rec.end_time, tokens))
-        if math.isfinite(rec.send_time):
-            self.recent_start_delays.append(rec.send_time - rec.scheduled_time)
-
-    def tokens_per_s(self, t: float) -> float:
-        while self.recent_tokens and self.recent_tokens[0][0] < t - _RATE_WINDOW_S:
-            self.recent_tokens.popleft()
-        return sum(n for _, n in self.recent_tokens) / _RATE_WINDOW_S
-
-
 @dataclass(frozen=True)
 class RunOutcome:
+    """How a run ended, for the exit code: `cause` says why it stopped itself, `reason` in one line."""
+
     status: str               # finished | degraded | interrupted | stopped | failed (as in run.json)
-    folder: Path
-    requests: int
-    errors: int
     cause: str = ""           # "" | "rejected" | "error-budget" | "write-error"
     reason: str = ""          # one line saying why, when there is a cause
 
 
-class _StopRun(Exception):
-    """The run stops itself: `status` is stopped (a Breach) or failed (a write error)."""
+class Conductor:
+    """Conducts one run step by step: Locust's runner and users, the collectors, the run writer,
+    the live status line and the stop rules.
 
-    def __init__(self, status: str, breach: Breach | None = None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.breach = breach
+    `run_step(plan)` runs one step and says whether the run may go on; the next plan can be
+    chosen after it (a sweep). `interrupt()` notes a Ctrl-C; `close()` ends the run, writes
+    run.json and summary.json, and returns the outcome.
+    """
 
-
-def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
-    """Run the load the config describes, writing the run folder; returns how it ended."""
-    endpoint = Endpoint.from_config(config)   # validates url and api before anything starts
-    plans = plan_steps(config)
-    anchor = process_anchor()
-    collectors = build_collectors(config)
-    env, runner = _start_environment(config, endpoint.base_url, plans[0].mode, anchor)
-    try:
-        writer = RunWriter(folder, config, anchor)
-    except BaseException:
-        runner.quit()   # e.g. the folder already holds a run: end the workers too
-        raise
-    writer.start_autoflush(1.0)
-    tally = Tally()
-    budget = ErrorBudget(config.max_error_rate)
-
-    def on_record(record: RequestRecord, **_: object) -> None:
-        writer.add_requests([record])
-        tally.add(record)
-        budget.add(record)
-
-    env.events.llm_request.add_listener(on_record)
-    env.events.llm_worker_anchor.add_listener(
-        lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
-    env.events.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
-    losses: list[WorkerLoss] = []   # worker processes that died (--processes N)
-
-    def on_worker_lost(loss: WorkerLoss, **_: object) -> None:
-        losses.append(loss)
-        writer.add_warning(loss.message())
-
-    env.events.llm_worker_lost.add_listener(on_worker_lost)
-    selfcheck = SelfCheck(env.loadlab.worker)
-    selfcheck.start(writer.add_samples)
-    for c in collectors:
-        c.start(writer.add_samples)
-
-    status = FINISHED
-    breach: Breach | None = None
-    started = time.perf_counter()
-    with LiveDisplay(console) as live:
-        def show(label: str) -> None:
-            live.update(LiveStatus(elapsed=time.perf_counter() - started, step_label=label,
-                                  in_flight=in_flight_total(env), done=tally.done, errors=tally.errors,
-                                  output_tokens=tally.output_tokens, tokens_per_s=tally.tokens_per_s(now()),
-                                  warning=_warning(env, selfcheck, tally, plans[0].mode, losses)))
+    def __init__(self, config: RunConfig, folder: Path, console: Console, mode: str, step_count: int = 0) -> None:
+        endpoint = Endpoint.from_config(config)   # validates url and api before anything starts
+        self.config = config
+        self.folder = Path(folder)
+        self.mode = mode
+        self.step_count = step_count           # for the label "step i/N" (0: not known ahead)
+        self.collectors = build_collectors(config)
+        self.env, self.runner = _start_environment(config, endpoint.base_url, mode, process_anchor())
         try:
-            for plan in plans:
-                _run_step(plan, env, runner, writer, tally, budget, show, len(plans))
-        except KeyboardInterrupt:
-            status = INTERRUPTED
-        except _StopRun as stop:
-            status, breach = stop.status, stop.breach
+            self.writer = RunWriter(self.folder, config, self.env.loadlab.anchor)
+        except BaseException:
+            self.runner.quit()   # e.g. the folder already holds a run: end the workers too
+            raise
+        self.writer.start_autoflush(1.0)
+        self.status = FINISHED
+        self.breach: Breach | None = None
+        self.labels: dict[int, str] = {}       # the steps run so far
+        self.live = LiveStats(mode == "open", in_flight=lambda: in_flight_total(self.env), keep_latencies=False)
+        self.budget = ErrorBudget(config.max_error_rate)
+        self._finished: Counter[int] = Counter()   # requests finished per step, warm-up included
+        self._users = 0                            # closed-loop users the last step asked for
+        events = self.env.events
+        self.losses = attach_writer(events, self.writer)
+        events.llm_request.add_listener(self._on_record)
+        self.selfcheck = SelfCheck(self.env.loadlab.worker)
+        self.selfcheck.start(self.writer.add_samples)
+        for c in self.collectors:
+            c.start(self.writer.add_samples)
+        self._started = time.perf_counter()
+        self._display = ExitStack()
+        self._screen = self._display.enter_context(LiveDisplay(console))
+
+    def run_step(self, plan: StepPlan) -> bool:
+        """Run one step to its end; False when the run stopped itself (see `status`)."""
+        self._begin(plan)
+        self.labels[plan.index] = plan.label
+        label = plan.label if self.step_count == 1 else (
+            f"step {plan.index + 1}/{self.step_count or '?'} {plan.label}")
+        end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
+        try:
+            while True:
+                self.show(label)
+                left = end - time.perf_counter()
+                if left <= 0 or (plan.requests and self._finished[plan.index] >= plan.requests):
+                    return True
+                if self._stop_now(plan):
+                    return False
+                gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
+        finally:
+            # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
+            # shutdown would count as idle time and lower the achieved concurrency).
+            self.writer.end_step(plan.index, now())
+
+    def interrupt(self) -> None:
+        """Ctrl-C (or SIGTERM): what is in flight is aborted when the run closes."""
+        self.status = INTERRUPTED
+
+    def close(self) -> RunOutcome:
+        """End the run: drain (when it finished), stop the users, close the run folder."""
+        env, runner = self.env, self.runner
         # No new requests from here (users idle without a step); those in flight get the
         # per-request timeout to finish (none on Ctrl-C or when the run stopped itself).
         env.loadlab.step = None
         try:
-            if status == FINISHED and isinstance(runner, LocalRunner):
-                _drain(env, config.timeout, show)   # (a master's stop drains its workers)
+            if self.status == FINISHED and isinstance(runner, LocalRunner):
+                self._drain()   # (a master's stop drains its workers)
         except KeyboardInterrupt:
-            status = INTERRUPTED
-        selfcheck.stop()   # what follows is shutdown, not measurement
-        env.stop_timeout = config.timeout if status == FINISHED else 0
+            self.status = INTERRUPTED
+        self.selfcheck.stop()   # what follows is shutdown, not measurement
+        env.stop_timeout = self.config.timeout if self.status == FINISHED else 0
         runner.stop()
         runner.quit()
-        show("done")
+        self.show("done")
+        self._display.close()
+        for c in self.collectors:
+            c.stop()
+        if self.status == FINISHED:   # judged on all its requests now, however few
+            self.breach = self.budget.final(self.labels)
+            if self.losses:
+                self.status = DEGRADED
+        writer = self.writer
+        reason = self.breach.reason if self.breach else ""
+        coverage = [c.coverage() for c in self.collectors] + [self.selfcheck.coverage()]
+        writer.close(self.status, coverage=coverage, reason=reason)
+        try:
+            write_summary(load_run(self.folder))
+        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+            writer.fail(e)
+        if writer.failure:
+            return RunOutcome(FAILED, "write-error", writer.failure_line())
+        return RunOutcome(self.status, self.breach.cause if self.breach else "", reason)
 
-    for c in collectors:
-        c.stop()
-    if status == FINISHED:   # judged on all its requests now, however few
-        breach = budget.final({p.index: p.label for p in plans})
-        if losses:
-            status = DEGRADED
-    reason = breach.reason if breach else ""
-    writer.close(status, coverage=[c.coverage() for c in collectors] + [selfcheck.coverage()], reason=reason)
+    def show(self, label: str) -> None:
+        """Redraw the status line (rate-limited by the display)."""
+        live = self.live
+        tokens_per_s, _ = live.recent_rates()
+        self._screen.update(LiveStatus(
+            elapsed=time.perf_counter() - self._started, step_label=label, in_flight=in_flight_total(self.env),
+            done=live.done, errors=live.failed, output_tokens=live.output_tokens, tokens_per_s=tokens_per_s,
+            warning=self._warning()))
+
+    def _on_record(self, record: RequestRecord, **_: object) -> None:
+        self._finished[record.step] += 1
+        self.live.add(record)
+        self.budget.add(record)
+
+    def _begin(self, plan: StepPlan) -> None:
+        """Start the step's users; its clock starts once their connections are open."""
+        env, ctx = self.env, self.env.loadlab
+        if plan.mode == "closed":
+            users = int(plan.target)
+            new_users, self._users = max(0, users - self._users), users
+            if new_users:
+                ctx.hold_new_users = True   # they join this step, not the one still running
+                publish_context(env)
+            self.runner.start(users, spawn_rate=_SPAWN_RATE)
+            self._wait_until_ready(users)
+            start = now()
+            ramp = self.config.ramp_up if new_users else 0.0
+            info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
+                            start_time=start, ramp_end=start + ramp)
+        else:
+            start = now()
+            info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
+                            start_time=start, ramp_end=start)
+        ctx.step = info
+        ctx.hold_new_users = False
+        self.writer.begin_step(info)
+        env.events.llm_step.fire(step=info)
+        if plan.mode == "open" and plan.index == 0:
+            # One scheduler per process; it keeps running across steps.
+            self.runner.start(ctx.worker_count, spawn_rate=_SPAWN_RATE)
+
+    def _wait_until_ready(self, users: int) -> None:
+        """Until every user has its connection open (at most READY_WAIT_S: a user that cannot
+        connect fails its first request, which is counted)."""
+        deadline = time.perf_counter() + READY_WAIT_S
+        while ready_total(self.env) < users and time.perf_counter() < deadline:
+            self.show("opening connections")
+            gevent.sleep(0.01)
+
+    def _stop_now(self, plan: StepPlan) -> bool:
+        """Whether the run stops before its step ends: the folder fails, or a Breach."""
+        if self.writer.failure:
+            self.status = FAILED
+            return True
+        self.breach = self.budget.check(plan.index, plan.label)
+        if self.breach:
+            self.status = STOPPED
+        return self.breach is not None
+
+    def _drain(self) -> None:
+        """Wait until this process has nothing in flight (at most the per-request timeout).
+
+        Done before runner.stop(), which blocks the event loop for tens of ms (it inspects the call
+        stack for a debug message) and would delay the timestamps of requests still streaming.
+        """
+        deadline = time.perf_counter() + self.config.timeout
+        while in_flight_total(self.env) and time.perf_counter() < deadline:
+            self.show("finishing requests in flight")
+            gevent.sleep(0.02)
+
+    def _warning(self) -> str:
+        lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in self.losses)
+        reasons = self.selfcheck.warnings()
+        state = getattr(self.env, "loadlab_state", None)
+        if state is not None and state.cap_waits:
+            reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
+        if self.mode == "open":
+            delay = self.live.start_delay_p99()
+            if delay > START_DELAY_P99_MAX:
+                reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
+        limited = "client-limited? " + "; ".join(reasons) if reasons else ""
+        return "; ".join(text for text in (lost, limited) if text)
+
+
+def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
+    """Run the load the config describes, step after step, writing the run folder; returns how it ended."""
+    plans = plan_steps(config)
+    conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
     try:
-        write_summary(load_run(folder))
-    except OSError as e:   # the parts are there: `loadlab summary` recomputes it
-        writer.fail(e)
-    if writer.failure:
-        return RunOutcome(FAILED, Path(folder), tally.done, tally.errors, "write-error", writer.failure_line())
-    return RunOutcome(status, Path(folder), tally.done, tally.errors,
-                      breach.cause if breach else "", reason)
+        for plan in plans:
+            if not conductor.run_step(plan):
+                break
+    except KeyboardInterrupt:
+        conductor.interrupt()
+    return conductor.close()
 
 
 class _NoSpawnRateWarning(logging.Filter):
-    """Locust warns about spawn rates above 100/s; loadlab starts a step's users at once on purpose."""
+    """Locust warns about spawn rates above 100/s; loadlab starts a step's users at once on purpose
+    (their connections open before the step begins; --ramp-up spreads their first requests)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "spawn rate is very high" not in record.getMessage()
@@ -235,72 +319,3 @@ def _start_environment(config: RunConfig, host: str, mode: str, anchor: ClockAnc
         # workers keep the stop_timeout of their spawn message, and Ctrl-C must stop them at once.)
         env.stop_timeout = config.timeout
     return env, runner
-
-
-def _run_step(plan: StepPlan, env: Environment, runner, writer: RunWriter, tally: Tally,
-              budget: ErrorBudget, show, step_count: int) -> None:
-    info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
-                    start_time=now())
-    env.loadlab.step = info
-    writer.begin_step(info)
-    env.events.llm_step.fire(step=info)
-    users = int(plan.target) if plan.mode == "closed" else env.loadlab.worker_count
-    if plan.mode == "closed" or plan.index == 0:
-        # Spawn everyone within ~0.1 s; the open-loop schedulers keep running across steps.
-        runner.start(users, spawn_rate=max(10.0, users * 10.0))
-    label = plan.label if step_count == 1 else f"step {plan.index + 1}/{step_count} {plan.label}"
-    end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
-    stop: _StopRun | None = None
-    try:
-        while True:
-            show(label)
-            left = end - time.perf_counter()
-            if left <= 0:
-                break
-            if plan.requests and tally.per_step.get(plan.index, 0) >= plan.requests:
-                break
-            stop = _stop_now(writer, budget, plan)
-            if stop:
-                break
-            gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
-    finally:
-        # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
-        # shutdown would count as idle time and lower the achieved concurrency).
-        writer.end_step(plan.index, now())
-    if stop:
-        raise stop
-
-
-def _stop_now(writer: RunWriter, budget: ErrorBudget, plan: StepPlan) -> _StopRun | None:
-    """A reason for the run to stop before its step ends: the folder fails, or a Breach."""
-    if writer.failure:
-        return _StopRun(FAILED)
-    breach = budget.check(plan.index, plan.label)
-    return _StopRun(STOPPED, breach) if breach else None
-
-
-def _drain(env: Environment, limit: float, show) -> None:
-    """Wait until this process has nothing in flight (at most `limit` seconds).
-
-    Done before runner.stop(), which blocks the event loop for tens of ms (it inspects the call
-    stack for a debug message) and would delay the timestamps of requests still streaming.
-    """
-    deadline = time.perf_counter() + limit
-    while in_flight_total(env) and time.perf_counter() < deadline:
-        show("finishing requests in flight")
-        gevent.sleep(0.02)
-
-
-def _warning(env: Environment, selfcheck: SelfCheck, tally: Tally, mode: str,
-             losses: list[WorkerLoss]) -> str:
-    lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in losses)
-    reasons = selfcheck.warnings()
-    state = getattr(env, "loadlab_state", None)
-    if state is not None and state.cap_waits:
-        reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
-    if mode == "open":
-        delay = percentile(tally.recent_start_delays, 99)
-        if delay > START_DELAY_P99_MAX:
-            reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
-    limited = "client-limited? " + "; ".join(reasons) if reasons else ""
-    return "; ".join(text for text in (lost, limited) if text)
