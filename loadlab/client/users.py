@@ -109,7 +109,6 @@ class ProcessState:
         ctx = self.ctx
         return random.Random(f"{ctx.config.workload.seed}-think-{ctx.worker_index}-{next(self._users)}")
 
-
     def ramp_place(self) -> float:
         """Where the next new user starts within a step's ramp-up, as a fraction of it in [0, 1).
 

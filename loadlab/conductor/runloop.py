@@ -140,8 +140,8 @@ class Conductor:
         """Run one step to its end; False when the run stopped itself (see `status`)."""
         self._begin(plan)
         self.labels[plan.index] = plan.label
-        label = plan.label if self.step_count == 1 else (
-            f"step {plan.index + 1}/{self.step_count or '?'} {plan.label}")
+        of = f"/{self.step_count}" if self.step_count else ""
+        label = plan.label if self.step_count == 1 else f"step {plan.index + 1}{of} {plan.label}"
         end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
         try:
             while True:
@@ -222,7 +222,7 @@ class Conductor:
             self.runner.start(users, spawn_rate=_SPAWN_RATE)
             self._wait_until_ready(users)
             start = now()
-            ramp = self.config.ramp_up if new_users else 0.0
+            ramp = self.config.ramp_up if new_users > 1 else 0.0   # (one alone starts at once)
             info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
                             start_time=start, ramp_end=start + ramp)
         else:
