@@ -27,7 +27,7 @@ from loadlab.client.context import ClientContext
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.clock import now
 from loadlab.config import RunConfig
-from loadlab.store.schema import ErrorCategory, RequestRecord, StepInfo
+from loadlab.store.schema import RequestRecord, StepInfo
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.base import Workload

@@ -42,10 +42,10 @@ from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
-from loadlab.config import RunConfig
 from loadlab.conductor.budget import Breach, ErrorBudget
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.recording import attach_writer
+from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
