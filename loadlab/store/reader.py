@@ -42,14 +42,18 @@ class RunData:
     warnings: list[str] = field(default_factory=list)   # parts skipped, cut-off run, ...
 
 
-def load_run(folder: str | Path) -> RunData:
-    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder."""
+def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
+    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder.
+
+    `without`: request columns not to read (they come back as nulls), e.g. `token_times`, the
+    bulk of a large run, for an analysis that does not need every token's time.
+    """
     path = Path(folder)
     meta = read_meta(path)
     warnings: list[str] = []
     if meta.cut_off:
         warnings.append("run.json still says 'running': the run was cut off; using the data it left")
-    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings)
+    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, without)
     samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings)
     for w in warnings:
         log.warning("%s: %s", path, w)
@@ -86,20 +90,22 @@ def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
                   if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges))
 
 
-def read_part_tables(folder: Path, warnings: list[str]) -> list[pa.Table]:
-    """Every readable current part of one table; an unreadable one is skipped with a warning."""
+def read_part_tables(folder: Path, warnings: list[str], without: tuple[str, ...] = ()) -> list[pa.Table]:
+    """Every readable current part of one table (less the columns `without`); an unreadable one
+    is skipped with a warning."""
     tables = []
     for _, _, part in current_parts(folder):
         try:
-            tables.append(pq.read_table(part))
+            columns = [n for n in pq.read_schema(part).names if n not in without] if without else None
+            tables.append(pq.read_table(part, columns=columns))
         except Exception as e:  # a damaged part must not cost the rest of the run
             warnings.append(f"skipped unreadable part {part.name}: {type(e).__name__}: {e}")
     return tables
 
 
-def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
-    # Columns added to the schema after a part was written come back as nulls.
-    tables = [t.cast(_schema_of(t, schema)) for t in read_part_tables(folder, warnings)]
+def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str], without: tuple[str, ...] = ()) -> pd.DataFrame:
+    # Columns added to the schema after a part was written (or left out) come back as nulls.
+    tables = [t.cast(_schema_of(t, schema)) for t in read_part_tables(folder, warnings, without)]
     if not tables:
         return schema.empty_table().to_pandas()
     table = pa.concat_tables(tables, promote_options="default")
