@@ -69,6 +69,8 @@ class StepVerdict:
     advice: list[str]
     missing: list[str]
     derived: dict[str, Derived]
+    # A client-limited step: what the server-side evidence alone would name (not trusted).
+    server_side: RunnerUp | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -188,15 +190,19 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     if ok < MIN_OK_REQUESTS:
         return verdict(INSUFFICIENT_DATA, f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
                        missing=[rules.NEEDS[rules.C]])
+    ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
+    eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
     client = scores[CLIENT]
     if client.score >= 0.5:
         reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
-        return verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client)
+        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client)
+        if has_server and eligible:
+            limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
+            limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
+        return limited
     if not has_server:
         return verdict(INSUFFICIENT_DATA, "no server metrics or GPU samples: the client alone cannot say what binds",
                        missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]])
-    ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
-    eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
     if not eligible:
         missing = [line for s in ranked for line in s.missing]
         return verdict(INSUFFICIENT_DATA, "no class's evidence is strong enough to name what binds",
