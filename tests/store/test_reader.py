@@ -66,3 +66,14 @@ def test_not_a_run_folder_is_a_one_line_user_error(tmp_path: Path, make, message
     with pytest.raises(UserError, match=message) as e:
         load_run(folder)
     assert "\n" not in str(e.value)
+
+
+def test_columns_left_out_come_back_as_nulls(tmp_path: Path) -> None:
+    from tests.support.runs import fill_run
+
+    fill_run(tmp_path)
+    full, lean = load_run(tmp_path), load_run(tmp_path, without=("token_times",))
+    assert list(lean.requests.columns) == list(full.requests.columns)
+    assert full.requests["token_times"].map(len).sum() == 8
+    assert lean.requests["token_times"].isna().all()
+    assert lean.requests["end_time"].tolist() == full.requests["end_time"].tolist()
