@@ -118,7 +118,8 @@ def _schema_of(table: pa.Table, schema: pa.Schema) -> pa.Schema:
 
 
 def _with_all_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The schema's columns in its order (nulls where the parts lack one), then any unknown ones."""
     for f in schema:
         if f.name not in table.column_names:
             table = table.append_column(f, pa.nulls(len(table), f.type))
-    return table
+    return table.select(schema.names + [n for n in table.column_names if n not in schema.names])
