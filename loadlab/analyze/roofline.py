@@ -10,7 +10,9 @@ to trust it.
 
 With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
 bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
-they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the ridge point.
+they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
+point (a typical one for a GPU not in the table; none without GPU samples: a CPU's ridge is
+another matter, and there the step-time fit decides).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class WorkRates:
     mfu: float            # NaN without a known GPU
     mbu: float
     intensity: float      # FLOPs per byte
-    ridge: float          # the GPU's FLOPs per byte at the roofline's corner
+    ridge: float          # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
 
 
 def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
@@ -136,7 +138,11 @@ def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
     return WorkRates(flops_per_s=flops_per_s, bytes_per_s=bytes_per_s, gpu=gpu,
                      mfu=flops_per_s / peak_flops, mbu=bytes_per_s / peak_bytes,
                      intensity=flops / moved if moved > 0 else math.nan,
-                     ridge=peak_flops / peak_bytes if spec else DEFAULT_RIDGE)
+                     ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan))
+
+
+def _has_gpu(samples: SampleIndex) -> bool:
+    return any(samples.has(name) for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE))
 
 
 def gpu_model(samples: SampleIndex) -> str:

@@ -23,6 +23,7 @@ from reference_server.engine.runner import EngineFault, ModelRunner, build_step,
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
+from reference_server.engine.work import step_work
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
@@ -292,6 +293,12 @@ class AsyncEngine:
         m.batch_size.observe(len(chunks))
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
+        # num_computed already counts this step's tokens: the context before a chunk is the rest.
+        work = step_work(self.shape, self.config.dtype, self.config.tensor_parallel,
+                         [(c.num_tokens, c.seq.num_computed - c.num_tokens) for c in chunks], generated)
+        m.estimated_flops.inc(work.flops)
+        m.estimated_read_bytes.inc(work.read_bytes)
+        m.estimated_write_bytes.inc(work.write_bytes)
         m.generation_tokens.inc(generated)
         m.preemptions.inc(self.scheduler.take_preemptions())
         self._update_gauges()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from loadlab.analyze.histograms import SampleIndex
@@ -72,6 +74,13 @@ def test_vllm_estimates_and_a_named_gpu_give_mfu_mbu_and_intensity():
     assert rates.flops_per_s == pytest.approx(100e12) and rates.bytes_per_s == pytest.approx(1.675e12)
     assert rates.mfu == pytest.approx(100 / 989) and rates.mbu == pytest.approx(0.5)
     assert rates.intensity == pytest.approx(100 / 1.675) and rates.ridge == pytest.approx(989 / 3.35)
+
+
+def test_without_gpu_samples_the_intensity_has_no_ridge_to_compare_with():
+    samples = [Sample(T + t, "server", name, v * t, {}) for t in range(3)
+               for name, v in (("estimated_flops", 1e9), ("estimated_read_bytes", 1e8))]
+    rates = work_rates(index_of(samples), Window(T, T + 2, 2, "w"))
+    assert rates.intensity == pytest.approx(10) and math.isnan(rates.ridge) and math.isnan(rates.mfu)
 
 
 def test_without_estimates_there_are_no_work_rates():

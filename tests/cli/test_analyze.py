@@ -36,6 +36,8 @@ def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(tmp_path):
         assert any("--num-kv-blocks" in a for a in step["advice"])
     assert step["saturation"] in ("past_knee", "at_knee")
     assert any(e["name"] == "kv_usage_p90" and e["direction"] == "for" for e in step["evidence"])
+    # The reference server exports vLLM's work estimates: the arithmetic intensity is known.
+    assert step["derived"]["arithmetic_intensity"]["value"] > 0
     assert "bottleneck analysis" in result.stdout and "verdict: " in result.stdout
 
 
