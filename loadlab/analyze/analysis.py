@@ -21,7 +21,7 @@ from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
-from loadlab.analyze.saturation import UNKNOWN, Saturation, StepLoad, saturation
+from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
@@ -174,7 +174,8 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
         evidence = _evidence(scores, chosen, fit)
         return StepVerdict(
             index=d.step.index, label=d.step.label, mode=d.step.mode, target=d.step.target, window=d.window,
-            saturation=state.state if constraint != INSUFFICIENT_DATA or ok else UNKNOWN,
+            # Without a successful request only refusals can still say something: overloaded.
+            saturation=state.state if ok or state.state == OVERLOADED else UNKNOWN,
             saturation_reason=state.reason, constraint=constraint,
             score=chosen.score if chosen else 0.0, confidence=chosen.confidence if chosen else 0.0,
             runner_up=runner_up, headline=headline, evidence=evidence,

@@ -55,8 +55,15 @@ def test_a_step_without_a_successful_request_says_why():
     analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
     second = analysis.steps[1]
     assert second.constraint == "insufficient_data" and second.headline == "no successful request in this step (6 http_429)"
-    assert second.saturation == "unknown"
+    assert second.saturation == "overloaded"      # every request refused
     assert analysis.steps[0].constraint == "kv_capacity"
+
+
+def test_a_step_whose_requests_all_failed_client_side_has_no_saturation():
+    records, samples = loaded_run(gauges=KV_BOUND)
+    failed = [req(900000 + i, T + 30 + i, [], error="client_error", step=1) for i in range(6)]
+    analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
+    assert analysis.steps[1].saturation == "unknown" and analysis.steps[1].constraint == "insufficient_data"
 
 
 def test_a_run_without_any_request_is_insufficient_data():
