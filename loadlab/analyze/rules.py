@@ -61,14 +61,14 @@ RULES: tuple[Rule, ...] = (
         Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
     )),
     Rule(KV_CAPACITY, "mean", (
-        Term("kv_usage_p90", ">=", 0.9, 0.05, 2, S, key=True),
+        Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
         Term("waiting_mean", ">=", 1.0, 0.5, 1, S),
         Term("preemptions_per_min", ">=", 1.0, 0.5, 0.5, S),
     )),
     Rule(SCHEDULING, "mean", (
         Term("waiting_mean", ">=", 1.0, 0.5, 1, S, key=True),
         Term("queue_share", ">=", 0.5, 0.1, 1, S),
-        Term("kv_usage_p90", "<=", 0.9, 0.05, 2, S, key=True),
+        Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
         Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
         Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
     )),

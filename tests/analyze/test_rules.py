@@ -24,7 +24,7 @@ def test_kv_pressure_with_a_queue_is_kv_capacity_not_scheduling():
     kv, sched = scores["kv_capacity"], scores["scheduling"]
     assert kv.score > 0.8 and sched.score < 0.5
     assert [e.direction for e in kv.evidence] == ["for", "for", "against"]
-    assert kv.evidence[0].text == "kv usage p90 99 % >= 90 %"
+    assert kv.evidence[0].text == "kv usage p90 99 % >= 80 %"
 
 
 def test_a_queue_with_an_empty_kv_cache_is_scheduling():
@@ -55,3 +55,10 @@ def test_the_client_is_limited_by_any_one_of_its_checks():
 def test_the_table_names_every_class_once():
     assert [r.constraint for r in RULES] == ["client", "kv_capacity", "scheduling", "network", "memory_bandwidth", "compute"]
     assert all(t.needs in NEEDS for r in RULES for t in r.terms)
+
+
+def test_a_kv_cache_that_admission_leaves_partly_free_still_binds_with_a_queue():
+    # The reference server admits only what fits: with 14 of 16 blocks held, the next request
+    # waits (seen in provoked runs: KV usage 75-100 %).
+    scores = score_all(derived(kv_usage_p90=0.875, waiting_mean=14, queue_share=0.9, preemptions_per_min=0))
+    assert scores["kv_capacity"].score > 0.8 and scores["scheduling"].score == 0
