@@ -61,4 +61,4 @@ def test_a_kv_cache_that_admission_leaves_partly_free_still_binds_with_a_queue()
     # The reference server admits only what fits: with 14 of 16 blocks held, the next request
     # waits (seen in provoked runs: KV usage 75-100 %).
     scores = score_all(derived(kv_usage_p90=0.875, waiting_mean=14, queue_share=0.9, preemptions_per_min=0))
-    assert scores["kv_capacity"].score > 0.8 and scores["scheduling"].score == 0
+    assert scores["kv_capacity"].score > 0.7 and scores["scheduling"].score == 0
