@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support.procs import BIN, Proc, free_port, loadlab
 from tests.support.reference_server import start_server
-from tests.support.runs import fill_run
+from tests.support.runs import fill_run, write_run
 
 
 def analysis_of(folder: Path) -> dict:
@@ -87,3 +87,11 @@ def test_a_corrupt_part_is_skipped_with_a_warning_and_the_rest_analyzed(tmp_path
     # Three requests, two of them good: too few for a verdict, said so.
     assert analysis["steps"][0]["constraint"] == "insufficient_data"
     assert "only 2 successful" in analysis["steps"][0]["headline"]
+
+
+def test_an_empty_run_is_insufficient_data_not_a_traceback(tmp_path):
+    write_run(tmp_path, lambda t0: ([], []))
+    result = loadlab("analyze", str(tmp_path))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "insufficient" in result.stdout and "no request was sent" in result.stdout
+    assert analysis_of(tmp_path)["overall"]["constraint"] == "insufficient_data"
