@@ -196,7 +196,8 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     client = scores[CLIENT]
     if client.score >= 0.5:
         reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
-        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client)
+        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted",
+                          client, missing=[])
         if has_server and eligible:
             limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
             limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"

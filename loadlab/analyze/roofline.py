@@ -41,7 +41,7 @@ GPU_SPECS: dict[str, tuple[float, float]] = {
 DEFAULT_RIDGE = 250.0
 # Labels that name the GPU model on GPU samples (dcgm-exporter's `modelName`).
 GPU_NAME_LABELS = ("modelName", "gpu_name", "name")
-SUB_INTERVAL = 5.0        # seconds per point of the step-time fit (judgement)
+SUB_INTERVAL = 2.0        # seconds per point of the step-time fit: two 1 s scrapes (judgement)
 MIN_FIT_POINTS = 3
 
 
