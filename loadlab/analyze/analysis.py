@@ -32,6 +32,7 @@ from loadlab.store.schema import StepInfo
 FORMAT = 1
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5         # fewer successful requests in a step: no verdict (judgement)
+CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 NAMES = {
     CLIENT: "the load generator", rules.KV_CAPACITY: "KV capacity", rules.MEMORY_BANDWIDTH: "memory bandwidth",
     rules.COMPUTE: "compute", rules.SCHEDULING: "scheduling (admission)", rules.NETWORK: "network (collectives)",
@@ -179,7 +180,7 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
             saturation_reason=state.reason, constraint=constraint,
             score=chosen.score if chosen else 0.0, confidence=chosen.confidence if chosen else 0.0,
             runner_up=runner_up, headline=headline, evidence=evidence,
-            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived),
+            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
             missing=missing if missing is not None else (chosen.missing if chosen else []), derived=d.derived)
 
     if not len(d.requests):
@@ -214,6 +215,16 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     runner_up = (RunnerUp(second.constraint, second.score, second.confidence)
                  if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN else None)
     return verdict(best.constraint, _headline(best, state), best, runner_up)
+
+
+def _clock_advice(d: StepData) -> list[str]:
+    """GPU clocks held down by power or heat in over CLOCK_SLOWDOWN_SHARE of the samples: a
+    sub-flag of any verdict (the GPU ran slower than its rating)."""
+    share = d.derived.get("gpu_clock_slowdown_share")
+    if share is None or share.value <= CLOCK_SLOWDOWN_SHARE:
+        return []
+    return [f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
+            "check cooling, power limits and clocks before tuning the server"]
 
 
 def _headline(best: ClassScore, state: Saturation) -> str:
