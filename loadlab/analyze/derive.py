@@ -145,7 +145,8 @@ def _server_side(d: StepData) -> None:
                   ["client.ttft", sig.TTFT], SERVER)
     if queue is not None:
         d.put("queue_time_mean", queue.mean, "s", [sig.QUEUE_TIME], SERVER)
-        base = ttft.mean if ttft is not None else d.derived.get("ttft_p50", Derived(math.nan, "", [], "")).value
+        client_ttft = d.derived.get("ttft_p50")
+        base = ttft.mean if ttft is not None else (client_ttft.value if client_ttft else math.nan)
         d.put("queue_share", queue.mean / base if base > 0 else math.nan, "fraction",
               [sig.QUEUE_TIME, sig.TTFT if ttft is not None else "client.ttft"], SERVER)
     if itl is not None:
