@@ -69,10 +69,10 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
         values.update(_client_columns(run, bins, end))
     samples = _used_samples(run.samples)
     for name, how in ((sig.REQUESTS_RUNNING, "sum"), (sig.REQUESTS_WAITING, "sum"), (sig.KV_USAGE, "mean")):
-        values[name] = _gauge(samples, name, SERVER_SOURCES, how, bins)
+        values[name] = gauge(samples, name, SERVER_SOURCES, how, bins)
     values["preemptions"] = interval_totals(pick_source(samples, sig.PREEMPTIONS, SERVER_SOURCES), bins)
     for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE):
-        values[name] = _gauge(samples, name, GPU_SOURCES, "all", bins)
+        values[name] = gauge(samples, name, GPU_SOURCES, "all", bins)
     values["collective_share"] = collective_share(samples, bins)
 
     values["t"] = bins.starts - start
@@ -140,7 +140,7 @@ def _used_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return samples[samples["signal"].isin(used)]
 
 
-def _gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: Bins) -> np.ndarray:
+def gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: Bins) -> np.ndarray:
     """Per-interval mean of a gauge. how: "sum"/"mean" across series at one time, then the
     interval mean; "all": mean of every sample in the interval (e.g. over GPUs)."""
     df = pick_source(samples, signal, sources)
