@@ -57,8 +57,12 @@ class Timeline:
     columns: list[str]
 
 
-def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
-    """Bin a loaded run folder into intervals of `interval` seconds."""
+def build_timeline(run: RunData, interval: float = 1.0, requests: pd.DataFrame | None = None) -> Timeline:
+    """Bin a loaded run folder into intervals of `interval` seconds.
+
+    `requests`: the run's `per_request` frame when the caller already has it (a large run's
+    costs seconds to compute).
+    """
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval}")
     start, end = _time_range(run)
@@ -66,7 +70,9 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
     bins = Bins(start, interval, math.floor((end - start) / interval) + 1)
     values: dict[str, np.ndarray] = {}
     if len(run.requests):
-        values.update(_client_columns(run, bins, end))
+        if requests is None:
+            requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+        values.update(_client_columns(requests, bins, end))
     samples = _used_samples(run.samples)
     for name, how in ((sig.REQUESTS_RUNNING, "sum"), (sig.REQUESTS_WAITING, "sum"), (sig.KV_USAGE, "mean")):
         values[name] = gauge(samples, name, SERVER_SOURCES, how, bins)
@@ -96,8 +102,7 @@ def _time_range(run: RunData) -> tuple[float, float]:
     return float(start), float(max([start, *ends]))
 
 
-def _client_columns(run: RunData, bins: Bins, end: float) -> dict[str, np.ndarray]:
-    df = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.ndarray]:
     token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
     # Content events are not always single tokens: weight each so a request's events add up to
     # the server's token count.

@@ -6,6 +6,7 @@ report or a one-line error.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from loadlab.store.reader import load_run
 from tests.support.analysis import write_analysis
 from tests.support.browser import load_page
 from tests.support.procs import BIN, Proc, free_port, loadlab
+from tests.support.runs import fill_run, write_run
 
 # Markup that would run if any of it reached the page unescaped: it sets window.pwned.
 PAYLOAD = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">"onerror=window.pwned=3 x'
@@ -81,3 +83,71 @@ def test_server_error_text_arrives_inert(tmp_path):
     assert loaded.value["pwned"] is None and loaded.value["images"] == 0
     assert f"The model `{PAYLOAD}` does not exist." in loaded.value["text"]
     assert "No analysis yet: run loadlab analyze" in loaded.value["text"]
+
+
+def cut_off(folder: Path) -> Path:
+    """Make a finished run folder look killed mid-run: run.json still 'running', no ends, no summary."""
+    meta = json.loads((folder / "run.json").read_text())
+    meta.update(status="running", ended_at=None, coverage=[])
+    for step in meta["steps"]:
+        step["end_time"] = None
+    (folder / "run.json").write_text(json.dumps(meta))
+    (folder / "summary.json").unlink(missing_ok=True)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["empty", "no server or GPU signals", "cut off"])
+def test_a_thin_run_still_gets_a_whole_report_that_says_what_is_missing(tmp_path, kind):
+    folder = tmp_path / "run"
+    if kind == "empty":
+        write_run(folder, lambda t0: ([], []))
+    else:
+        fill_run(folder, with_server=False)
+    if kind == "cut off":
+        cut_off(folder)
+    page = report(folder, tmp_path / "report.html")
+    loaded = load_page(page.as_uri(), INERT_JS.replace("({", "({charts_drawn: " + CHARTS_JS + ", "))
+    assert loaded.errors == [] and loaded.requests == []
+    text = loaded.value["text"]
+    for section in ("Verdict", "Per-step summary", "Load curve", "Latency distributions", "Time series", "Errors",
+                    "Collectors' coverage", "Configuration, versions, host"):
+        assert section in text
+    # Which flag adds each missing signal.
+    for flag in ("--server-metrics", "--prometheus", "--no-gpu", "--server-pid", "--nccl-inspector-dir"):
+        assert flag in text
+    assert "No analysis yet: run loadlab analyze" in text
+    charts = loaded.value["charts_drawn"]
+    if kind == "empty":
+        assert charts == [] and "No successful request: no latency to draw." in text
+    else:
+        assert {c["id"] for c in charts} == {"fig-load-curve", "fig-cdfs", "fig-timeline", "fig-errors"}
+        assert all(c["drawn"] == c["traces"] > 0 for c in charts)
+    if kind == "cut off":
+        assert "cut off" in text
+
+
+def test_a_corrupt_or_missing_folder_is_a_one_line_error(tmp_path):
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "run.json").write_text("{not json")
+    for folder in (tmp_path / "corrupt", tmp_path / "missing"):
+        result = loadlab("report", str(folder), "-o", str(tmp_path / "r.html"))
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.startswith("error: not a run folder") and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_an_unwritable_output_is_a_one_line_error(tmp_path):
+    fill_run(tmp_path / "run")
+    (tmp_path / "file").write_text("")
+    result = loadlab("report", str(tmp_path / "run"), "-o", str(tmp_path / "file" / "r.html"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot write the report to") and len(result.stderr.splitlines()) == 1
+
+
+def test_the_default_output_is_reports_run_name_html(tmp_path):
+    fill_run(tmp_path / "my-run")
+    result = subprocess.run([str(BIN / "loadlab"), "report", str(tmp_path / "my-run")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "reports/my-run.html"
+    assert (tmp_path / "reports" / "my-run.html").stat().st_size > 1_000_000   # plotly.js inside

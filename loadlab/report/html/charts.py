@@ -64,7 +64,7 @@ def load_curve(steps: list[StepSummary], extras: list[StepExtra]) -> go.Figure:
     fig.update_yaxes(title_text="p99 (ms)", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title_text=title, row=2, col=1)
     if _spread(x):
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(type="log", tickvals=x)
     fig.update_layout(template=TEMPLATE, height=560, hovermode="x unified")
     return fig
 
@@ -100,7 +100,8 @@ def latency_cdfs(cdfs: list[Cdf], steps: list[StepSummary]) -> go.Figure:
             row=1, col=col)
         shown.add(cdf.step)
     fig.update_yaxes(title_text="percentile", range=[0, 100.5], row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=380, hovermode="closest")
+    fig.update_layout(template=TEMPLATE, height=420, hovermode="closest", margin=dict(t=90),
+                      legend=dict(y=1.12))
     return fig
 
 
@@ -118,15 +119,26 @@ def time_series(ts: TimeSeries) -> go.Figure:
                                      hovertemplate=f"%{{y:.3g}} {panel.unit}<extra>{label(series.name)}</extra>"),
                           row=row, col=1)
         fig.update_yaxes(title_text=label(panel.unit), rangemode="tozero", row=row, col=1)
-    for mark in ts.marks:
-        fig.add_vline(x=mark.t, line=dict(color="#555", width=1, dash="dot"))
-        fig.add_annotation(x=mark.t, y=1, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
-                           text=label(mark.label), font=dict(size=10, color="#555"))
+    _mark_steps(fig, ts, with_labels=True)
     fig.update_xaxes(title_text=f"seconds since the run's start (intervals of {ts.interval:g} s)",
                      row=len(panels), col=1)
     fig.update_layout(template=TEMPLATE, height=PANEL_HEIGHT * len(panels) + 120,
                       legend=dict(orientation="v", x=1.01, y=1, yanchor="top"), margin=dict(r=220))
     return fig
+
+
+def _mark_steps(fig: go.Figure, ts: TimeSeries, with_labels: bool) -> None:
+    """A dotted line at each step's start across the whole figure (shared x axis), labelled on top.
+
+    Set as one layout list: fig.add_vline per step re-validates every shape and takes seconds.
+    """
+    line = dict(color="#555", width=1, dash="dot")
+    fig.update_layout(shapes=[dict(type="line", xref="x", yref="paper", x0=m.t, x1=m.t, y0=0, y1=1, line=line)
+                              for m in ts.marks])
+    if with_labels:
+        fig.update_layout(annotations=list(fig.layout.annotations) + [
+            dict(x=m.t, y=1, xref="x", yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
+                 text=label(m.label), font=dict(size=10, color="#555")) for m in ts.marks])
 
 
 def errors_over_time(errors: list[ErrorKind], ts: TimeSeries) -> go.Figure:
@@ -135,8 +147,7 @@ def errors_over_time(errors: list[ErrorKind], ts: TimeSeries) -> go.Figure:
     for kind in errors:
         fig.add_trace(go.Bar(x=ts.t, y=kind.per_interval, name=f"{label(kind.category)} ({kind.total})",
                              marker_color=ERROR_COLORS.get(kind.category)))
-    for mark in ts.marks:
-        fig.add_vline(x=mark.t, line=dict(color="#555", width=1, dash="dot"))
+    _mark_steps(fig, ts, with_labels=False)
     fig.update_layout(template=TEMPLATE, barmode="stack", height=300, bargap=0,
                       xaxis_title="seconds since the run's start", yaxis_title="requests per interval")
     return fig

@@ -123,7 +123,7 @@ def build_report_data(run: RunData) -> ReportData:
     summary = _summary(run)
     requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     measured = requests[~requests["warmup"]]
-    timeline = build_timeline(run, _interval(run))
+    timeline = build_timeline(run, _interval(run), requests)
     bins = Bins(timeline.start, timeline.interval, len(timeline.rows))
     analysis, problem = _analysis(run.path)
     return ReportData(
@@ -205,6 +205,12 @@ HOST_MISSING = "no host CPU samples: --server-pid PID samples the server process
 CLIENT_MISSING = "no requests were recorded"
 
 
+# Samples read here rather than through the timeline.
+EXTRA_SIGNALS = ("gpu_util", "gpu_sm_active", "gpu_tensor_active", "gpu_dram_active", "gpu_power", "gpu_sm_clock",
+                 "gpu_clock_power_cap", "gpu_clock_thermal", "gpu_clock_hw_slowdown", "host_cpu", "process_cpu",
+                 "client_cpu")
+
+
 def _timeseries(run: RunData, timeline: Timeline, bins: Bins, summary: RunSummary) -> TimeSeries:
     columns = {c: np.array([getattr(r, c) for r in timeline.rows], dtype=float) for c in timeline.columns}
     width = timeline.interval
@@ -212,7 +218,7 @@ def _timeseries(run: RunData, timeline: Timeline, bins: Bins, summary: RunSummar
     def of(*pairs: tuple[str, str], scale: float = 1.0) -> list[Series]:
         return [Series(name, columns[c] * scale) for c, name in pairs if c in columns]
 
-    samples = run.samples
+    samples = run.samples[run.samples["signal"].isin(EXTRA_SIGNALS)]   # once, not per signal: runs hold millions
     gpu = [Series(name, gauge(samples, signal, GPU_SOURCES, "all", bins))
            for signal, name in (("gpu_util", "GPU busy"), ("gpu_sm_active", "SM active"),
                                 ("gpu_tensor_active", "tensor active"), ("gpu_dram_active", "DRAM active"))]

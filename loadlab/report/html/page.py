@@ -247,7 +247,7 @@ def _errors(data: ReportData) -> str:
 
 def _coverage(data: ReportData) -> str:
     if not data.coverage:
-        return _note("run.json lists no collectors (the run was cut off before it wrote their coverage).")
+        return _note("run.json lists no collectors (none ran, or the run was cut off before it wrote their coverage).")
     rows = [(esc(c.source), "yes" if c.enabled else "no", f"{c.ok_samples:,}", f"{c.failed_samples:,}",
              esc(c.error) or "–") for c in data.coverage]
     return _table(["source", "enabled", "samples ok", "samples failed", "first error"], rows)
