@@ -44,8 +44,9 @@ def main() -> None:
     seconds = time.perf_counter() - t0
     if result.returncode != 0:
         sys.exit(f"loadlab report failed: {result.stderr}")
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"loadlab report: {seconds:.1f} s wall, peak RSS {peak_mb:,.0f} MB, file {out.stat().st_size / 1e6:.2f} MB")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)   # the report process only: chromium starts later
+    print(f"loadlab report: {seconds:.1f} s wall, {usage.ru_utime + usage.ru_stime:.1f} s CPU, "
+          f"peak RSS {usage.ru_maxrss / 1024:,.0f} MB, file {out.stat().st_size / 1e6:.2f} MB")
     t0 = time.perf_counter()
     opened = load_page(out.as_uri(), OPENED_JS, settle=0.5)
     print(f"chromium: load event after {opened.value['load_ms'] / 1000:.1f} s (whole round trip "

@@ -106,7 +106,11 @@ def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.nd
     token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
     # Content events are not always single tokens: weight each so a request's events add up to
     # the server's token count.
-    weights = [np.full(len(t), (n / len(t)) if n > 0 else 1.0) for t, n in zip(token_times, df["out_tokens"]) if len(t)]
+    events = np.fromiter(map(len, token_times), dtype=int, count=len(token_times))
+    tokens = df["out_tokens"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_event = np.where(tokens > 0, tokens / events, 1.0)
+    weights = np.repeat(per_event, events)     # one array op: a million requests' lists took seconds
     all_times = np.concatenate(token_times) if token_times else np.empty(0)
     gap_ends = np.concatenate([t[1:] for t in token_times]) if token_times else np.empty(0)
     gaps = np.concatenate(list(df["gaps"])) if len(df) else np.empty(0)
@@ -114,7 +118,7 @@ def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.nd
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
         "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
-        "output_tokens_per_s": bins.total(all_times, np.concatenate(weights) if weights else None) / bins.width,
+        "output_tokens_per_s": bins.total(all_times, weights) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
         "itl_p50": bins.median(gap_ends, gaps),
         "in_flight": _mean_open(df["send_time"].to_numpy(float), df["end_time"].to_numpy(float), bins, end),

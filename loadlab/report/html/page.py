@@ -73,11 +73,11 @@ def _note(text: str) -> str:
     return f'<p class="note">{esc(text)}</p>'
 
 
-def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") -> str:
-    """A table of already-escaped cells."""
-    head = "".join(f"<th>{h}</th>" for h in headers)
+def _table(headers: Iterable[str] | None, rows: Iterable[Iterable[str]], cls: str = "") -> str:
+    """A table of already-escaped cells (no heading row when `headers` is None)."""
+    head = "" if headers is None else "<thead><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    return f'<div class="scroll"><table class="{cls}">{head}<tbody>{body}</tbody></table></div>'
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -110,7 +110,7 @@ def _run_header(data: ReportData) -> str:
         ("requests", f"{overall.sent:,} sent, {overall.succeeded:,} ok, {overall.failed:,} failed, "
                      f"{overall.aborted:,} aborted, {overall.warmup:,} warm-up"),
     ]
-    parts = [_table(["", ""], [(f"<b>{k}</b>", v) for k, v in facts], "facts")]
+    parts = [_table(None, [(f"<b>{k}</b>", v) for k, v in facts])]
     if s.reason:
         parts.append(f'<p class="alert">Why it ended: {esc(s.reason)}</p>')
     if s.client_limited:
@@ -276,7 +276,6 @@ th,td{border:1px solid #e2e2e2;padding:3px 8px;text-align:left;vertical-align:to
 th{background:#f3f4f6}
 table.numbers td{text-align:right;white-space:nowrap}
 table.numbers td:first-child{text-align:left}
-table.facts th{display:none}
 .scroll{overflow-x:auto}
 .note{color:#555;font-size:13px}
 .missing{color:#8a5a00}
