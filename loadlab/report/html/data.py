@@ -131,7 +131,8 @@ def build_report_data(run: RunData) -> ReportData:
         extras=_extras(measured, summary), cdfs=_cdfs(measured, summary),
         timeseries=_timeseries(run, timeline, bins, summary), errors=_errors(measured, bins),
         coverage=list(run.meta.coverage), config=run.meta.config, versions=run.meta.versions,
-        host=run.meta.host, analysis=analysis, analysis_problem=problem, warnings=summary.warnings)
+        host=run.meta.host, analysis=analysis, analysis_problem=problem,
+        warnings=summary.warnings + [w for w in run.warnings if w not in summary.warnings])   # e.g. a part skipped now
 
 
 def _summary(run: RunData) -> RunSummary:

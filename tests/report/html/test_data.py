@@ -94,3 +94,11 @@ def test_analysis_json_is_read_when_present_and_explained_when_unreadable(tmp_pa
     assert data.analysis is None and data.analysis_problem.startswith("analysis.json is unreadable (JSONDecodeError")
     (tmp_path / "run" / "analysis.json").write_text(json.dumps([1, 2]))
     assert build_report_data(load_run(tmp_path / "run")).analysis_problem == "analysis.json does not hold a JSON object"
+
+
+def test_a_damaged_part_is_named_among_the_warnings_and_the_rest_is_reported(tmp_path):
+    fill_run(tmp_path / "run")
+    (tmp_path / "run" / "requests" / "part-999999.parquet").write_bytes(b"not parquet")
+    data = build_report_data(load_run(tmp_path / "run"))
+    assert any(w.startswith("skipped unreadable part part-999999.parquet") for w in data.warnings)
+    assert data.summary.overall.sent == 3 and data.cdfs
