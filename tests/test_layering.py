@@ -34,6 +34,7 @@ PARTS = {
     "loadlab.client": "client",
     "loadlab.analyze": "analyze", "loadlab.report": "report",
     "loadlab.client.runloop": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
+    "loadlab.lab": "lab",                         # starts servers and runs load: beside the conductor
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
     "reference_server": "reference_server",
@@ -52,7 +53,8 @@ ALLOWED: dict[str, set[str]] = {
     "analyze": {"helpers", "store", "metrics", "signals"},
     "report": {"helpers", "store", "metrics", "analyze"},
     "conductor": BELOW_CLIENT | {"client", "analyze", "report"},
-    "cli": BELOW_CLIENT | {"client", "analyze", "report", "conductor", "mock"},
+    "lab": BELOW_CLIENT | {"analyze", "report"},
+    "cli": BELOW_CLIENT | {"client", "analyze", "report", "conductor", "mock", "lab"},
     "mock": {"helpers"},
     "reference_server": set(),
 }
@@ -129,6 +131,8 @@ def test_no_module_imports_upward():
     ("loadlab.config", "loadlab.store.schema"),
     ("loadlab.cli.serve", "reference_server.config"),
     ("reference_server.engine.runner", "loadlab.clock"),
+    ("loadlab.analyze.analysis", "loadlab.lab.runner"),
+    ("loadlab.lab.runner", "loadlab.cli.run"),
     ("loadlab.cli.run", "loadlab.newpackage.thing"),     # a new package must be placed first
 ])
 def test_each_rule_can_fail(importer: str, imported: str):

@@ -1,0 +1,43 @@
+"""Every lab scenario, short, for real: the reference server on this machine's CPU, `loadlab run`,
+the analyzer's verdict on the last step. They take minutes together (about 40 s each on a busy
+2-core machine).
+
+A scenario about the server may come out client-limited on a machine whose other work starves the
+load generator's event loop: then the server-side verdict must still be the expected class (the
+provocation worked; the host did not). The client scenario must be client-limited for a reason
+beyond event-loop lag, which any busy host shows: users the client could not keep in flight.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from loadlab.lab.runner import CLIENT_LIMITED, MATCH, SHORT_SECONDS, run_scenario
+from loadlab.lab.scenarios import CLIENT, SCENARIOS
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("loadlab.analyze.analysis") is None,
+                                reason="no analyzer yet (loadlab.analyze.analysis, branch analyzer): "
+                                       "nothing writes analysis.json to judge")
+
+# Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
+CPU_PHYSICS = {
+    "memory_bandwidth": "on a CPU the reference server's step time grows with the tokens in the step "
+                        "(per-token Python and streaming work), so decode does not look weight-read bound",
+}
+CPU_SCENARIOS = [pytest.param(s, id=s.name, marks=[pytest.mark.xfail(reason=CPU_PHYSICS[s.name], strict=False)]
+                              if s.name in CPU_PHYSICS else []) for s in SCENARIOS if not s.twin]
+
+
+@pytest.mark.parametrize("scenario", CPU_SCENARIOS)
+def test_each_scenario_provokes_its_class(scenario, tmp_path):
+    result = run_scenario(scenario, tmp_path / scenario.name, SHORT_SECONDS, "cpu")
+    summary = f"{result.status}: {result.constraint} (server side {result.server_side or '-'}), " \
+              f"{result.saturation}; {result.reason or result.headline}; evidence {result.evidence}"
+    if scenario.expect == CLIENT:
+        assert result.status == MATCH, summary
+        assert any(text.startswith(("achieved concurrency", "client cpu", "start delay", "achieved rate"))
+                   for text in result.evidence), summary
+    else:
+        assert result.status in (MATCH, CLIENT_LIMITED), summary
