@@ -40,7 +40,7 @@ def lab(
         raise UserError(f"--device {device!r}: choose auto, cpu or cuda")
     if list_only:
         for s in scenarios:
-            print(f"{s.name:24} {s.expect:17} {s.why}")
+            print(f"{s.name:24} {s.expect or '/'.join(s.expect_saturation):17} {s.why}")
         return
     folder = out or Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S")
     check_out_folder(folder)
