@@ -6,51 +6,30 @@ Everything runs as real processes on loopback; the server is ended by its PID.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 
 STEPS = "1,4,16"
 STEP_SECONDS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"error: the reference server exited with code {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"error: the reference server was not ready after {timeout:.0f} s")
-
-
 def main() -> None:
     """Run the demo end to end; exit non-zero if any stage fails."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     loadlab = [sys.executable, "-m", "loadlab.cli"]
     print(f"Starting the reference server (tiny preset, CPU) on {url} ...", flush=True)
-    server = subprocess.Popen([sys.executable, "-m", "reference_server", "--preset", "tiny",
-                               "--port", str(port)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = start_child([sys.executable, "-m", "reference_server", "--preset", "tiny", "--port", str(port)])
     try:
-        _wait_ready(f"{url}/health", server)
+        try:
+            wait_healthy(f"{url}/health", server, timeout=120.0)
+        except NotReady as e:
+            sys.exit(f"error: {e}")
         run = subprocess.run([*loadlab, "run", "--url", url, "--concurrency", STEPS,
                               "--step-duration", str(STEP_SECONDS), "--input-len", "uniform:32:128",
                               "--output-len", "64", "--out", str(out), "--server-pid", str(server.pid)])
@@ -59,12 +38,7 @@ def main() -> None:
         subprocess.run([*loadlab, "timeline", str(out)])
         print(f"\nRun folder: {out}  (re-read it any time with: loadlab summary {out})")
     finally:
-        if server.poll() is None:
-            os.kill(server.pid, signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(server.pid, signal.SIGKILL)
+        end_child(server)
 
 
 if __name__ == "__main__":

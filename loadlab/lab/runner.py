@@ -10,17 +10,14 @@ reads the analyzer's contract, not its classes.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 
 FULL_SECONDS = 30.0          # seconds per load step
@@ -28,7 +25,6 @@ SHORT_SECONDS = 12.0         # --short: enough for the analyzer's steady window 
 SERVER_READY_TIMEOUT = 240.0  # torch's import and the model's build, on a busy machine
 RUN_MARGIN = 90.0            # a run's limit: its steps plus this (start-up, drain, summary)
 ANALYZE_TIMEOUT = 120.0
-STOP_GRACE = 20.0            # SIGTERM to SIGKILL
 
 MATCH, MISMATCH, SKIPPED, FAILED = "match", "mismatch", "skipped", "failed"
 # The client rule fired in a scenario about the server, whose server-side verdict is the expected
@@ -79,92 +75,44 @@ def run_scenario(scenario: Scenario, folder: Path, step_seconds: float, device: 
             result.reason = f"loadlab run wrote no run folder (exit code {code}; see {folder / 'run.log'})"
         else:
             _judge(result, _analysis(run), scenario)
-    except LabFailure as e:
-        result.reason = str(e)
+    except (LabFailure, NotReady) as e:
+        result.reason = str(e) + (" (see server.log)" if isinstance(e, NotReady) else "")
     result.seconds = time.monotonic() - started
     return result
 
 
 class LabFailure(Exception):
-    """A scenario could not be run or judged (the server did not start, no analysis): one line."""
+    """A scenario could not be judged (no analysis.json, or one without steps): one line."""
 
 
 def _serve_and_load(scenario: Scenario, folder: Path, run: Path, step_seconds: float, device: str,
                     say: Callable[[str], None]) -> int:
     """Start the server, run the load against it, end both; `loadlab run`'s exit code."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server_args = [sys.executable, "-m", "reference_server", "--port", str(port), "--device", device,
                    *(("--twin", scenario.twin) if scenario.twin else ()), *scenario.server]
     with open(folder / "server.log", "wb") as log:
-        server = _start(server_args, log, scenario.server_nice, scenario.server_cpus)
+        server = start_child(server_args, log, scenario.server_nice, scenario.server_cpus)
     try:
         say(f"{scenario.name}: server {' '.join(server_args[3:])} (pid {server.pid})")
-        _wait_healthy(url, server)
+        wait_healthy(url + "/health", server, SERVER_READY_TIMEOUT)
         load_args = [sys.executable, "-m", "loadlab.cli", "run", "--url", url, *scenario.load,
                      "--step-duration", f"{step_seconds:g}", "--out", str(run), "--server-pid", str(server.pid)]
         if device == "cpu":
             load_args.append("--no-gpu")
         say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
         with open(folder / "run.log", "wb") as log:
-            client = _start(load_args, log, scenario.client_nice, scenario.client_cpus)
+            client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
         try:
             return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
         except subprocess.TimeoutExpired:
             say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")
-            return _end(client)
+            return end_child(client)
         finally:
-            _end(client)
+            end_child(client)
     finally:
-        _end(server)
-
-
-def _start(args: list[str], log, nice: int, cpus: tuple[int, ...]) -> subprocess.Popen:
-    """Start a child with its output in `log`, niced and pinned to `cpus` when asked."""
-    def limit() -> None:   # runs in the child before exec
-        if nice:
-            try:
-                os.nice(nice)
-            except PermissionError:   # a raised priority needs privileges: run at the default one
-                pass
-        if cpus and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cpus)
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limit)
-
-
-def _end(proc: subprocess.Popen) -> int:
-    """End a child by its PID: SIGTERM, then SIGKILL after STOP_GRACE; its exit code."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    return proc.returncode
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + SERVER_READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise LabFailure(f"the reference server exited with code {server.returncode} before it was ready "
-                             "(see server.log)")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise LabFailure(f"the reference server was not ready after {SERVER_READY_TIMEOUT:.0f} s")
+        end_child(server)
 
 
 def _analysis(run: Path) -> dict:
