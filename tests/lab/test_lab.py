@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("loadlab.analyze.analys
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
-    "memory_bandwidth": "on a CPU the reference server's step time grows with the tokens in the step "
-                        "(per-token Python and streaming work), so decode does not look weight-read bound",
+    "memory_bandwidth": "on a CPU the reference server's per-token work (sampling, streaming) weighs as much as "
+                        "the small preset's weight reads: the step-time fit may find decode steps growing with tokens",
 }
 CPU_SCENARIOS = [pytest.param(s, id=s.name, marks=[pytest.mark.xfail(reason=CPU_PHYSICS[s.name], strict=False)]
                               if s.name in CPU_PHYSICS else []) for s in SCENARIOS if not s.twin]
