@@ -2,12 +2,14 @@
 
 Exit codes: 0 no verdict differed from the expected one (client-limited runs whose server-side
 verdict is the expected one count as such); 1 a verdict differed or a scenario failed (the table
-says which and why); 2 bad input; 130 interrupted.
+says which and why); 2 bad input; 130 interrupted (Ctrl-C or SIGTERM: the scenarios done are
+written to the table, the running one's server and run are ended).
 """
 
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Optional
 import typer
 
 EXIT_DIFFERS = 1
+EXIT_INTERRUPTED = 130
 
 
 def lab(
@@ -58,15 +61,27 @@ def _run(scenarios, folder: Path, short: bool, device: str) -> None:
     def say(line: str) -> None:   # progress, one plain line each (not wrapped into a pipe's 80 columns)
         print(line, file=sys.stderr, flush=True)
 
+    # SIGTERM (a CI job's limit, `kill`) ends the lab like Ctrl-C: the running scenario's server
+    # and run are ended by PID, and the table of the scenarios done is written.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     where = resolve_device(device)
     say(f"loadlab lab -> {folder}  ({len(scenarios)} scenarios on {where})")
-    results = run_lab(scenarios, folder, short, where, say)
+    results = []
+    interrupted = False
+    try:
+        for result in run_lab(scenarios, folder, short, where, say):
+            results.append(result)
+    except KeyboardInterrupt:   # the running scenario's server and run were ended by PID on the way out
+        interrupted = True
+        say(f"interrupted: {len(results)} of {len(scenarios)} scenarios done; writing their table")
     command = "loadlab " + shlex.join(["lab", *sys.argv[2:]]) if sys.argv[1:2] == ["lab"] else "loadlab lab"
     lab_run = LabRun(command, where, SHORT_SECONDS if short else FULL_SECONDS, str(folder), results)
     write_json_atomic(folder / "lab.json", lab_run.to_dict())
     (folder / "lab.md").write_text(to_markdown(lab_run))
     print_lab(lab_run, table_console())
     print(f"lab folder: {folder} (lab.json, lab.md; one run folder per scenario)")
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
     if any(r.status in (MISMATCH, FAILED) for r in results):
         sys.exit(EXIT_DIFFERS)
 

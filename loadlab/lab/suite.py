@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from loadlab.lab.runner import FULL_SECONDS, SHORT_SECONDS, Result, run_scenario, skipped
@@ -14,21 +14,20 @@ PROBE_TIMEOUT = 120.0
 
 
 def run_lab(scenarios: list[Scenario], out: Path, short: bool, device: str,
-            say: Callable[[str], None] = lambda line: None) -> list[Result]:
-    """Each scenario in its own sub-folder of `out`; a twin scenario is skipped (with the reason)
-    when the reference server has no --twin."""
+            say: Callable[[str], None] = lambda line: None) -> Iterator[Result]:
+    """Each scenario's result as it finishes (so an interrupted lab keeps the ones done), each
+    run in its own sub-folder of `out`; a twin scenario is skipped (with the reason) when the
+    reference server has no --twin."""
     seconds = SHORT_SECONDS if short else FULL_SECONDS
     twin = server_has_twin() if any(s.twin for s in scenarios) else True
-    results = []
     for scenario in scenarios:
         if scenario.twin and not twin:
-            results.append(skipped(scenario, "the reference server has no --twin (the GPU twin is not built in)"))
             say(f"{scenario.name}: skipped (no --twin)")
+            yield skipped(scenario, "the reference server has no --twin (the GPU twin is not built in)")
             continue
         result = run_scenario(scenario, out / scenario.name, seconds, device, say)
         say(f"{scenario.name}: {result.status} ({result.constraint or result.reason}, {result.seconds:.0f} s)")
-        results.append(result)
-    return results
+        yield result
 
 
 def resolve_device(device: str) -> str:
