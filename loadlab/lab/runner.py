@@ -120,7 +120,7 @@ def _analysis(run: Path) -> dict:
     path = run / "analysis.json"
     if not path.exists():
         done = subprocess.run([sys.executable, "-m", "loadlab.cli", "analyze", str(run), "--json"],
-                              capture_output=True, text=True, timeout=ANALYZE_TIMEOUT)
+                              capture_output=True, text=True, timeout=ANALYZE_TIMEOUT, check=False)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise LabFailure(f"loadlab analyze failed (exit code {done.returncode}): {last}")

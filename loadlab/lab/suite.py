@@ -7,7 +7,13 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from loadlab.lab.runner import FULL_SECONDS, SHORT_SECONDS, Result, run_scenario, skipped
+from loadlab.lab.runner import (
+    FULL_SECONDS,
+    SHORT_SECONDS,
+    Result,
+    run_scenario,
+    skipped,
+)
 from loadlab.lab.scenarios import Scenario
 
 PROBE_TIMEOUT = 120.0
@@ -36,7 +42,8 @@ def resolve_device(device: str) -> str:
         return device
     probe = [sys.executable, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"]
     try:
-        return "cuda" if subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT).returncode == 0 else "cpu"
+        return "cuda" if subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT,
+                                       check=False).returncode == 0 else "cpu"
     except subprocess.TimeoutExpired:
         return "cpu"
 
@@ -45,7 +52,7 @@ def server_has_twin() -> bool:
     """Whether `python -m reference_server` takes --twin."""
     try:
         done = subprocess.run([sys.executable, "-m", "reference_server", "--help"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT)
+                              timeout=PROBE_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
         return False
     return "--twin" in done.stdout

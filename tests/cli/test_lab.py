@@ -58,7 +58,7 @@ def test_an_interrupted_lab_writes_what_it_finished_and_leaves_no_server_behind(
     finally:
         if lab.poll() is None:
             lab.kill()
-    assert re.search(r"^scheduling: (match|client_limited|mismatch)", log.read_text(), re.M)
+    assert re.search(r"^scheduling: (match|client_limited|mismatch)", log.read_text(), re.MULTILINE)
     results = json.loads((out / "lab.json").read_text())["results"]
     assert [r["name"] for r in results] == ["scheduling"]
     assert "| scheduling |" in (out / "lab.md").read_text()
@@ -69,7 +69,7 @@ def wait_for(log: Path, pattern: str, timeout: float) -> str:
     """The first group of the first line of `log` matching `pattern`, waiting up to `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = re.search(pattern, log.read_text(), re.M)
+        found = re.search(pattern, log.read_text(), re.MULTILINE)
         if found:
             return found[1]
         time.sleep(0.5)

@@ -22,7 +22,7 @@ def test_a_child_is_niced_and_pinned_as_asked(tmp_path):
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace():
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
-    child = start_child([sys.executable, "-c", code], open(os.devnull, "wb"))
+    child = start_child([sys.executable, "-c", code], None)
     time.sleep(1.0)   # let it install the handler
     started = time.monotonic()
     assert end_child(child, grace=0.5) == -9
@@ -30,6 +30,6 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace():
 
 
 def test_waiting_on_a_child_that_exits_says_so_in_one_line():
-    child = start_child([sys.executable, "-c", "raise SystemExit(3)"], open(os.devnull, "wb"))
+    child = start_child([sys.executable, "-c", "raise SystemExit(3)"], None)
     with pytest.raises(NotReady, match="exited with code 3 before it was ready"):
         wait_healthy(f"http://127.0.0.1:{free_port()}/health", child, timeout=60)
