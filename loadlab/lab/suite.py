@@ -7,13 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from loadlab.lab.runner import (
-    FULL_SECONDS,
-    SHORT_SECONDS,
-    Result,
-    run_scenario,
-    skipped,
-)
+from loadlab.lab.runner import FULL_SECONDS, SHORT_SECONDS, Result, run_scenario, skipped
 from loadlab.lab.scenarios import Scenario
 
 PROBE_TIMEOUT = 120.0
@@ -42,8 +36,8 @@ def resolve_device(device: str) -> str:
         return device
     probe = [sys.executable, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"]
     try:
-        return "cuda" if subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT,
-                                       check=False).returncode == 0 else "cpu"
+        found = subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+        return "cuda" if found.returncode == 0 else "cpu"
     except subprocess.TimeoutExpired:
         return "cpu"
 
