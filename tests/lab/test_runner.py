@@ -36,6 +36,8 @@ def analysis(constraint: str, saturation: str = "past_knee", server_side: str | 
     ((None, ("under_loaded",)), None, ("compute", "under_loaded"), MATCH),
     ((None, ("under_loaded",)), None, ("insufficient_data", "under_loaded"), MISMATCH),
     ((None, ("under_loaded",)), None, ("compute", "at_knee"), MISMATCH),
+    ((None, ("under_loaded",)), None, ("client", "under_loaded"), CLIENT_LIMITED),
+    ((None, ("under_loaded",)), "compute", ("client", "past_knee"), MISMATCH),
 ])
 def test_the_last_step_is_judged_against_the_expectation(expect, saturation, verdict, status):
     result = Result("s", expect[0] or "", list(expect[1]), FAILED)
