@@ -35,6 +35,7 @@ PARTS = {
     "loadlab.client": "client",
     "loadlab.analyze": "analyze", "loadlab.report": "report", "loadlab.gate": "gate",
     "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor, apart from the users
+    "loadlab.lab": "lab",                         # starts servers and runs load: beside the conductor
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
     "reference_server": "reference_server",
@@ -54,7 +55,8 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"helpers", "store", "metrics", "analyze"},
     "gate": {"helpers", "store", "metrics", "analyze"},
     "conductor": BELOW_CLIENT | {"client", "analyze", "report", "gate"},
-    "cli": BELOW_CLIENT | {"client", "analyze", "report", "gate", "conductor", "mock"},
+    "lab": BELOW_CLIENT | {"analyze", "report"},
+    "cli": BELOW_CLIENT | {"client", "analyze", "report", "gate", "conductor", "mock", "lab"},
     "mock": {"helpers"},
     "reference_server": set(),
 }
@@ -136,6 +138,8 @@ def test_no_module_imports_upward():
     ("loadlab.config", "loadlab.store.schema"),
     ("loadlab.cli.serve", "reference_server.config"),
     ("reference_server.engine.runner", "loadlab.clock"),
+    ("loadlab.analyze.analysis", "loadlab.lab.runner"),
+    ("loadlab.lab.runner", "loadlab.cli.run"),
     ("loadlab.cli.run", "loadlab.newpackage.thing"),     # a new package must be placed first
 ])
 def test_each_rule_can_fail(importer: str, imported: str):

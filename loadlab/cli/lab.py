@@ -1,0 +1,91 @@
+"""`loadlab lab`: provoke every bottleneck class on the reference server and check the analyzer's verdicts.
+
+Exit codes: 0 no verdict differed from the expected one (client-limited runs whose server-side
+verdict is the expected one count as such); 1 a verdict differed or a scenario failed (the table
+says which and why); 2 bad input; 130 interrupted (Ctrl-C or SIGTERM: the scenarios done are
+written to the table, the running one's server and run are ended).
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+EXIT_DIFFERS = 1
+EXIT_INTERRUPTED = 130
+
+
+def lab(
+    only: Optional[str] = typer.Option(None, "--only", help="Run only these scenarios (comma-separated names)."),
+    short: bool = typer.Option(False, "--short", help="12 s per load step instead of 30 (the tests' length)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: where the reference server runs."),
+    list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
+) -> None:
+    """Run scenarios that each make one constraint bind (KV capacity, compute, memory bandwidth,
+    scheduling, network, the client, light load) on the reference server, analyze each run, and
+    print expected class against verdict. Writes lab.json and lab.md into the lab folder."""
+    from loadlab.cli.run import check_out_folder
+    from loadlab.errors import UserError
+    from loadlab.lab.scenarios import select
+
+    try:
+        scenarios = select(only)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device {device!r}: choose auto, cpu or cuda")
+    if list_only:
+        for s in scenarios:
+            print(f"{s.name:24} {s.expect or '/'.join(s.expect_saturation):17} {s.why}")
+        return
+    folder = out or Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S")
+    check_out_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _run(scenarios, folder, short, device)
+
+
+def _run(scenarios, folder: Path, short: bool, device: str) -> None:
+    from loadlab.lab.runner import FAILED, FULL_SECONDS, MISMATCH, SHORT_SECONDS
+    from loadlab.lab.suite import resolve_device, run_lab
+    from loadlab.lab.table import LabRun, print_lab, to_markdown
+    from loadlab.report.console import table_console
+    from loadlab.store.meta import write_json_atomic
+
+    def say(line: str) -> None:   # progress, one plain line each (not wrapped into a pipe's 80 columns)
+        print(line, file=sys.stderr, flush=True)
+
+    # SIGTERM (a CI job's limit, `kill`) ends the lab like Ctrl-C: the running scenario's server
+    # and run are ended by PID, and the table of the scenarios done is written.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    where = resolve_device(device)
+    say(f"loadlab lab -> {folder}  ({len(scenarios)} scenarios on {where})")
+    results = []
+    interrupted = False
+    try:
+        for result in run_lab(scenarios, folder, short, where, say):
+            results.append(result)
+    except KeyboardInterrupt:   # the running scenario's server and run were ended by PID on the way out
+        interrupted = True
+        say(f"interrupted: {len(results)} of {len(scenarios)} scenarios done; writing their table")
+    command = "loadlab " + shlex.join(["lab", *sys.argv[2:]]) if sys.argv[1:2] == ["lab"] else "loadlab lab"
+    lab_run = LabRun(command, where, SHORT_SECONDS if short else FULL_SECONDS, str(folder), results)
+    write_json_atomic(folder / "lab.json", lab_run.to_dict())
+    (folder / "lab.md").write_text(to_markdown(lab_run))
+    print_lab(lab_run, table_console())
+    print(f"lab folder: {folder} (lab.json, lab.md; one run folder per scenario)")
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if any(r.status in (MISMATCH, FAILED) for r in results):
+        sys.exit(EXIT_DIFFERS)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the CLI."""
+    app.command()(lab)

@@ -1,0 +1,70 @@
+"""Child processes for the lab and the demo: started with their output in a log, niced and pinned
+when asked, waited for over HTTP, and ended by their PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from typing import IO
+
+STOP_GRACE = 20.0            # SIGTERM to SIGKILL
+
+
+class NotReady(Exception):
+    """A server exited or did not answer in time while it was being waited for: one line."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_child(args: list[str], log: IO[bytes] | None = None, nice: int = 0,
+                cpus: tuple[int, ...] = ()) -> subprocess.Popen:
+    """Start a child with its output in `log` (else inherited), niced by `nice` (a raised priority
+    only where privileges allow) and pinned to `cpus` when given."""
+    def limit() -> None:   # runs in the child before exec
+        if nice:
+            try:
+                os.nice(nice)
+            except PermissionError:   # a raised priority needs privileges: run at the default one
+                pass
+        if cpus and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cpus)
+    output = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else {}
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=limit if nice or cpus else None, **output)
+
+
+def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:
+    """Wait until GET url answers 200; NotReady if the child exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise NotReady(f"the reference server exited with code {child.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise NotReady(f"the reference server was not ready after {timeout:.0f} s")
+
+
+def end_child(child: subprocess.Popen, grace: float = STOP_GRACE) -> int:
+    """End a child by its PID: SIGTERM, then SIGKILL after `grace` seconds; its exit code."""
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGTERM)
+        try:
+            child.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+    return child.returncode

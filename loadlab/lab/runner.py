@@ -1,0 +1,160 @@
+"""Run one lab scenario for real: start the reference server, load it with `loadlab run`, read the verdict.
+
+Every process is a child started here and ended here by its PID, in a `finally`, within a time
+limit: the server (SIGTERM, then SIGKILL), and `loadlab run` (SIGTERM past its limit, which ends
+the run like Ctrl-C with its records kept). The verdict comes from the run folder's analysis.json
+(docs/run-folder.md), written by `loadlab analyze RUN` when the run did not leave one: the lab
+reads the analyzer's contract, not its classes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
+from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
+
+FULL_SECONDS = 30.0          # seconds per load step
+SHORT_SECONDS = 12.0         # --short: enough for the analyzer's steady window on a busy 2-core host
+SERVER_READY_TIMEOUT = 240.0  # torch's import and the model's build, on a busy machine
+RUN_MARGIN = 90.0            # a run's limit: its steps plus this (start-up, drain, summary)
+ANALYZE_TIMEOUT = 120.0
+
+MATCH, MISMATCH, SKIPPED, FAILED = "match", "mismatch", "skipped", "failed"
+# The client rule fired in a scenario about the server, whose server-side verdict is the expected
+# one: the provocation worked, but this host could not keep the load generator unstarved.
+CLIENT_LIMITED = "client_limited"
+
+
+@dataclass
+class Result:
+    """One scenario's outcome: the expected class against the analyzer's verdict on its last step."""
+
+    name: str
+    expect: str                      # the expected constraint; "" when only the saturation is judged
+    expect_saturation: list[str]
+    status: str                      # match | client_limited | mismatch | skipped | failed
+    constraint: str = ""
+    saturation: str = ""
+    confidence: float | None = None
+    runner_up: str = ""
+    server_side: str = ""            # a client-limited step: what the server-side evidence alone named
+    headline: str = ""
+    evidence: list[str] = field(default_factory=list)   # the chosen class's rows that spoke for it
+    reason: str = ""                 # why skipped or failed
+    folder: str = ""
+    seconds: float = 0.0             # wall time of the scenario, server start included
+
+    @property
+    def expected(self) -> str:
+        """What the scenario expects, as the confusion table labels it."""
+        return self.expect or "/".join(self.expect_saturation)
+
+    @property
+    def verdict(self) -> str:
+        """The analyzer's answer in the same terms as `expected` (the saturation when only it is judged)."""
+        return self.constraint if self.expect else self.saturation
+
+
+def run_scenario(scenario: Scenario, folder: Path, step_seconds: float, device: str,
+                 say: Callable[[str], None] = lambda line: None) -> Result:
+    """Run `scenario` into `folder` (server.log, run.log and the run folder `run/`) and judge it."""
+    started = time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
+    result = Result(scenario.name, scenario.expect or "", list(scenario.expect_saturation), FAILED, folder=str(folder))
+    try:
+        run = folder / "run"
+        code = _serve_and_load(scenario, folder, run, step_seconds, device, say)
+        if not (run / "run.json").exists():
+            result.reason = f"loadlab run wrote no run folder (exit code {code}; see {folder / 'run.log'})"
+        else:
+            _judge(result, _analysis(run), scenario)
+    except (LabFailure, NotReady) as e:
+        result.reason = str(e) + (" (see server.log)" if isinstance(e, NotReady) else "")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+class LabFailure(Exception):
+    """A scenario could not be judged (no analysis.json, or one without steps): one line."""
+
+
+def _serve_and_load(scenario: Scenario, folder: Path, run: Path, step_seconds: float, device: str,
+                    say: Callable[[str], None]) -> int:
+    """Start the server, run the load against it, end both; `loadlab run`'s exit code."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server_args = [sys.executable, "-m", "reference_server", "--port", str(port), "--device", device,
+                   *(("--twin", scenario.twin) if scenario.twin else ()), *scenario.server]
+    with open(folder / "server.log", "wb") as log:
+        server = start_child(server_args, log, scenario.server_nice, scenario.server_cpus)
+    try:
+        say(f"{scenario.name}: server {' '.join(server_args[3:])} (pid {server.pid})")
+        wait_healthy(url + "/health", server, SERVER_READY_TIMEOUT)
+        load_args = [sys.executable, "-m", "loadlab.cli", "run", "--url", url, *scenario.load,
+                     "--step-duration", f"{step_seconds:g}", "--out", str(run), "--server-pid", str(server.pid)]
+        if device == "cpu":
+            load_args.append("--no-gpu")
+        say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
+        with open(folder / "run.log", "wb") as log:
+            client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
+        try:
+            return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
+        except subprocess.TimeoutExpired:
+            say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")
+            return end_child(client)
+        finally:
+            end_child(client)
+    finally:
+        end_child(server)
+
+
+def _analysis(run: Path) -> dict:
+    """The run's analysis.json; `loadlab analyze` writes it when the run did not."""
+    path = run / "analysis.json"
+    if not path.exists():
+        done = subprocess.run([sys.executable, "-m", "loadlab.cli", "analyze", str(run), "--json"],
+                              capture_output=True, text=True, timeout=ANALYZE_TIMEOUT, check=False)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabFailure(f"loadlab analyze failed (exit code {done.returncode}): {last}")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise LabFailure(f"unreadable {path}: {e}") from None
+
+
+def _judge(result: Result, analysis: dict, scenario: Scenario) -> None:
+    """Fill `result` from the last step's verdict of analysis.json."""
+    steps = analysis.get("steps") or []
+    if not steps:
+        raise LabFailure("analysis.json has no steps")
+    step = steps[-1]
+    result.constraint = step.get("constraint", "")
+    result.saturation = step.get("saturation", "")
+    result.confidence = step.get("confidence")
+    result.runner_up = (step.get("runner_up") or {}).get("constraint", "")
+    result.server_side = (step.get("server_side") or {}).get("constraint", "")
+    result.headline = step.get("headline", "")
+    result.evidence = [e["text"] for e in step.get("evidence", [])
+                       if e.get("constraint") == result.constraint and e.get("direction") == "for"]
+    saturation_ok = not scenario.expect_saturation or result.saturation in scenario.expect_saturation
+    if result.constraint == CLIENT and scenario.expect != CLIENT:
+        # (a light-load scenario is judged on saturation alone, which the analyzer still reports)
+        server_side_ok = result.server_side == scenario.expect if scenario.expect else True
+        result.status = CLIENT_LIMITED if server_side_ok and saturation_ok else MISMATCH
+    elif scenario.expect is None:   # judged on saturation; any server-side class may set the latency
+        result.status = MATCH if saturation_ok and result.constraint != INSUFFICIENT_DATA else MISMATCH
+    else:
+        result.status = MATCH if result.constraint == scenario.expect and saturation_ok else MISMATCH
+
+
+def skipped(scenario: Scenario, reason: str) -> Result:
+    """The result of a scenario this machine cannot run (no GPU twin), saying why."""
+    return Result(scenario.name, scenario.expect or "", list(scenario.expect_saturation), SKIPPED, reason=reason)
