@@ -31,6 +31,8 @@ GPUS: dict[str, Gpu] = {
                 link_bandwidth=450 * GB, link_latency=10e-6, tdp=700, idle_power=75, sm_clock=1980),
     "a100": Gpu("A100 SXM4 80GB", memory=81920 * MIB, hbm_bandwidth=2039 * GB, bf16_flops=312 * TFLOPS,
                 link_bandwidth=300 * GB, link_latency=12e-6, tdp=400, idle_power=55, sm_clock=1410),
+    "a100-40gb": Gpu("A100 SXM4 40GB", memory=40960 * MIB, hbm_bandwidth=1555 * GB, bf16_flops=312 * TFLOPS,
+                     link_bandwidth=300 * GB, link_latency=12e-6, tdp=400, idle_power=50, sm_clock=1410),
     "l40s": Gpu("L40S 48GB", memory=46068 * MIB, hbm_bandwidth=864 * GB, bf16_flops=362 * TFLOPS,
                 link_bandwidth=32 * GB, link_latency=25e-6, tdp=350, idle_power=35, sm_clock=2520),
     "mi300x": Gpu("MI300X 192GB", memory=196592 * MIB, hbm_bandwidth=5300 * GB, bf16_flops=1307 * TFLOPS,
