@@ -105,3 +105,19 @@ def test_a_tensor_parallel_twin_exports_gpu_signals_work_and_collective_time() -
     assert value(core, "loadlab_gpu_mem_total", gpu="1", uuid="GPU-twin-a100-1") == 81920 * 2**20
     # Two all-reduces a layer between the two simulated A100s.
     assert value(core, "loadlab_server_collective_seconds_sum", **ENGINE) > 0
+
+
+def test_a_host_slower_than_the_simulated_gpu_is_counted_and_logged(monkeypatch, caplog) -> None:
+    from reference_server.twin import executor
+
+    monkeypatch.setattr(executor, "LOG_EVERY", 0.05)
+    core = EngineCore(EngineConfig(twin="h100:qwen2.5-0.5b", max_num_seqs=4))   # ~0.9 ms a step
+    core.add(core.new_sequence("r", [65] * 10, LENGTH))
+    with caplog.at_level("WARNING", logger="reference_server.twin"):
+        while core.scheduler.running or core.scheduler.waiting:
+            core.step()
+            time.sleep(0.005)             # the host's own work between steps: 5x the modelled step
+    assert value(core, "loadlab_twin_lag_seconds_total") > 30 * 0.003
+    assert value(core, "loadlab_twin_late_steps_total") >= 30
+    assert any("the host CPU is behind the simulated H100" in r.getMessage() for r in caplog.records)
+
