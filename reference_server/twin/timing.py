@@ -16,7 +16,7 @@ from reference_server.twin.hardware import Gpu, GPUS
 from reference_server.twin.spec import TwinSpec
 
 BANDWIDTH_FRACTION = 0.75     # of HBM bandwidth, decode GEMV and paged-attention kernels
-COMPUTE_FRACTION = 0.65       # of dense BF16 tensor throughput, prefill GEMMs
+COMPUTE_FRACTION = 0.75       # of dense BF16 tensor throughput, prefill GEMMs
 LINK_FRACTION = 0.8           # of one-direction link bandwidth, a ring all-reduce's bus bandwidth
 STEP_OVERHEAD = 0.5e-3        # seconds per step: scheduling, sampling, launches (vLLM V1 with CUDA graphs)
 SEQ_OVERHEAD = 5e-6           # seconds per sequence in the step: its bookkeeping, sampling, detokenising
