@@ -6,6 +6,7 @@
     .venv/bin/python bench/twin_bench.py kv            # paged vs contiguous KV: sequences at once
     .venv/bin/python bench/twin_bench.py concurrency   # per-user tokens/s against concurrency, Llama-3-8B on H100
     .venv/bin/python bench/twin_bench.py tp            # a 70B model on 1 vs 2 (and 4 vs 8) GPUs
+    .venv/bin/python bench/twin_bench.py decode-model --twin h200:llama-3-8b   # modelled decode only
 
 Each HTTP scenario starts a twin server on a free port, runs `loadlab run` into a temporary run
 folder and reads its summary.json and samples (the server's own metrics, scraped by the run).
@@ -125,14 +126,14 @@ def table(rows: list[tuple[str, StepFigures]]) -> None:
               f"{f.preemptions:.0f} | {f.gpu_util:.2f} | {100 * f.lag_share:.1f}% |")
 
 
-def batching(duration: float) -> None:
+def batching(duration: float, twin: str) -> None:
     """32 users, prompts 128 tokens, outputs 16..1024 (mixed): continuous vs static batches of 32."""
     rows = []
     for mode in ("continuous", "static"):
-        with twin_server("h100:llama-3-8b", "--batching", mode, "--max-num-seqs", "32") as url:
+        with twin_server(twin, "--batching", mode, "--max-num-seqs", "32") as url:
             for f in loadlab_run(url, "--concurrency", "32", "--duration", str(duration), "--input-len", "128",
                                  "--output-len", "uniform:16:1024", "--api", "completions", "--warmup-requests", "8"):
-                rows.append((mode, f))
+                rows.append((f"{twin} {mode}", f))
     table(rows)
     print(f"\ncontinuous / static output tokens/s: {rows[0][1].output_tokens_per_s / rows[1][1].output_tokens_per_s:.2f}x")
 
@@ -213,18 +214,38 @@ def calibrate() -> None:
               f"{100 * (ours / published - 1):+.0f}% |")
 
 
+def decode_model(twin: str) -> None:
+    """The twin's modelled decode tokens/s at batch 1 and 32 (128-token contexts): what bench/gpu_check.sh
+    prints next to the reference engine measured on the GPU."""
+    from reference_server.accounting import ChunkWork
+    from reference_server.twin.spec import parse_twin
+    from reference_server.twin.timing import TimingModel
+
+    model = TimingModel(parse_twin(twin))
+    print("| twin | batch | decode tokens/s | step (ms) |")
+    print("|---|---|---|---|")
+    for batch in (1, 32):
+        step = model.step_time(model.cost.step([ChunkWork(1, 128, True)] * batch)).total
+        print(f"| {twin} | {batch} | {batch / step:.0f} | {step * 1e3:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["calibrate", "batching", "kv", "concurrency", "tp"])
+    parser.add_argument("what", choices=["calibrate", "batching", "kv", "concurrency", "tp", "decode-model"])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per step")
     parser.add_argument("--steps", default="1,8,32,64,128", help="concurrency: the user counts")
+    parser.add_argument("--twin", default="h100:llama-3-8b", help="batching, decode-model: the simulated GPU and model")
     args = parser.parse_args()
     if args.what == "calibrate":
         calibrate()
     elif args.what == "concurrency":
         concurrency(args.duration, args.steps)
+    elif args.what == "decode-model":
+        decode_model(args.twin)
+    elif args.what == "batching":
+        batching(args.duration, args.twin)
     else:
-        {"batching": batching, "kv": kv, "tp": tp}[args.what](args.duration)
+        {"kv": kv, "tp": tp}[args.what](args.duration)
 
 
 if __name__ == "__main__":
