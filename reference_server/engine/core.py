@@ -73,7 +73,8 @@ def make_executor(config: EngineConfig, layout: KVLayout, metrics: EngineMetrics
 
 
 class EngineCore:
-    """Scheduler, KV blocks, model runner, sampler and metrics, stepped by the caller.
+    """Scheduler, KV blocks, executor (the model runner and its sampler, or the twin) and metrics, stepped
+    by the caller.
 
     Construction validates the configuration and loads the model (one process per tensor-parallel rank),
     or with --twin sets up the simulated GPUs instead.

@@ -13,8 +13,8 @@ import signal
 import socket
 import sys
 import time
-from datetime import timedelta
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 import torch

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from reference_server.accounting import ModelCost, StepWork
 from reference_server.model import PRESETS
-from reference_server.twin.hardware import Gpu, GPUS
+from reference_server.twin.hardware import GPUS, Gpu
 from reference_server.twin.spec import TwinSpec
 
 BANDWIDTH_FRACTION = 0.75     # of HBM bandwidth, decode GEMV and paged-attention kernels

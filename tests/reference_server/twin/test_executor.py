@@ -57,7 +57,8 @@ def test_the_twin_keeps_the_modelled_time_or_counts_its_lag(batch: int) -> None:
     # Never faster than the simulated GPU; slower only by what it reports, one uncounted catch-up, and
     # the host work outside the steps (scheduling the first, handing out the last step's tokens).
     assert modelled - CATCH_UP <= wall <= modelled + lag + CATCH_UP + 0.03
-    assert value(core, "loadlab_server_step_seconds_count", **ENGINE, phase="decode") == 39        # one prefill step (it samples the first token), then 39 decode steps
+    # One prefill step (it samples the first token), then 39 decode steps.
+    assert value(core, "loadlab_server_step_seconds_count", **ENGINE, phase="decode") == 39
 
 
 def test_batch_32_decodes_at_twenty_times_the_tokens_per_second_of_batch_1() -> None:
