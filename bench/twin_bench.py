@@ -203,7 +203,9 @@ def modelled_closed_loop(twin: str, users: int, prompt: int, output: int, max_nu
     from reference_server.engine import EngineCore
     from reference_server.interface import SamplingParams
 
-    core = EngineCore(EngineConfig(twin=twin, max_num_seqs=max_num_seqs or users, max_num_batched_tokens=8192))
+    # No prefix caching: every request holds its own KV, as distinct prompts would.
+    core = EngineCore(EngineConfig(twin=twin, max_num_seqs=max_num_seqs or users, max_num_batched_tokens=8192,
+                                   prefix_caching=False))
     registry = core.metrics.registry
     engine = {"model_name": "loadlab-reference", "engine": "0"}
 
