@@ -43,6 +43,10 @@ FLAG_HELP = {
     "max_waiting": "waiting-queue limit; beyond it requests get 429",
     "prefix_caching": "reuse the KV blocks of prompt prefixes seen before (paged KV only)",
     "model_name": "the model id clients see in /v1/models",
+    "twin": "GPU:MODEL[:tpN] (e.g. h100:llama-3-8b): keep time like that GPU serving that model instead of "
+            "running it (docs/twin.md); sets the model and the KV pool, ignores --preset and --device",
+    "gpu_memory_utilization": "with --twin: share of each simulated GPU's memory the engine takes (weights, "
+                              "activations, then KV)",
 }
 
 

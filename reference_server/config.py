@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from reference_server.twin.spec import TwinSpec, parse_twin
+
 # The values each string setting of EngineConfig accepts: the server's flag choices and the engine's
 # validation both read them.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -61,6 +63,18 @@ class EngineConfig:
     max_waiting: int = 1024              # waiting-queue limit; beyond it the API answers 429
     prefix_caching: bool = True          # reuse the KV blocks of prompt prefixes seen before (paged KV only)
     model_name: str = "loadlab-reference"
+    twin: str = ""                       # GPU:MODEL[:tpN]: keep time like that GPU instead of running the model
+    gpu_memory_utilization: float = 0.9  # twin: share of the simulated GPU's memory the engine takes
+
+    @property
+    def twin_spec(self) -> TwinSpec:
+        """The parsed --twin (ValueError when it is malformed)."""
+        return parse_twin(self.twin)
+
+    @property
+    def model_preset(self) -> str:
+        """The shape served: the twin's model, else --preset."""
+        return self.twin_spec.model if self.twin else self.preset
 
     def validate(self) -> None:
         """Refuse a bad configuration with one clear ValueError before anything is loaded."""
@@ -82,6 +96,9 @@ class EngineConfig:
                      "static_batch_timeout", "cpu_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
+        if self.twin:
+            self._validate_twin()
+            return
         if self.weights and not os.path.isfile(self.weights):
             raise ValueError(f"weights file {self.weights!r} does not exist")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -89,3 +106,13 @@ class EngineConfig:
         if self.device == "cuda" and self.tensor_parallel > torch.cuda.device_count():
             raise ValueError(f"tensor_parallel={self.tensor_parallel} needs that many CUDA devices; "
                              f"{torch.cuda.device_count()} found")
+
+    def _validate_twin(self) -> None:
+        """The twin runs no model: no weights, no device, its GPUs come with --twin."""
+        parse_twin(self.twin)   # raises the ValueError that names what is wrong
+        if self.tensor_parallel != 1:
+            raise ValueError("with --twin, give the number of GPUs in it (GPU:MODEL:tpN), not --tensor-parallel")
+        if self.weights:
+            raise ValueError("--twin runs no model: --weights does not apply")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], not {self.gpu_memory_utilization}")

@@ -29,6 +29,12 @@ PRESETS: dict[str, ModelShape] = {
     "llama-3-8b": ModelShape("llama-3-8b", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                              num_layers=32, num_heads=32, num_kv_heads=8, max_position=8192,
                              rope_theta=500000.0),
+    "llama-3-70b": ModelShape("llama-3-70b", vocab_size=128256, hidden_size=8192, intermediate_size=28672,
+                              num_layers=80, num_heads=64, num_kv_heads=8, max_position=8192,
+                              rope_theta=500000.0),
+    "qwen2.5-7b": ModelShape("qwen2.5-7b", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                             num_layers=28, num_heads=28, num_kv_heads=4, max_position=32768,
+                             rope_theta=1e6, rms_norm_eps=1e-6, qkv_bias=True),
 }
 
 

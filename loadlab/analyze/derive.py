@@ -15,14 +15,13 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.histograms import SampleIndex, near, window_histogram, window_increase
-from loadlab.analyze.intervals import NCCL_COLLECTIVE_SECONDS, collective_share
+from loadlab.analyze.intervals import GPU_SOURCES, NCCL_COLLECTIVE_SECONDS, collective_share
 from loadlab.analyze.summary import StepSummary
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
 from loadlab.metrics.stats import percentile
 from loadlab.store.schema import ErrorCategory, StepInfo
 
-GPU_SOURCES = ("gpu", "prometheus")
 # Host collector signals (loadlab.collect.host): CPU cores busy per process, label `role`.
 PROCESS_CPU = "process_cpu"
 # Raw names (no canonical signal) of the prefix-cache counters, in tokens (vLLM) and SGLang's gauge.

@@ -15,6 +15,9 @@ from loadlab.collect import signals as sig
 
 # Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
 SERVER_SOURCES = ("server", "prometheus")
+# GPU signals: NVML, then DCGM through Prometheus, then a `loadlab gpu-exporter` (or the GPU twin)
+# scraped as the server's metrics.
+GPU_SOURCES = ("gpu", "prometheus", "server")
 # NcclInspectorCollector's collective seconds per poll interval and rank (source "nccl").
 NCCL_COLLECTIVE_SECONDS = "collective_seconds"
 

@@ -12,14 +12,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.intervals import (NCCL_COLLECTIVE_SECONDS, SERVER_SOURCES, Bins, collective_share,
+from loadlab.analyze.intervals import (GPU_SOURCES, NCCL_COLLECTIVE_SECONDS, SERVER_SOURCES, Bins, collective_share,
                                       interval_totals, pick_source)
 from loadlab.analyze.summary import per_request, steps_of
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
 from loadlab.store.schema import ErrorCategory
 
-GPU_SOURCES = ("gpu", "prometheus")   # as SERVER_SOURCES: best first
 # More rows than anyone reads; a tiny --interval would otherwise build them for minutes.
 MAX_ROWS = 100_000
 

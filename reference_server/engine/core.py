@@ -13,15 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
+from reference_server.accounting import DTYPE_BYTES, ChunkWork, ModelCost
 from reference_server.config import EngineConfig
 from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager, ContiguousBlocks, PagedBlocks
 from reference_server.engine.metrics import EngineMetrics
-from reference_server.engine.runner import EngineFault, KVLayout, ModelRunner, build_step, kv_layout
-from reference_server.engine.sampler import Sampler
+from reference_server.engine.runner import EngineFault, Executor, KVLayout, ModelRunner, kv_layout
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
-from reference_server.engine.work import step_work
 from reference_server.interface import SamplingParams, StepFailed, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
@@ -55,25 +54,44 @@ def make_block_manager(config: EngineConfig, layout: KVLayout) -> BlockManager:
     return PagedBlocks(layout.num_blocks, layout.block_size, config.prefix_caching)
 
 
-class EngineCore:
-    """Scheduler, KV blocks, model runner, sampler and metrics, stepped by the caller.
+def model_cost(config: EngineConfig) -> ModelCost:
+    """The per-GPU work accounting of what this engine serves: the twin's GPUs in bf16, or the real ranks."""
+    if config.twin:
+        spec = config.twin_spec
+        return ModelCost(PRESETS[spec.model], spec.tp, DTYPE_BYTES["bfloat16"])
+    return ModelCost(PRESETS[config.preset], config.tensor_parallel, DTYPE_BYTES[config.dtype])
 
-    Construction validates the configuration and loads the model (one process per tensor-parallel rank).
+
+def make_executor(config: EngineConfig, layout: KVLayout, metrics: EngineMetrics, eos_token_id: int) -> Executor:
+    """The model on its ranks, or with --twin the timing model of the simulated GPUs."""
+    if config.twin:
+        from reference_server.twin.executor import TwinExecutor
+
+        return TwinExecutor(config.twin_spec, config.gpu_memory_utilization, metrics.registry, eos_token_id,
+                            config.seed)
+    return ModelRunner(config, layout)
+
+
+class EngineCore:
+    """Scheduler, KV blocks, executor (the model runner and its sampler, or the twin) and metrics, stepped
+    by the caller.
+
+    Construction validates the configuration and loads the model (one process per tensor-parallel rank),
+    or with --twin sets up the simulated GPUs instead.
     """
 
     def __init__(self, config: EngineConfig) -> None:
         config.validate()
         self.config = config
-        self.shape = PRESETS[config.preset]
+        self.shape = PRESETS[config.model_preset]
         self.tokenizer = ByteTokenizer()
         layout = kv_layout(config)
         self.max_model_len = layout.max_model_len
-        self.blocks_per_slab = layout.blocks_per_slab
         self.blocks = make_block_manager(config, layout)
         self.scheduler = Scheduler(config, self.blocks)
-        self.sampler = Sampler(self.tokenizer.eos_token_id, config.seed)
         self.metrics = EngineMetrics(config.model_name, self.max_model_len)
-        self.runner = ModelRunner(config, layout)
+        self.cost = model_cost(config)
+        self.runner = make_executor(config, layout, self.metrics, self.tokenizer.eos_token_id)
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -136,17 +154,17 @@ class EngineCore:
 
     def _execute(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput]) -> None:
         start = time.perf_counter()
-        step, sampled = build_step(chunks, self.blocks.block_size, self.blocks_per_slab)
-        logits, collective = self.runner.execute(step)
-        tokens = self.sampler.sample(logits, sampled)
+        work = self.cost.step([ChunkWork(c.num_tokens, c.seq.num_computed, c.completes) for c in chunks])
+        executed = self.runner.run(chunks, work)
         elapsed = time.perf_counter() - start
         now = time.monotonic()
         for c in chunks:
             self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
             c.seq.num_computed += c.num_tokens
-        for seq, token in zip(sampled, tokens):  # appended one by one: a later failure keeps these
+        for seq, token in zip(executed.sampled, executed.tokens):  # one by one: a later failure keeps these
             outputs.append(self._append(seq, token, now))
-        self._record_step(chunks, elapsed, collective, len(tokens))
+        self._record_step(chunks, elapsed, executed.collective, len(executed.tokens))
+        self.metrics.record_work(work)
 
     def _append(self, seq: Sequence, token: int, now: float) -> RequestOutput:
         """Add a sampled token to seq and turn it into the request's next output."""
@@ -187,12 +205,6 @@ class EngineCore:
         m.batch_size.observe(len(chunks))
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
-        # num_computed already counts this step's tokens: the context before a chunk is the rest.
-        work = step_work(self.shape, self.config.dtype, self.config.tensor_parallel,
-                         [(c.num_tokens, c.seq.num_computed - c.num_tokens) for c in chunks], generated)
-        m.estimated_flops.inc(work.flops)
-        m.estimated_read_bytes.inc(work.read_bytes)
-        m.estimated_write_bytes.inc(work.write_bytes)
         m.generation_tokens.inc(generated)
         stats = self.scheduler.take_stats()
         m.preemptions.inc(stats.preemptions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from reference_server.accounting import StepWork
 from reference_server.engine.sequence import Sequence
 
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -87,12 +88,20 @@ class EngineMetrics:
         self.collective_seconds = histogram("loadlab_server_collective_seconds",
                                             "Tensor-parallel collective time per engine step.",
                                             COLLECTIVE_BUCKETS)
-        # vLLM's --enable-mfu-metrics counters, from the engine's own shapes (engine/work.py).
-        self.estimated_flops = counter("vllm:estimated_flops_per_gpu", "Estimated FLOPs per GPU.")
-        self.estimated_read_bytes = counter("vllm:estimated_read_bytes_per_gpu", "Estimated bytes read per GPU.")
-        self.estimated_write_bytes = counter("vllm:estimated_write_bytes_per_gpu", "Estimated bytes written per GPU.")
+        # vLLM's --enable-mfu-metrics counters, from reference_server.accounting (on here by default).
+        self.estimated_flops = counter("vllm:estimated_flops_per_gpu", "Estimated FLOPs per GPU of the steps run.")
+        self.estimated_read_bytes = counter("vllm:estimated_read_bytes_per_gpu",
+                                            "Estimated HBM bytes read per GPU by the steps run.")
+        self.estimated_write_bytes = counter("vllm:estimated_write_bytes_per_gpu",
+                                             "Estimated HBM bytes written per GPU by the steps run.")
         for reason in ("stop", "length", "abort", "error"):
             self._success.labels(**values, finished_reason=reason)   # export zeros from the start
+
+    def record_work(self, work: StepWork) -> None:
+        """Count a step's estimated FLOPs and bytes."""
+        self.estimated_flops.inc(work.flops)
+        self.estimated_read_bytes.inc(work.read_bytes)
+        self.estimated_write_bytes.inc(work.write_bytes)
 
     def request_finished(self, seq: Sequence, reason: str, now: float) -> None:
         """Count a finished request and observe its phases (those it reached)."""

@@ -2,7 +2,8 @@
 
 Rank 0 (the engine's process) builds each step's input and, with tensor_parallel > 1, broadcasts it
 to the worker ranks (spawned processes) that run the same forward on their weight shards; the
-row-parallel layers all-reduce partial results.
+row-parallel layers all-reduce partial results. `ModelRunner` is one `Executor`; the GPU twin's
+(reference_server.twin.executor) is the other.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import signal
 import socket
 import sys
 import time
-from datetime import timedelta
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from reference_server.accounting import StepWork
 from reference_server.attention import AttentionMetadata, KVCache, PrefillChunk
 from reference_server.config import EngineConfig
+from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
 from reference_server.model import PRESETS, load_model
 from reference_server.parallel import TensorParallel
+from reference_server.tokenizer import ByteTokenizer
 
 # Every collective (the rendezvous included) fails after this long: enough for a rank to load a big
 # checkpoint. An idle rank 0 sends a keepalive more often, so waiting workers never time out.
@@ -36,6 +41,28 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class EngineFault(Exception):
     """A broken device or a lost tensor-parallel peer: the engine cannot serve any more."""
+
+
+@dataclass
+class Executed:
+    """What running a step gave: a token for each sequence whose chunk completed, and collective seconds."""
+
+    sampled: list[Sequence]
+    tokens: list[int]
+    collective: float
+
+
+class Executor(Protocol):
+    """What the engine core needs to run its steps: the model on its ranks, or the GPU twin."""
+
+    def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
+        """Run one step's chunks (their `work` as reference_server.accounting counts it)."""
+
+    def keepalive(self) -> None:
+        """Called when a step has nothing to run."""
+
+    def shutdown(self) -> None:
+        """Stop whatever the executor started."""
 
 
 @dataclass
@@ -63,12 +90,18 @@ def kv_layout(config: EngineConfig) -> KVLayout:
 
     max_model_len 0 means the preset's context, capped at what the pool can hold for one sequence.
     """
-    shape = PRESETS[config.preset]
+    shape = PRESETS[config.model_preset]
     tp = TensorParallel(0, config.tensor_parallel)
     kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
     bytes_per_block = 2 * shape.num_layers * config.block_size * kv_heads * shape.head_dim \
         * DTYPES[config.dtype].itemsize
     num_blocks = config.num_kv_blocks or int(config.kv_memory_gb * 1e9 // bytes_per_block)
+    if config.twin and not config.num_kv_blocks:   # what the simulated GPUs' memory leaves for KV
+        from reference_server.twin.timing import TimingModel
+
+        tokens = TimingModel(config.twin_spec).kv_capacity_tokens(
+            config.gpu_memory_utilization, config.max_num_batched_tokens, config.max_num_seqs)
+        num_blocks = tokens // config.block_size
     if config.max_model_len > shape.max_position:
         raise ValueError(f"max_model_len={config.max_model_len} is beyond the {shape.name} preset's "
                          f"context of {shape.max_position} tokens")
@@ -199,6 +232,8 @@ class ModelRunner:
     """Rank 0's entry point: runs steps locally and, with tensor parallel, on the worker ranks too."""
 
     def __init__(self, config: EngineConfig, layout: KVLayout) -> None:
+        self.layout = layout
+        self.sampler = Sampler(ByteTokenizer().eos_token_id, config.seed)
         self.world_size = config.tensor_parallel
         self.processes: list[mp.Process] = []
         _set_threads(config)
@@ -213,6 +248,12 @@ class ModelRunner:
             _init_group(config, 0, port, COLLECTIVE_TIMEOUT)
         self.worker = Worker(config, layout, TensorParallel(0, self.world_size))
         self._last_broadcast = time.monotonic()
+
+    def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
+        """Build the step's input, run the model and sample (`work` is the engine's to record)."""
+        step, sampled = build_step(chunks, self.layout.block_size, self.layout.blocks_per_slab)
+        logits, collective = self.execute(step)
+        return Executed(sampled, self.sampler.sample(logits, sampled), collective)
 
     def execute(self, step: StepInput) -> tuple[torch.Tensor, float]:
         """Logits of the sample rows and the seconds spent in collectives during this step.

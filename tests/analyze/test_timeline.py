@@ -102,3 +102,13 @@ def test_requests_cut_off_by_the_stop_are_not_failures(tmp_path):
     tl = build_timeline(load_run(tmp_path / "run"))
     assert column(tl, "failed")[:3] == [0, 0, 1]     # r3's timeout only
     assert column(tl, "completed")[:3] == [0, 1, 1]
+
+
+def test_gpu_signals_scraped_with_the_servers_metrics_count_as_gpu_signals(tmp_path):
+    """A `loadlab gpu-exporter` or the GPU twin publishes gpu_* signals on a /metrics page the
+    server-metrics collector scrapes (source "server"): the timeline shows them like NVML's."""
+    def content(t0: float):
+        return three_requests(t0), [Sample(t0 + 0.5, "server", "gpu_util", 0.6, {"gpu": "0"})]
+
+    write_run(tmp_path / "run", content)
+    assert column(build_timeline(load_run(tmp_path / "run")), "gpu_util")[0] == pytest.approx(0.6)

@@ -87,6 +87,10 @@ def test_serve_help_lists_every_engine_flag():
     (["--no-such-flag"], "--no-such-flag"),
     (["--idle-timeout", "0"], "--idle-timeout: must be a positive number of seconds"),
     (["--port", "99999"], "cannot listen on 127.0.0.1:99999"),
+    (["--twin", "v100:llama-3-8b", "--port", "0"], "--twin: unknown GPU 'v100'; choose from h100"),
+    (["--twin", "h100:llama-3-8b", "--tensor-parallel", "2", "--port", "0"], "give the number of GPUs in it"),
+    (["--twin", "h100:llama-3-8b", "--gpu-memory-utilization", "1.5", "--port", "0"],
+     "gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_bad_flags_are_a_short_error_and_exit_2(args, mentions):
     result = loadlab("serve", *args)

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from reference_server.accounting import ModelCost
 from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine, EngineCore
 from reference_server.engine.runner import EngineFault, ModelRunner, Worker
 from reference_server.engine.sampler import Sampler
-from reference_server.engine.work import step_work
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
 
 from tests.support.engine import Result, collect, run_engine
@@ -232,7 +232,7 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert metric(engine, "loadlab_server_step_seconds_count", phase="decode") > 0
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
     # vLLM's --enable-mfu-metrics counters from the engine's shapes: every step reads all weights.
-    weight_bytes = step_work(engine.shape, "float32", 1, [], 0).read_bytes
+    weight_bytes = ModelCost(engine.core.shape, 1, 4).read_weight_bytes_per_gpu
     assert metric(engine, "vllm:estimated_read_bytes_per_gpu_total") >= steps * weight_bytes
     assert metric(engine, "vllm:estimated_flops_per_gpu_total") > 0 and metric(engine, "vllm:estimated_write_bytes_per_gpu_total") > 0
 

@@ -181,3 +181,22 @@ def core_cache():
     yield get
     for core in cores.values():
         core.shutdown()
+
+
+def test_the_real_engine_counts_each_steps_estimated_work_as_vllm_does() -> None:
+    """vLLM's --enable-mfu-metrics counters, from the accounting the twin keeps time with."""
+    from reference_server.accounting import ChunkWork, ModelCost
+    from reference_server.model import PRESETS
+
+    core = EngineCore(config())
+    core.add(core.new_sequence("a", [65] * 10, GREEDY))
+    run_to_end(core)
+    cost = ModelCost(PRESETS["tiny"], tp=1, dtype_bytes=4)              # float32 on one rank
+    steps = [cost.step([ChunkWork(10, 0, True)])] + [cost.step([ChunkWork(1, 10 + i, True)]) for i in range(5)]
+    labels = {"model_name": "loadlab-reference", "engine": "0"}
+    registry = core.metrics.registry
+    assert registry.get_sample_value("vllm:estimated_flops_per_gpu_total", labels) == sum(s.flops for s in steps)
+    assert registry.get_sample_value("vllm:estimated_read_bytes_per_gpu_total", labels) == \
+        sum(s.read_bytes for s in steps)
+    assert registry.get_sample_value("vllm:estimated_write_bytes_per_gpu_total", labels) == \
+        sum(s.write_bytes for s in steps)

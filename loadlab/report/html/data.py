@@ -18,7 +18,8 @@ import pandas as pd
 
 from loadlab.analyze.intervals import Bins
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
-from loadlab.analyze.timeline import GPU_SOURCES, Timeline, build_timeline, gauge
+from loadlab.analyze.intervals import GPU_SOURCES
+from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory
 
