@@ -57,9 +57,10 @@ class RunConfig:
     requests: int = 0                          # stop after this many requests (0 = no limit)
     step_duration: float = 0.0                 # seconds per step when there are several steps
     warmup_requests: int = 0                   # first N requests (per step) excluded from results
+    ramp_up: float = 1.0                       # closed loop: a step's new users start spread over this many seconds
     timeout: float = 300.0                     # per-request timeout, seconds (covers stalls)
     # A step whose measured requests fail more often than this ends the run (None = off, for a
-    # deliberate fault test); see loadlab/client/budget.py for why 0.5 and the minimum count.
+    # deliberate fault test); see loadlab/conductor/budget.py for why 0.5 and the minimum count.
     max_error_rate: float | None = 0.5
     processes: int = 1                         # local load-generator processes
     out: str = ""                              # run folder

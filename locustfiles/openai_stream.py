@@ -26,12 +26,13 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
-from loadlab.client.livestats import LiveStats
 from loadlab.client.selfcheck import SelfCheck
-from loadlab.client.shipping import MasterShipper, WorkerLoss, WorkerShipper, in_flight_total, worker_id
+from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
-from loadlab.client.webui import install_llm_tab
 from loadlab.clock import now
+from loadlab.conductor.livestats import LiveStats
+from loadlab.conductor.recording import attach_writer
+from loadlab.conductor.webui import install_llm_tab
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.meta import DEGRADED, FINISHED
@@ -138,17 +139,8 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         sys.exit(2)
     writer.start_autoflush()
     hooks = environment.events
-    hooks.llm_request.add_listener(lambda record, **_: writer.add_requests([record]))
-    hooks.llm_worker_anchor.add_listener(lambda worker, anchor, **_: writer.set_worker_anchor(worker, anchor))
-    hooks.llm_samples.add_listener(lambda samples, **_: writer.add_samples(samples))
+    losses = attach_writer(hooks, writer)   # workers lost: the run ends degraded
     hooks.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
-    losses: list[WorkerLoss] = []   # workers that sent no final records: the run ends degraded
-
-    def on_worker_lost(loss: WorkerLoss, **_) -> None:
-        losses.append(loss)
-        writer.add_warning(loss.message())
-
-    hooks.llm_worker_lost.add_listener(on_worker_lost)
 
     def end_step(**_) -> None:
         if environment.loadlab.step is not None:

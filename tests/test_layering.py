@@ -3,11 +3,12 @@
 Layers, read from every module's imports (lazy ones inside functions too): the helpers (the
 `loadlab` package itself, clock, errors, config) at the bottom; then store/ (the run folder and
 its schema), workload/ and metrics/ (the definitions of docs/metrics.md); then collect/ and
-client/; then analyze/, report/ and gate/; on top the run conductor (client/runloop.py, the locustfile),
-cli/ and the demo. analyze/ reads only the run folder: nothing from client/, and from collect/
-only the canonical signal names (collect/signals.py: what the samples' `signal` column holds).
-reference_server/ stands alone: it imports nothing of loadlab, and loadlab nothing of it
-(`loadlab serve` and the demo start it as a process, `python -m reference_server`).
+client/; then analyze/, report/ and gate/; on top the run conductor (conductor/, which drives the users,
+collectors, run writer and live display, and the locustfile), cli/ and the demo. analyze/ reads
+only the run folder: nothing from client/, and from collect/ only the canonical signal names
+(collect/signals.py: what the samples' `signal` column holds). reference_server/ stands alone:
+it imports nothing of loadlab, and loadlab nothing of it (`loadlab serve` and the demo start it
+as a process, `python -m reference_server`).
 
 No module of `loadlab` imports torch (only `reference_server` does), and the CLI starts without
 ssl, gevent or Locust.
@@ -33,7 +34,7 @@ PARTS = {
     "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
     "loadlab.client": "client",
     "loadlab.analyze": "analyze", "loadlab.report": "report", "loadlab.gate": "gate",
-    "loadlab.client.runloop": "conductor", "locustfiles": "conductor",   # the run conductor: moves out of client/ (9.2)
+    "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor, apart from the users
     "loadlab.cli": "cli", "loadlab.demo": "cli",
     "loadlab.mock": "mock",                       # a stand-alone test server
     "reference_server": "reference_server",
@@ -122,12 +123,13 @@ def test_no_module_imports_upward():
     ("loadlab.store.reader", "loadlab.report.console"),
     ("loadlab.analyze.summary", "loadlab.client.stream"),
     ("loadlab.analyze.timeline", "loadlab.collect.nccl"),
-    ("loadlab.client.livestats", "loadlab.analyze.summary"),
-    ("loadlab.client.users", "loadlab.client.runloop"),
+    ("loadlab.client.stream", "loadlab.conductor.livestats"),
+    ("loadlab.client.users", "loadlab.conductor.runloop"),
+    ("loadlab.analyze.summary", "loadlab.conductor.runloop"),
     ("loadlab.collect.host", "loadlab.client.selfcheck"),
     ("loadlab.report.console", "loadlab.cli.summary"),
     ("loadlab.analyze.compare", "loadlab.gate.checks"),
-    ("loadlab.gate.checks", "loadlab.client.runloop"),
+    ("loadlab.gate.checks", "loadlab.conductor.runloop"),
     ("loadlab.gate.junit", "loadlab.cli.gate"),
     ("loadlab.metrics.slo", "loadlab.workload.scenario"),
     ("loadlab.workload.base", "loadlab.store.schema"),

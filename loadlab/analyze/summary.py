@@ -167,7 +167,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
         window = _window(step, in_step)
         step_summaries.append(_summarize(
             in_step, step.index, step.label, step.mode, step.target, window, slo,
-            _client_check(in_step, step, window, client_samples, think_time)))
+            _client_check(in_step, step, window, client_samples, think_time), step.ramp_end))
 
     starts = [s.start_time for s in step_summaries if math.isfinite(s.start_time)]
     ends = [s.end_time for s in step_summaries if math.isfinite(s.end_time)]
@@ -178,7 +178,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     overall = _summarize(
         requests, -1, "overall", modes.pop() if len(modes) == 1 else "mixed",
         single.target if single else math.nan, overall_window, slo,
-        _merge_checks(step_summaries))
+        _merge_checks(step_summaries), steps[0].ramp_end if single else math.nan)
     if not single:
         overall.achieved = overall.achieved_ratio = math.nan   # one target per step, none for the run
 
@@ -252,7 +252,8 @@ def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]
 
 
 def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: float,
-               window: tuple[float, float, float], slo: Slo | None, client: ClientCheck) -> StepSummary:
+               window: tuple[float, float, float], slo: Slo | None, client: ClientCheck,
+               ramp_end: float = math.nan) -> StepSummary:
     start, end, seconds = window
     measured = df[~df["warmup"]]
     ok = measured[measured["ok"]]
@@ -264,7 +265,7 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
 
     gaps = np.concatenate(list(ok["gaps"])) if len(ok) else np.empty(0)
     output_tokens = int(ok["out_tokens"].sum())
-    achieved = _achieved(measured, mode, window)
+    achieved = _achieved(measured, mode, window, ramp_end)
     summary = StepSummary(
         index=index, label=label, mode=mode, target=float(target), start_time=start, end_time=end,
         window=seconds, sent=len(measured), succeeded=len(ok), failed=len(failed),
@@ -289,16 +290,20 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
     return summary
 
 
-def _achieved(measured: pd.DataFrame, mode: str, window: tuple[float, float, float]) -> float:
+def _achieved(measured: pd.DataFrame, mode: str, window: tuple[float, float, float],
+              ramp_end: float = math.nan) -> float:
     """Open loop: requests sent per second. Closed loop: the time-weighted mean number of requests
     in flight over the window (Little's law by integration): a request that straddles the
     window's start or end counts only its time inside, so a step's last, long requests do not
-    push the figure above the number of users."""
+    push the figure above the number of users. It counts from the end of the step's ramp-up
+    (`ramp_end`, when recorded): while the users start, fewer are busy by design."""
     start, end, seconds = window
     if seconds <= 0:
         return math.nan
     if mode == "open":
         return len(measured) / seconds
+    if start < ramp_end < end:
+        start, seconds = ramp_end, end - ramp_end
     sent = measured["send_time"].to_numpy(dtype=float)
     ended = measured["end_time"].to_numpy(dtype=float)
     known = np.isfinite(sent) & np.isfinite(ended)
@@ -377,7 +382,7 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
     failed = int((~measured["error"].isin(["", ErrorCategory.ABORTED.value])).sum())
     if (finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0
             and failed <= MAX_FAILED_SHARE_FOR_LOAD_CHECK * len(measured)):
-        achieved = _achieved(measured, step.mode, window)
+        achieved = _achieved(measured, step.mode, window, step.ramp_end)
         if step.mode == "open":
             check.values["achieved_rate_ratio"] = achieved / step.target
             if achieved < MIN_RATE_RATIO * step.target:

@@ -51,6 +51,7 @@ def run(
     requests: Optional[int] = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
     step_duration: Optional[float] = typer.Option(None, "--step-duration", help="Seconds per step."),
     warmup_requests: Optional[int] = typer.Option(None, "--warmup-requests", help="First N requests of each step, excluded from results."),
+    ramp_up: Optional[float] = typer.Option(None, "--ramp-up", help="Closed loop: a step's new users start their first requests spread over this many seconds (default 1; 0: all at once). Their connections open before the step begins."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (covers stalled streams; default 300)."),
     max_error_rate: Optional[str] = typer.Option(None, "--max-error-rate", help="End the run when a step's measured requests fail more often than this (0-1, default 0.5, judged after 20 requests); off for a deliberate fault test."),
     processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
@@ -97,7 +98,7 @@ def run(
     cfg = apply_overrides(
         cfg, url=url, model=model, api=api, concurrency=concurrency, rate=rate, arrival=arrival,
         burstiness=burstiness, think_time=think_time, duration=duration, requests=requests,
-        step_duration=step_duration, warmup_requests=warmup_requests, timeout=timeout,
+        step_duration=step_duration, warmup_requests=warmup_requests, ramp_up=ramp_up, timeout=timeout,
         max_error_rate=max_error_rate,
         processes=processes, kind=workload, input_len=input_len, output_len=output_len,
         dataset=dataset, seed=seed, server_metrics=server_metrics, prometheus=prometheus,
@@ -123,7 +124,7 @@ def run(
 
     from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
-    from loadlab.client.runloop import run_load
+    from loadlab.conductor.runloop import run_load
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
 
     cfg.api_key = api_key or api_key_from_env()

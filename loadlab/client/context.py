@@ -24,6 +24,7 @@ class ClientContext:
     worker_index: int = 0
     worker_count: int = 1
     step: StepInfo | None = None
+    hold_new_users: bool = False         # users started now wait for the next step (see ClosedLoopUser)
     anchor: ClockAnchor = field(default_factory=process_anchor)
 
     def rate_share(self) -> float:

@@ -4,10 +4,10 @@ One mechanism for `loadlab run --processes N` and for plain `locust --master/--w
 possibly on other hosts). Messages are Locust custom messages with msgpack-able payloads:
 
     worker -> master  HELLO    {worker, anchor}               once the worker can take a context
-    master -> worker  CONTEXT  {seq, config, url, api_key, step, worker_index, worker_count}
+    master -> worker  CONTEXT  {seq, config, url, api_key, step, hold_new_users, worker_index, worker_count}
                                                               on HELLO and whenever the step changes
     worker -> master  RECORDS  {records: [RequestRecord as dict], samples: [Sample as dict],
-                               started: [request sent], in_flight, seq}
+                               started: [request sent], in_flight, ready, seq}
                                                               every SHIP_INTERVAL_S, after a CONTEXT,
                                                               and (started only) as soon as a request is sent
     master -> worker  FLUSH    {round}                        at the master's test_stop
@@ -72,6 +72,21 @@ def in_flight_total(environment: Environment) -> int:
     return shipper.in_flight_total() if shipper is not None else users.in_flight(environment)
 
 
+def publish_context(environment: Environment) -> None:
+    """On a master, send the context to the workers now (before a spawn message that depends on
+    it); elsewhere nothing: the users read it directly."""
+    shipper = getattr(environment, "loadlab_master", None)
+    if shipper is not None:
+        shipper.send_context()
+
+
+def ready_total(environment: Environment) -> int:
+    """Closed-loop users with an open connection: over all workers on a master (as last
+    reported), else in this process."""
+    shipper = getattr(environment, "loadlab_master", None)
+    return shipper.ready_total() if shipper is not None else users.ready_users(environment)
+
+
 def worker_id(pid: int | None = None) -> str:
     """The id in records of this process (or of process `pid` on this host): host:pid."""
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
@@ -109,7 +124,7 @@ class WorkerShipper:
         self._samples: list[dict[str, Any]] = []
         self._started: list[dict[str, Any]] = []   # requests sent since the last message
         self._start_notice = False                 # a message for them is on its way
-        self._last_in_flight = -1
+        self._last_counts = (-1, -1)      # (in flight, ready users) last sent
         self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
         events = add_loadlab_events(environment.events)
         events.llm_request.add_listener(self._on_record)
@@ -127,18 +142,18 @@ class WorkerShipper:
 
     def ship(self, always: bool = False, started_only: bool = False) -> None:
         """Send the requests sent meanwhile, the buffered records and samples (unless
-        `started_only`), and the in-flight count when it changed, to the master."""
+        `started_only`), and the in-flight and ready-user counts when they changed, to the master."""
         started, self._started = self._started, []
         records, samples = ([], []) if started_only else (self._buffer, self._samples)
         if not started_only:
             self._buffer, self._samples = [], []
-        in_flight = users.in_flight(self.environment)
-        if not (started or records or samples or always or in_flight != self._last_in_flight):
+        counts = (users.in_flight(self.environment), users.ready_users(self.environment))
+        if not (started or records or samples or always or counts != self._last_counts):
             return
         try:
             self.runner.send_message(RECORDS, {"records": records, "samples": samples, "started": started,
-                                               "in_flight": in_flight, "seq": self._seq})
-            self._last_in_flight = in_flight
+                                               "in_flight": counts[0], "ready": counts[1], "seq": self._seq})
+            self._last_counts = counts
         except RPCError as e:  # keep them for the next try; the connection may come back
             self._started[:0] = started
             self._buffer[:0] = records
@@ -190,6 +205,7 @@ class WorkerShipper:
         context.worker_index = data["worker_index"]
         context.worker_count = data["worker_count"]
         context.step = step
+        context.hold_new_users = data.get("hold_new_users", False)
         self._seq = data["seq"]
         if new_step:
             environment.events.llm_step.fire(step=step)
@@ -214,12 +230,13 @@ class MasterShipper:
         self.workers: dict[str, str] = {}          # Locust client id -> loadlab worker id (from HELLO)
         self.anchors: dict[str, ClockAnchor] = {}  # Locust client id -> that worker's clock anchor
         self.in_flight: dict[str, int] = {}        # Locust client id -> requests in flight there
+        self.ready: dict[str, int] = {}            # Locust client id -> users with an open connection there
         self.seen_seq: dict[str, int] = {}         # Locust client id -> last CONTEXT it answered
         self.started: dict[str, dict[str, dict[str, Any]]] = {}   # client id -> request id -> sent, no record yet
         self.lost: dict[str, WorkerLoss] = {}      # Locust client id -> how its process died
         self.closing = False                       # the final collection began: workers may exit
         self._seq = 0
-        self._sent_step: StepInfo | None = None
+        self._sent: tuple[StepInfo | None, bool] = (None, False)   # the step and hold_new_users last sent
         self._round = 0
         self._pending: set[str] = set()
         environment.loadlab_master = self
@@ -256,6 +273,7 @@ class MasterShipper:
         at = now() if at is None else at
         started = self.started.pop(client_id, {})
         self.in_flight.pop(client_id, None)
+        self.ready.pop(client_id, None)
         self._pending.discard(client_id)
         for fields in started.values():
             self.environment.events.llm_request.fire(record=RequestRecord(
@@ -272,6 +290,10 @@ class MasterShipper:
         """Requests in flight over all connected workers (as last reported)."""
         return sum(self.in_flight.get(c, 0) for c in self.ready_workers())
 
+    def ready_total(self) -> int:
+        """Closed-loop users with an open connection over all connected workers (as last reported)."""
+        return sum(self.ready.get(c, 0) for c in self.ready_workers())
+
     def send_context(self) -> None:
         """Send the run's config and current step to every worker, each with its index and the count."""
         context: ClientContext | None = getattr(self.environment, "loadlab", None)
@@ -279,10 +301,11 @@ class MasterShipper:
             return
         workers = self.joined_workers()
         self._seq += 1
-        self._sent_step = context.step
+        self._sent = (context.step, context.hold_new_users)
         base = {"seq": self._seq, "config": context.config.to_dict(), "url": context.config.url,
                 "api_key": context.config.api_key,
                 "step": dataclasses.asdict(context.step) if context.step else None,
+                "hold_new_users": context.hold_new_users,
                 "worker_count": len(workers)}
         for index, client_id in enumerate(workers):
             self.runner.send_message(CONTEXT, {**base, "worker_index": index}, client_id=client_id)
@@ -335,11 +358,15 @@ class MasterShipper:
             self._announce(client_id)
 
     def _watch_step(self) -> None:
-        """Push a step change made without `llm_step` (step = None: send no more) to the workers."""
+        """Push a change of the step made without `llm_step` (step = None: send no more), or of
+        hold_new_users, to the workers."""
         while True:
             gevent.sleep(STEP_WATCH_S)
             context: ClientContext | None = getattr(self.environment, "loadlab", None)
-            if context is not None and context.step is not self._sent_step:
+            if context is None:
+                continue
+            step, hold = self._sent
+            if context.step is not step or context.hold_new_users != hold:
                 self.send_context()
 
     def _announce(self, client_id: str) -> None:
@@ -356,6 +383,7 @@ class MasterShipper:
         if msg.node_id in self.lost:
             return   # its in-flight requests are already recorded as aborted
         self.in_flight[msg.node_id] = msg.data["in_flight"]
+        self.ready[msg.node_id] = msg.data.get("ready", 0)
         self.seen_seq[msg.node_id] = msg.data["seq"]
         started = self.started.setdefault(msg.node_id, {})
         for fields in msg.data.get("started", []):

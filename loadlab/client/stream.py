@@ -133,17 +133,8 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
     end = send
     try:
         timer.start()
-        try:
-            resp = http.request("POST", endpoint.path, body=build_body(spec, endpoint),
-                                headers=endpoint.headers(request_id))
-        except (HTTPParseError, ConnectionResetError, BrokenPipeError) as e:
-            raise _Failure(ErrorCategory.DISCONNECT, f"closed before the response: {e}") from None
-        except OSError as e:
-            # Before a response only the connection can time out (the sockets of loadlab's
-            # users have no read timeout): an unreachable host, like a refusal or a TLS failure.
-            if isinstance(e, (socket.gaierror, TimeoutError, ssl.SSLError)) or e.errno in _CONNECT_ERRNOS:
-                raise _Failure(ErrorCategory.CONNECT, str(e) or type(e).__name__) from None
-            raise
+        resp = http.request("POST", endpoint.path, body=build_body(spec, endpoint),
+                            headers=endpoint.headers(request_id))
         rec.status = resp.status_code
         if rec.status != 200:
             raise _http_failure(resp)
@@ -151,26 +142,15 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
         nbytes, end = body_reader().read(resp, events)
         events.finish()
     except gevent.Timeout as e:
-        end = time.perf_counter()
         if e is not timer:
             raise
+        end = time.perf_counter()
         _fail(rec, ErrorCategory.TIMEOUT, f"no complete response within {endpoint.timeout:g} s")
-    except _Failure as f:
+    except (Exception, GreenletExit) as e:   # every failure is counted; the run goes on
         end = time.perf_counter()
-        _fail(rec, f.category, f.detail)
-    except GreenletExit:
-        end = time.perf_counter()
-        aborted = True
-        _fail(rec, ErrorCategory.ABORTED, "stopped with the run")
-    except (TimeoutError, socket.timeout):
-        end = time.perf_counter()
-        _fail(rec, ErrorCategory.TIMEOUT, "network timeout")
-    except (HTTPParseError, ConnectionError) as e:
-        end = time.perf_counter()
-        _fail(rec, ErrorCategory.DISCONNECT, f"connection broke mid-stream: {e}")
-    except Exception as e:  # a bug or an unforeseen failure: counted, the run goes on
-        end = time.perf_counter()
-        _fail(rec, ErrorCategory.CLIENT, f"{type(e).__name__}: {e}"[:200])
+        category, detail = error_category(e, responded=resp is not None)
+        aborted = category is ErrorCategory.ABORTED
+        _fail(rec, category, detail)
     finally:
         timer.close()
         if resp is not None:
@@ -184,6 +164,27 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
     rec.client_tokens = len(perf_times)
     text = "".join(event_text(line) for line in content_lines) if content_lines else ""
     return StreamResult(rec, nbytes, text, aborted)
+
+
+def error_category(e: BaseException, responded: bool) -> tuple[ErrorCategory, str]:
+    """The category of a request's failure, and a short detail; `responded`: the response's
+    head had arrived when `e` was raised (the stream broke, rather than the connection)."""
+    if isinstance(e, _Failure):
+        return e.category, e.detail
+    if isinstance(e, GreenletExit):
+        return ErrorCategory.ABORTED, "stopped with the run"
+    if not responded:
+        if isinstance(e, (HTTPParseError, ConnectionResetError, BrokenPipeError)):
+            return ErrorCategory.DISCONNECT, f"closed before the response: {e}"
+        # Before a response only the connection can time out (the sockets of loadlab's users
+        # have no read timeout): an unreachable host, like a refusal or a TLS failure.
+        if isinstance(e, (socket.gaierror, TimeoutError, ssl.SSLError)) or getattr(e, "errno", None) in _CONNECT_ERRNOS:
+            return ErrorCategory.CONNECT, str(e) or type(e).__name__
+    if isinstance(e, TimeoutError):   # (socket.timeout is TimeoutError)
+        return ErrorCategory.TIMEOUT, "network timeout"
+    if isinstance(e, (HTTPParseError, ConnectionError)):
+        return ErrorCategory.DISCONNECT, f"connection broke mid-stream: {e}"
+    return ErrorCategory.CLIENT, f"{type(e).__name__}: {e}"   # a bug or an unforeseen failure
 
 
 class _EventReader:

@@ -25,6 +25,7 @@ from locust.user.users import LOCUST_STATE_STOPPING
 
 from loadlab.client.context import ClientContext
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
+from loadlab.clock import now
 from loadlab.config import RunConfig
 from loadlab.store.schema import RequestRecord, StepInfo
 from loadlab.workload import make_workload
@@ -57,9 +58,11 @@ class ProcessState:
         self.sync_config()
         self.in_flight = 0             # requests sent here and not finished yet
         self.cap_waits = 0             # open-loop arrivals that found every slot taken
+        self.ready = 0                 # closed-loop users here whose connection is open
         self._issued: dict[int, int] = defaultdict(int)
         self._ids = itertools.count()
         self._users = itertools.count()   # closed-loop users started here, in order
+        self._ramp_places = itertools.count()   # closed-loop users that took a place in a ramp-up
 
     @property
     def ctx(self) -> ClientContext:
@@ -106,6 +109,26 @@ class ProcessState:
         ctx = self.ctx
         return random.Random(f"{ctx.config.workload.seed}-think-{ctx.worker_index}-{next(self._users)}")
 
+    def ramp_place(self) -> float:
+        """Where the next new user starts within a step's ramp-up, as a fraction of it in [0, 1).
+
+        Van der Corput's sequence over this process's users, interleaved with the other
+        processes' (worker index): however many users a step adds, their starts spread evenly
+        without the processes agreeing on anything.
+        """
+        ctx = self.ctx
+        return van_der_corput(next(self._ramp_places) * max(1, ctx.worker_count) + ctx.worker_index)
+
+
+def van_der_corput(n: int) -> float:
+    """The n-th point of the base-2 van der Corput sequence: 0, 1/2, 1/4, 3/4, 1/8, ..."""
+    x, scale = 0.0, 0.5
+    while n:
+        n, bit = divmod(n, 2)
+        x += bit * scale
+        scale /= 2
+    return x
+
 
 def process_state(environment: Environment) -> ProcessState:
     """The ProcessState of this environment, made on first use from `environment.loadlab` and
@@ -123,6 +146,12 @@ def in_flight(environment: Environment) -> int:
     """Requests in flight in this process (0 where no user has run, e.g. on a master)."""
     state = getattr(environment, "loadlab_state", None)
     return state.in_flight if state is not None else 0
+
+
+def ready_users(environment: Environment) -> int:
+    """Closed-loop users of this process whose connection is open (0 where none has started)."""
+    state = getattr(environment, "loadlab_state", None)
+    return state.ready if state is not None else 0
 
 
 class LLMUser(FastHttpUser):
@@ -181,7 +210,13 @@ class LLMUser(FastHttpUser):
 
 
 class ClosedLoopUser(LLMUser):
-    """One request at a time, then the think time (none unless --think-time is set)."""
+    """One request at a time, then the think time (none unless --think-time is set).
+
+    A user opens its connection when it starts, before its first request, so the connection
+    set-up stays out of every TTFT. While the context holds new users (the run conductor opens a
+    step's connections before the step begins), a user started now joins only the next step,
+    and its first request waits for its place in that step's ramp-up (StepInfo.ramp_end).
+    """
 
     def wait_time(self) -> float:
         think = self.state.ctx.config.think_time
@@ -190,6 +225,38 @@ class ClosedLoopUser(LLMUser):
     def on_start(self) -> None:
         self._rng = self.state.think_rng()
         self._failures = 0     # failed requests in a row
+        ctx = self.state.ctx
+        self._joins_after = ctx.step.index if ctx.hold_new_users and ctx.step is not None else -1
+        self._started = False  # it sent its first request (or waited for its place to)
+        self._open_connection()
+        self.state.ready += 1
+
+    def on_stop(self) -> None:
+        self.state.ready -= 1
+
+    def _open_connection(self) -> None:
+        # geventhttpclient has no public way to connect ahead: take a socket from the user's
+        # pool (which connects it) and give it back.
+        pool = self.http._connection_pool
+        try:
+            pool.return_socket(pool.get_socket())
+        except OSError:
+            pass   # the first request fails the same way, and is counted (category connect)
+
+    def _step(self) -> StepInfo | None:
+        """The closed-loop step this user takes part in now, if any."""
+        step = self.state.ctx.step
+        if step is None or step.mode != "closed" or step.index <= self._joins_after:
+            return None
+        return step
+
+    def _wait_for_place(self, step: StepInfo) -> None:
+        """A new user's first request waits for its place within the step's ramp-up."""
+        self._started = True
+        ramp = step.ramp_end - step.start_time
+        if ramp > 0:   # (NaN: no ramp-up of ours; Locust's spawn rate spreads the users)
+            place = step.start_time + ramp * self.state.ramp_place()
+            gevent.sleep(max(0.0, place - now()))
 
     def _pause_after(self, record: RequestRecord) -> None:
         if record.ok:
@@ -201,8 +268,11 @@ class ClosedLoopUser(LLMUser):
 
     @task
     def one_request(self) -> None:
-        step = self.state.ctx.step
-        warmup = None if step is None or step.mode != "closed" else self.state.claim(step.index)
+        step = self._step()
+        if step is not None and not self._started:
+            self._wait_for_place(step)
+            step = self._step()
+        warmup = None if step is None else self.state.claim(step.index)
         if warmup is None:   # no closed-loop step running, or its budget is spent
             gevent.sleep(_IDLE_S)
             return

@@ -13,7 +13,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
-STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see client/budget.py); a write error
+STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see conductor/budget.py); a write error
 DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)
 
 
@@ -71,7 +71,8 @@ class RunMeta:
             worker_anchors={w: ClockAnchor(**a) for w, a in (d.get("worker_anchors") or {}).items()},
             started_at=float_or_nan(d.get("started_at")),
             ended_at=float_or_nan(d.get("ended_at")),
-            steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time"))}) for s in d.get("steps") or []],
+            steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time")),
+                                "ramp_end": float_or_nan(s.get("ramp_end"))}) for s in d.get("steps") or []],
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
             reason=d.get("reason") or "",
             warnings=[str(w) for w in d.get("warnings") or []],

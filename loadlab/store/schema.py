@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"          # run.json's `format`
 
 
@@ -79,6 +79,9 @@ class StepInfo:
     target: float                    # users (closed) or requests/s (open)
     start_time: float                # epoch seconds
     end_time: float = float("nan")
+    # When the step's new users have all sent their first request (closed loop: they start spread
+    # over --ramp-up seconds from start_time); NaN where the run did not say (Locust's own spawning).
+    ramp_end: float = float("nan")
 
 
 @dataclass

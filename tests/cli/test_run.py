@@ -87,6 +87,26 @@ def test_steps_are_labelled_and_warmup_is_marked(mock, tmp_path):
     assert [s["warmup"] for s in summary["steps"]] == [2, 2]
 
 
+def test_a_steps_new_users_start_spread_over_the_ramp_up(mock, tmp_path):
+    """Users 1 -> 4: step 1's three new users open their connections first, then send their first
+    requests spread over --ramp-up from the step's start (run.json's ramp_end); the carried-on user
+    goes on at once."""
+    out = tmp_path / "ramp"
+    run_ok("--url", mock, "--model", "m", "--concurrency", "1,4", "--step-duration", "1.5", "--ramp-up", "0.8",
+           "--output-len", "20", "--out", str(out))
+    run = load_run(out)
+    first, second = run.meta.steps
+    assert first.ramp_end == first.start_time                    # one user: nothing to spread
+    assert second.ramp_end == pytest.approx(second.start_time + 0.8)
+    sent = run.requests.loc[run.requests["step"] == 1, "send_time"].to_numpy() - second.start_time
+    assert sent.min() >= 0
+    # The new users' places: 0, 0.4 and 0.2 s into the ramp; only one of them and the carried-on
+    # user send sooner than 0.15 s (all at once, the three new ones would send within a few ms).
+    assert (sent < 0.15).sum() <= 2
+    assert (sent <= 0.8).sum() >= 4
+    assert json.loads((out / "run.json").read_text())["format"] == "loadlab-run/3"
+
+
 def test_open_loop_keeps_the_schedule(mock, tmp_path):
     out = tmp_path / "open"
     run_ok("--url", mock, "--model", "m", "--rate", "20", "--arrival", "constant", "--duration", "1.5",

@@ -13,7 +13,7 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlab.client.stream import Endpoint, build_body, split_url
+from loadlab.client.stream import Endpoint, build_body, error_category, split_url
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.schema import ErrorCategory
@@ -149,3 +149,17 @@ def test_auth_unknown_model_and_refused_connection():
         refused = send(dead, client(dead), "refused")
     assert refused.error == ErrorCategory.CONNECT.value and refused.status == 0
     assert refused.token_times == [] and refused.end_time >= refused.send_time
+
+
+@pytest.mark.parametrize("error, responded, category", [
+    (ConnectionRefusedError(111, "refused"), False, ErrorCategory.CONNECT),
+    (socket.gaierror(-2, "Name or service not known"), False, ErrorCategory.CONNECT),
+    (TimeoutError("connect timed out"), False, ErrorCategory.CONNECT),
+    (ConnectionResetError(104, "reset"), False, ErrorCategory.DISCONNECT),
+    (ConnectionResetError(104, "reset"), True, ErrorCategory.DISCONNECT),
+    (TimeoutError("read timed out"), True, ErrorCategory.TIMEOUT),
+    (gevent.GreenletExit(), True, ErrorCategory.ABORTED),
+    (KeyError("bug"), True, ErrorCategory.CLIENT),
+])
+def test_each_transport_exception_has_one_category(error, responded, category):
+    assert error_category(error, responded)[0] is category

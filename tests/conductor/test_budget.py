@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from loadlab.client.budget import MIN_REQUESTS, REJECTED_AFTER, ErrorBudget
+from loadlab.conductor.budget import MIN_REQUESTS, REJECTED_AFTER, ErrorBudget
 from loadlab.store.schema import ErrorCategory, RequestRecord
 
 

@@ -13,7 +13,7 @@ import json
 from flask import Response, jsonify, request
 from locust.env import Environment
 
-from loadlab.client.livestats import LiveStats
+from loadlab.conductor.livestats import LiveStats
 
 TAB_KEY = "llm"
 ROUTE = "/loadlab/stats"

@@ -1,4 +1,5 @@
-"""LiveStats: the web UI's LLM numbers are exact percentiles over every record received."""
+"""LiveStats, the one live counter: the web UI's LLM numbers are exact percentiles over every record
+received, and the status line's counts are the summary's."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import random
 
 import numpy as np
 
-from loadlab.client.livestats import RATE_WINDOW_S, LiveStats, request_latencies
+from loadlab.conductor.livestats import RATE_WINDOW_S, LiveStats, request_latencies
+from loadlab.analyze.summary import summarize
 from loadlab.clock import now
 from loadlab.store.schema import RequestRecord
+from tests.support.records import closed
+from tests.support.runs import run_of
 
 
 def record(i: int, start: float, ttft: float, gaps: list[float], *, error: str = "", warmup: bool = False,
@@ -85,3 +89,32 @@ def test_empty_stats_are_null_not_nan_and_reset_forgets():
     live.add(record(0, now() - 1, 0.1, [0.02]))
     live.reset()
     assert live.snapshot()["requests_ok"] == 0
+
+
+def test_the_live_counts_are_the_summarys():
+    """The status line's done / errors / tokens count what the summary counts: warm-up requests
+    and requests aborted by a stop are not done (the old status-line Tally counted both)."""
+    t = now() - 5
+    records = [record(0, t, 0.1, [0.02] * 4), record(1, t, 0.1, [0.02] * 9),
+               record(2, t, 0.1, [0.02], error="http_5xx"),
+               record(3, t, 0.1, [0.02] * 4, warmup=True),
+               record(4, t, 0.1, [0.02] * 2, error="aborted")]
+    live = LiveStats(open_loop=False, keep_latencies=False)
+    for r in records:
+        live.add(r)
+    overall = summarize(run_of(records, [closed(2, start=t - 1, end=t + 5)])).overall
+    assert (live.done, live.failed, live.output_tokens) == (overall.succeeded + overall.failed, overall.failed,
+                                                           overall.output_tokens) == (3, 1, 15)
+    assert live.snapshot()["latency_ms"]["ttft"]["count"] == 0   # counts only: no percentiles kept
+
+
+def test_records_out_of_order_count_once_in_the_rate_window():
+    """Workers ship records in batches, so a master receives them out of order: an old record
+    behind a recent one leaves the window all the same (the old Tally kept it: an overcount)."""
+    t = now()
+    live = LiveStats(open_loop=False)
+    live.add(record(0, t - 2, 0.1, [0.1] * 9))                     # 10 tokens, ended ~1 s ago
+    live.add(record(1, t - RATE_WINDOW_S - 5, 0.1, [0.1] * 19))    # ended long before the window
+    live.add(record(2, t - 3, 0.1, [0.1] * 4))                     # 5 tokens
+    assert math.isclose(live.recent_rates()[0], 15 / RATE_WINDOW_S)
+    assert math.isclose(live.snapshot()["output_tokens_per_s"], 15 / RATE_WINDOW_S)
