@@ -20,7 +20,15 @@ system-deps:
 demo: venv
 	$(BIN)/python -m loadlab.demo
 
+# The committed example report: a short sweep of the reference server, and a picture of its top for README.
+report: venv system-deps
+	rm -rf runs/example
+	$(BIN)/python -m loadlab.demo --out runs/example --report reports/example.html
+	chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars \
+	  --window-size=1400,1100 --virtual-time-budget=8000 --screenshot=reports/example.png \
+	  file://$(CURDIR)/reports/example.html 2>/dev/null
+
 test: venv system-deps
 	$(BIN)/python -m pytest -q
 
-.PHONY: venv system-deps demo test
+.PHONY: venv system-deps demo report test

@@ -1,11 +1,14 @@
 """`make demo`: start the reference server (tiny preset, CPU), load-test it at a few concurrency
-levels with `loadlab run`, print the summary and the per-second timeline, stop the server.
+levels with `loadlab run`, print the summary and the per-second timeline, stop the server, write
+the HTML report and print its path. `make report` runs the same into runs/example and
+reports/example.html (`--out`, `--report`).
 
 Everything runs as real processes on loopback; the server is ended by its PID.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -40,11 +43,16 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> Non
     sys.exit(f"error: the reference server was not ready after {timeout:.0f} s")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Run the demo end to end; exit non-zero if any stage fails."""
+    parser = argparse.ArgumentParser(prog="python -m loadlab.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"),
+                        help="run folder to write (must not hold a run yet)")
+    parser.add_argument("--report", type=Path, default=None, help="HTML report to write (default reports/<run>.html)")
+    args = parser.parse_args(argv)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    out = args.out
     loadlab = [sys.executable, "-m", "loadlab.cli"]
     print(f"Starting the reference server (tiny preset, CPU) on {url} ...", flush=True)
     server = subprocess.Popen([sys.executable, "-m", "reference_server", "--preset", "tiny",
@@ -59,12 +67,22 @@ def main() -> None:
         subprocess.run([*loadlab, "timeline", str(out)])
         print(f"\nRun folder: {out}  (re-read it any time with: loadlab summary {out})")
     finally:
-        if server.poll() is None:
-            os.kill(server.pid, signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(server.pid, signal.SIGKILL)
+        _stop(server)
+    report = subprocess.run([*loadlab, "report", str(out), *(["-o", str(args.report)] if args.report else [])],
+                            stdout=subprocess.PIPE, text=True)
+    if report.returncode != 0:
+        sys.exit(report.returncode)
+    print(f"Report: {report.stdout.strip()}  (one file, opens offline in any browser)")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End the server by its PID: SIGTERM, then SIGKILL after 20 s."""
+    if server.poll() is None:
+        os.kill(server.pid, signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.kill(server.pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

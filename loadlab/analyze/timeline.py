@@ -59,8 +59,12 @@ class Timeline:
     columns: list[str]
 
 
-def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
-    """Bin a loaded run folder into intervals of `interval` seconds."""
+def build_timeline(run: RunData, interval: float = 1.0, requests: pd.DataFrame | None = None) -> Timeline:
+    """Bin a loaded run folder into intervals of `interval` seconds.
+
+    `requests`: the run's `per_request` frame when the caller already has it (a large run's
+    costs seconds to compute).
+    """
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval}")
     start, end = _time_range(run)
@@ -72,13 +76,15 @@ def build_timeline(run: RunData, interval: float = 1.0) -> Timeline:
     bins = Bins(start, interval, count)
     values: dict[str, np.ndarray] = {}
     if len(run.requests):
-        values.update(_client_columns(run, bins, end))
+        if requests is None:
+            requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+        values.update(_client_columns(requests, bins, end))
     samples = _used_samples(run.samples)
     for name, how in ((sig.REQUESTS_RUNNING, "sum"), (sig.REQUESTS_WAITING, "sum"), (sig.KV_USAGE, "mean")):
-        values[name] = _gauge(samples, name, SERVER_SOURCES, how, bins)
+        values[name] = gauge(samples, name, SERVER_SOURCES, how, bins)
     values["preemptions"] = interval_totals(pick_source(samples, sig.PREEMPTIONS, SERVER_SOURCES), bins)
     for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE):
-        values[name] = _gauge(samples, name, GPU_SOURCES, "all", bins)
+        values[name] = gauge(samples, name, GPU_SOURCES, "all", bins)
     values["collective_share"] = collective_share(samples, bins)
 
     values["t"] = bins.starts - start
@@ -102,12 +108,15 @@ def _time_range(run: RunData) -> tuple[float, float]:
     return float(start), float(max([start, *ends]))
 
 
-def _client_columns(run: RunData, bins: Bins, end: float) -> dict[str, np.ndarray]:
-    df = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.ndarray]:
     token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
     # Content events are not always single tokens: weight each so a request's events add up to
     # the server's token count.
-    weights = [np.full(len(t), (n / len(t)) if n > 0 else 1.0) for t, n in zip(token_times, df["out_tokens"]) if len(t)]
+    events = np.fromiter(map(len, token_times), dtype=int, count=len(token_times))
+    tokens = df["out_tokens"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_event = np.where(tokens > 0, tokens / events, 1.0)
+    weights = np.repeat(per_event, events)     # one array op: a million requests' lists took seconds
     all_times = np.concatenate(token_times) if token_times else np.empty(0)
     gap_ends = np.concatenate([t[1:] for t in token_times]) if token_times else np.empty(0)
     gaps = np.concatenate(list(df["gaps"])) if len(df) else np.empty(0)
@@ -115,7 +124,7 @@ def _client_columns(run: RunData, bins: Bins, end: float) -> dict[str, np.ndarra
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
         "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
-        "output_tokens_per_s": bins.total(all_times, np.concatenate(weights) if weights else None) / bins.width,
+        "output_tokens_per_s": bins.total(all_times, weights) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
         "itl_p50": bins.median(gap_ends, gaps),
         "in_flight": _mean_open(df["send_time"].to_numpy(float), df["end_time"].to_numpy(float), bins, end),
@@ -146,7 +155,7 @@ def _used_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return samples[samples["signal"].isin(used)]
 
 
-def _gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: Bins) -> np.ndarray:
+def gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str, bins: Bins) -> np.ndarray:
     """Per-interval mean of a gauge. how: "sum"/"mean" across series at one time, then the
     interval mean; "all": mean of every sample in the interval (e.g. over GPUs)."""
     df = pick_source(samples, signal, sources)

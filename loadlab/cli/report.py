@@ -1,0 +1,33 @@
+"""`loadlab report RUN`: the run as one HTML file that opens anywhere, offline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+DEFAULT_FOLDER = Path("reports")
+
+
+def report(
+    folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="HTML file to write (default: reports/<run name>.html)."),
+) -> None:
+    """Write the run's report: verdict, per-step table, load curve, latency CDFs, time series,
+    errors, coverage and configuration, with every script inline. Prints the file's path."""
+    from loadlab.report.html import write_report
+    from loadlab.store.reader import load_run
+
+    run = load_run(folder)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    out = output or DEFAULT_FOLDER / f"{folder.resolve().name}.html"
+    print(write_report(run, out))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the CLI."""
+    app.command()(report)

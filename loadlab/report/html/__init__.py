@@ -1,0 +1,28 @@
+"""`loadlab report`: a run folder as one self-contained, offline, interactive HTML file.
+
+data.py aggregates the run into small dataclasses, charts.py makes plotly figures of them,
+page.py lays out the sections and the page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadlab.errors import UserError
+from loadlab.report.html.data import build_report_data
+from loadlab.report.html.page import render_page, run_sections
+from loadlab.store.reader import RunData
+
+
+def write_report(run: RunData, out: Path) -> Path:
+    """Write the report of a loaded run to `out` (folders created); UserError when it cannot be written."""
+    data = build_report_data(run)
+    page = render_page(f"loadlab report: {data.name}", run_sections(data))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as e:
+        raise UserError(f"cannot write the report to {out}: {e.strerror or e}") from None
+    return out

@@ -1,0 +1,66 @@
+"""The page: the verdict from analysis.json, plotly.js exactly once, run text escaped in tables
+and in chart text."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from plotly.offline import get_plotlyjs
+
+from loadlab.report.html.data import build_report_data
+from loadlab.report.html.page import render_page, run_sections
+from loadlab.store.reader import load_run
+from loadlab.store.schema import StepInfo
+from tests.support.analysis import write_analysis
+from tests.support.records import T, req
+from tests.support.runs import fill_run, run_of
+
+EVIL = '<script>alert(1)</script>"onerror=x'
+
+
+def page_of(folder) -> str:
+    data = build_report_data(load_run(folder))
+    return render_page("r", run_sections(data))
+
+
+def test_the_verdict_its_evidence_and_advice_come_from_analysis_json(tmp_path):
+    fill_run(tmp_path / "run")
+    write_analysis(tmp_path / "run", ["x"])
+    html = page_of(tmp_path / "run")
+    assert "KV capacity binds at the knee" in html and "No analysis yet" not in html
+    for text in ("KV usage p90 97 % &gt;= 90 %", "vLLM: raise --gpu-memory-utilization", "add KV blocks",
+                 "gpu: no GPU collector", "a note", "<b>constraint</b> kv_capacity", "<b>saturation</b> past_knee"):
+        assert text in html
+    # The per-step table gains the step's saturation and constraint.
+    steps = html[html.index('id="steps"'):html.index('id="load-curve"')]
+    assert "<th>saturation</th><th>constraint</th>" in steps and "<td>memory_bandwidth</td>" in steps
+
+
+def test_without_analysis_json_the_verdict_says_how_to_get_one(tmp_path):
+    fill_run(tmp_path / "run")
+    html = page_of(tmp_path / "run")
+    assert f"No analysis yet: run <code>loadlab analyze {tmp_path / 'run'}</code>" in html
+
+
+def test_plotly_js_is_inlined_once_for_all_charts(tmp_path):
+    fill_run(tmp_path / "run")
+    html = page_of(tmp_path / "run")
+    assert html.count(get_plotlyjs()[:300]) == 1
+    assert html.count("Plotly.newPlot(") == 4
+    # Nothing outside plotly.js loads anything: no src, no href but the table of contents', no CSS url().
+    rest = html.replace(get_plotlyjs(), "")
+    assert not re.search(r"""\s(src|href)=(?!["']?#)|url\(""", rest)
+
+
+def test_run_text_is_escaped_in_tables_and_chart_text():
+    steps = [StepInfo(0, EVIL, "closed", 1, T, T + 10)]
+    run = run_of([req(0, T, [T + 0.5, T + 1]), req(1, T + 1, [], T + 2, error="http_5xx", error_detail=EVIL)],
+                 steps, config={"model": EVIL, "url": "http://x"})
+    html = render_page(EVIL, run_sections(build_report_data(run)))
+    assert EVIL not in html and "<script>alert" not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;onerror=x") >= 4   # title, model, step, error
+    # Chart text reaches plotly as entities (its JSON escapes "<" as \u003c on top).
+    figures = re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", html, re.S)
+    names = [t.get("name", "") for f in figures for t in json.loads(f)]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\"onerror=x" in names and not any("<" in n for n in names)
