@@ -21,7 +21,7 @@ from loadlab.metrics.slo import Objective
 
 MEASURED, INTERPOLATED, ABOVE, BELOW = "measured", "interpolated", "above the measured range", "below the measured range"
 _EPS = 1e-9
-_FIXED_POINT_ROUNDS = 20     # E2E depends on the streams and the streams on E2E: iterate to agree
+_FIXED_POINT_ROUNDS = 100
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,27 @@ def objective_limit(points: list[CurvePoint], objective: Objective) -> Limit:
     return Limit(text, points[-1].concurrency, MEASURED)
 
 
+def busy_share(e2e: float, think_time: float) -> float:
+    """The share of its time a user has a request in flight (Little's law): E2E / (E2E + think)."""
+    return e2e / (e2e + think_time) if e2e + think_time > 0 else 1.0
+
+
+def streams_per(points: list[CurvePoint], users: int, think_time: float, replicas: int) -> float:
+    """The streams each of `replicas` replicas keeps busy when `users` spread over them. E2E
+    depends on the streams and the streams on E2E: from the lowest E2E upwards to where they
+    agree (E2E grows with the streams, so this converges; beyond the measured range E2E is held
+    at its last measured value, and the caller reads nothing there)."""
+    top = points[-1].concurrency
+    streams = users * busy_share(points[0].e2e, think_time) / replicas
+    for _ in range(_FIXED_POINT_ROUNDS):
+        e2e = read_curve(points, min(max(streams, points[0].concurrency), top), attrgetter("e2e")).value
+        after = users * busy_share(e2e, think_time) / replicas
+        if abs(after - streams) <= 1e-9 * max(streams, 1.0):
+            break
+        streams = after
+    return streams
+
+
 def plan_capacity(points: list[CurvePoint], users: int, think_time: float,
                   objectives: tuple[Objective, ...]) -> CapacityPlan:
     """The capacity plan for `users` users with mean think time `think_time` (see the module's
@@ -121,28 +142,19 @@ def plan_capacity(points: list[CurvePoint], users: int, think_time: float,
     else:
         best = max(points, key=lambda p: p.output_tps)
         capacity, how = best.concurrency, MEASURED
-    e2e_of = attrgetter("e2e")
-    # Little's law with E2E taken where the replicas will run: start at the capacity, then at the
-    # concurrency the plan gives, until the two agree.
-    e2e = read_curve(points, capacity, e2e_of).value if math.isfinite(capacity) else points[0].e2e
     replicas: int | None = None
-    streams = per_replica = math.nan
-    busy = 1.0
-    for _ in range(_FIXED_POINT_ROUNDS):
-        busy = e2e / (e2e + think_time) if e2e + think_time > 0 else 1.0
-        streams = users * busy
-        if not (math.isfinite(capacity) and capacity > 0):
-            break
-        replicas = max(1, math.ceil(streams / capacity - 1e-9))
-        per_replica = streams / replicas
-        nearest = read_curve(points, min(max(per_replica, points[0].concurrency), points[-1].concurrency), e2e_of)
-        if abs(nearest.value - e2e) <= 1e-6 * max(e2e, 1e-9):
-            break
-        e2e = nearest.value
+    per_replica = streams_per(points, users, think_time, 1)
+    if math.isfinite(capacity) and capacity > 0:
+        # The fewest replicas whose share of the busy streams stays within one replica's capacity.
+        replicas = max(1, math.floor(users * busy_share(points[0].e2e, think_time) / capacity))
+        while (per_replica := streams_per(points, users, think_time, replicas)) > capacity + _EPS:
+            replicas += 1
+    streams = per_replica * (replicas or 1)
     user_tps = read_curve(points, per_replica, lambda p: p.user_tps) if replicas else Reading(math.nan, BELOW)
     output_tps = read_curve(points, per_replica, lambda p: p.output_tps) if replicas else Reading(math.nan, BELOW)
     return CapacityPlan(
-        users=users, think_time=think_time, busy_share=busy, streams=streams, capacity=capacity,
+        users=users, think_time=think_time, busy_share=streams / users, streams=streams, capacity=capacity,
         capacity_how=how, limits=limits, replicas=replicas, per_replica=per_replica, user_tps=user_tps,
-        user_tps_one_replica=read_curve(points, streams, lambda p: p.user_tps), output_tps=output_tps,
+        user_tps_one_replica=read_curve(points, streams_per(points, users, think_time, 1), lambda p: p.user_tps),
+        output_tps=output_tps,
         measured_range=(points[0].concurrency, points[-1].concurrency))
