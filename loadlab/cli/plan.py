@@ -33,7 +33,10 @@ def plan(
 
     if users < 1:
         raise UserError(f"--users must be >= 1, got {users}")
-    think = parse_seconds(think_time).mean
+    try:
+        think = parse_seconds(think_time).mean
+    except UserError as e:
+        raise UserError(f"--think-time: {e}") from None
     spec = read_slo(slo) if slo is not None else None
     objectives, skipped = _usable(spec.objectives if spec else ())
     for text in skipped:
