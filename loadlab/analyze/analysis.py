@@ -132,7 +132,11 @@ def analyze_run(run: RunData) -> Analysis:
         _add_roofline(d, fit)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
-    states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in data])
+    # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
+    by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
+    sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
+    state_of = {d.step.index: state for d, state in zip(by_load, sorted_states)}
+    states = [state_of[d.step.index] for d in data]
     verdicts = [_verdict(d, state, kind, has_server, fit) for d, state in zip(data, states)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
@@ -242,7 +246,8 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
         return Overall(CLIENT, UNKNOWN, None, True, max(s.confidence for s in limited),
                        f"the load generator limited {names}: fix the client before trusting any verdict",
                        limited[0].advice, kind, fit)
-    judged = [s for s in steps if s.constraint != INSUFFICIENT_DATA]
+    # By load (a sweep's bisected steps come after higher ones): `last` is the highest load.
+    judged = sorted((s for s in steps if s.constraint != INSUFFICIENT_DATA), key=lambda s: (s.mode, s.target, s.index))
     if not judged:
         reason = steps[0].headline if steps else "no steps"
         return Overall(INSUFFICIENT_DATA, UNKNOWN, knee, False, 0.0, f"insufficient data: {reason}", [], kind, fit)
