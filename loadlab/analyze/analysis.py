@@ -246,8 +246,7 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
         return Overall(CLIENT, UNKNOWN, None, True, max(s.confidence for s in limited),
                        f"the load generator limited {names}: fix the client before trusting any verdict",
                        limited[0].advice, kind, fit)
-    # By load (a sweep's bisected steps come after higher ones): `last` is the highest load.
-    judged = sorted((s for s in steps if s.constraint != INSUFFICIENT_DATA), key=lambda s: (s.mode, s.target, s.index))
+    judged = [s for s in steps if s.constraint != INSUFFICIENT_DATA]
     if not judged:
         reason = steps[0].headline if steps else "no steps"
         return Overall(INSUFFICIENT_DATA, UNKNOWN, knee, False, 0.0, f"insufficient data: {reason}", [], kind, fit)

@@ -110,16 +110,17 @@ def test_analysis_json_holds_the_contract(tmp_path):
 def test_saturation_compares_steps_by_load_not_by_run_order():
     # A sweep bisects: concurrency 1, 2, 4, then 3. Throughput 10, 20, 20, 20 tokens/s: flat from 2
     # on. Judged by load, 3 is already flat against 2 (past the knee) and 2 is the knee; in run
-    # order, 3 would only have had 4 (a higher load) before it. (1: no step below, no queue metric.)
-    records, steps, start = [], [], T
+    # order, 3 would only have had 4 (a higher load) before it.
+    records, samples, steps, start = [], [], [], T
     for index, (users, e2e) in enumerate([(1, 1.0), (2, 1.0), (4, 2.0), (3, 1.5)]):
-        r, _ = loaded_run(users=users, seconds=12, e2e=e2e, step=index, start=start)
+        gauges = {"kv_usage": 0.1, "requests_waiting": 0, "requests_running": users}
+        r, s = loaded_run(users=users, seconds=12, e2e=e2e, step=index, start=start, gauges=gauges)
         records += r
+        samples += s
         steps.append(closed(users, start, start + 12, index=index))
         start += 20
-    analysis = analyze_run(run_of(records, steps))
+    analysis = analyze_run(run_of(records, steps, samples))
     by_label = {s.label: s.saturation for s in analysis.steps}
-    assert by_label == {"concurrency=1": "unknown", "concurrency=2": "at_knee",
+    assert by_label == {"concurrency=1": "under_loaded", "concurrency=2": "at_knee",
                         "concurrency=4": "past_knee", "concurrency=3": "past_knee"}
     assert analysis.overall.knee_step == 1
-    assert analysis.overall.saturation == "past_knee"      # of the highest load, 4, not of the last step run
