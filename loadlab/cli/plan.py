@@ -101,6 +101,12 @@ def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
     lines = [f"{plan.users} users {think} keep ~{plan.streams:.0f} streams busy "
              f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."]
+    peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
+    lines.append(f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
+                 f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says {peak.output_tps / plan.streams:.1f} "
+                 f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
+                 f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
+                 f"{last.concurrency:g} as batches grew.")
     if not plan.limits:
         lines.append(f"No SLO given: one replica's capacity is taken where throughput peaked, "
                      f"{plan.capacity:g} streams.")
