@@ -67,7 +67,8 @@ class CapacityPlan:
     replicas: int | None         # None: no capacity known (SLO breached at the lowest step)
     per_replica: float           # streams per replica with that many replicas
     user_tps: Reading            # per-user tokens/s at `per_replica`
-    user_tps_one_replica: Reading   # ... if all N users hit one replica
+    streams_one_replica: float   # the streams if all N users hit one replica (E2E held at the top beyond it)
+    user_tps_one_replica: Reading   # ... and the per-user tokens/s there
     output_tps: Reading          # per replica at `per_replica`
     measured_range: tuple[float, float]
 
@@ -150,11 +151,12 @@ def plan_capacity(points: list[CurvePoint], users: int, think_time: float,
         while (per_replica := streams_per(points, users, think_time, replicas)) > capacity + _EPS:
             replicas += 1
     streams = per_replica * (replicas or 1)
+    alone = streams_per(points, users, think_time, 1)
     user_tps = read_curve(points, per_replica, lambda p: p.user_tps) if replicas else Reading(math.nan, BELOW)
     output_tps = read_curve(points, per_replica, lambda p: p.output_tps) if replicas else Reading(math.nan, BELOW)
     return CapacityPlan(
         users=users, think_time=think_time, busy_share=streams / users, streams=streams, capacity=capacity,
         capacity_how=how, limits=limits, replicas=replicas, per_replica=per_replica, user_tps=user_tps,
-        user_tps_one_replica=read_curve(points, streams_per(points, users, think_time, 1), lambda p: p.user_tps),
+        streams_one_replica=alone, user_tps_one_replica=read_curve(points, alone, lambda p: p.user_tps),
         output_tps=output_tps,
         measured_range=(points[0].concurrency, points[-1].concurrency))

@@ -124,7 +124,7 @@ def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
     lines.append(f"So {plan.replicas} replica{'s' if plan.replicas != 1 else ''} "
                  f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}.")
     one = plan.user_tps_one_replica
-    lines.append(f"All {plan.users} users on one replica ({plan.streams:.0f} streams): each would see "
+    lines.append(f"All {plan.users} users on one replica (~{plan.streams_one_replica:.0f} streams): each would see "
                  f"{_tps(one, lo, hi)}.")
     return "\n".join(lines)
 

@@ -60,6 +60,8 @@ def test_think_time_lowers_the_busy_streams_where_e2e_and_streams_agree():
     assert c == pytest.approx(100 / 3 * e2e / (e2e + 4), rel=1e-6)
     assert plan.streams == pytest.approx(3 * c) and 0 < plan.busy_share < 1
     assert c <= plan.capacity
+    # all on one replica: more streams, each request longer (E2E held at the top, 2 s, past 16)
+    assert plan.streams_one_replica == pytest.approx(100 * 2.0 / 6.0) and plan.user_tps_one_replica.how == ABOVE
 
 
 def test_a_breach_at_the_lowest_step_gives_no_replica_count():
