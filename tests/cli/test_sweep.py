@@ -33,6 +33,15 @@ def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     assert [s["label"] for s in read(out, "analysis.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
     assert "sweep stopped (max): reached --max 4" in result.stdout
     assert "bottleneck analysis" in result.stdout
+    # Between steps the sweep pauses: nothing is sent after a step's end while it decides, and
+    # what was in flight finished (none aborted).
+    from loadlab.store.reader import load_run
+
+    run = load_run(out)
+    ends = {s.index: s.end_time for s in run.meta.steps}
+    late = run.requests[run.requests["send_time"] > run.requests["step"].map(ends)]
+    assert late.empty, late[["step", "send_time"]]
+    assert (run.requests["error"].fillna("") != "aborted").all()
 
 
 def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
