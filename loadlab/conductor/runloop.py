@@ -42,10 +42,10 @@ from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
-from loadlab.config import RunConfig
 from loadlab.conductor.budget import Breach, ErrorBudget
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.recording import attach_writer
+from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
 from loadlab.metrics.slo import parse_slo
 from loadlab.report.live import LiveDisplay, LiveStatus
@@ -125,7 +125,7 @@ class Conductor:
         self.live = LiveStats(mode == "open", in_flight=lambda: in_flight_total(self.env), keep_latencies=False)
         self.budget = ErrorBudget(config.max_error_rate)
         self._finished: Counter[int] = Counter()   # requests finished per step, warm-up included
-        self._users = 0                            # closed-loop users the last step asked for
+        self._users = 0                            # users the last step asked for (open loop: schedulers)
         events = self.env.events
         self.losses = attach_writer(events, self.writer)
         events.llm_request.add_listener(self._on_record)
@@ -250,8 +250,9 @@ class Conductor:
         ctx.hold_new_users = False
         self.writer.begin_step(info)
         env.events.llm_step.fire(step=info)
-        if plan.mode == "open" and plan.index == 0:
+        if plan.mode == "open" and not self._users:
             # One scheduler per process; it keeps running across steps.
+            self._users = ctx.worker_count
             self.runner.start(ctx.worker_count, spawn_rate=_SPAWN_RATE)
 
     def _wait_until_ready(self, users: int) -> None:

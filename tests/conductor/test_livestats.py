@@ -8,9 +8,9 @@ import random
 
 import numpy as np
 
-from loadlab.conductor.livestats import RATE_WINDOW_S, LiveStats, request_latencies
 from loadlab.analyze.summary import summarize
 from loadlab.clock import now
+from loadlab.conductor.livestats import RATE_WINDOW_S, LiveStats, request_latencies
 from loadlab.store.schema import RequestRecord
 from tests.support.records import closed
 from tests.support.runs import run_of
