@@ -149,8 +149,9 @@ def main() -> None:
         if result.returncode != 0:
             sys.exit(f"analyze failed: {result.stderr[-2000:]}")
         rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr)[1])
+        cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", result.stderr)[1]) for kind in ("User", "System"))
         overall = json.loads(result.stdout)["overall"]
-        print(f"loadlab analyze: {wall:.1f} s wall, peak RSS {rss_kib / 2**20:.2f} GiB; "
+        print(f"loadlab analyze: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss_kib / 2**20:.2f} GiB; "
               f"verdict {overall['constraint']} / {overall['saturation']}, knee step {overall['knee_step']}")
 
 

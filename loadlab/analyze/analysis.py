@@ -30,8 +30,11 @@ from loadlab.store.reader import RunData
 from loadlab.store.schema import StepInfo
 
 FORMAT = 1
+REQUEST_COLUMNS = ("step", "ok", "error", "send_time", "end_time", "ttft", "e2e", "tpot", "out_tokens",
+                   "user_tokens_per_s")
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5         # fewer successful requests in a step: no verdict (judgement)
+CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 NAMES = {
     CLIENT: "the load generator", rules.KV_CAPACITY: "KV capacity", rules.MEMORY_BANDWIDTH: "memory bandwidth",
     rules.COMPUTE: "compute", rules.SCHEDULING: "scheduling (admission)", rules.NETWORK: "network (collectives)",
@@ -123,7 +126,8 @@ def analyze_run(run: RunData) -> Analysis:
     steps = steps_of(run)
     summary = summarize(run)
     requests = per_request(run.requests, {s.index: s.mode for s in steps})
-    measured = requests[~requests["warmup"].astype(bool)]
+    # Only the columns the analysis reads: filtering a million rows then moves no strings it ignores.
+    measured = requests.loc[~requests["warmup"].astype(bool), list(REQUEST_COLUMNS)]
     samples = SampleIndex(run.samples)
     data = [_step_data(step, measured, samples, summary.steps[i]) for i, step in enumerate(steps)]
     fit = fit_step_time(samples, [d.window for d in data])
@@ -183,7 +187,7 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
             saturation_reason=state.reason, constraint=constraint,
             score=chosen.score if chosen else 0.0, confidence=chosen.confidence if chosen else 0.0,
             runner_up=runner_up, headline=headline, evidence=evidence,
-            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived),
+            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
             missing=missing if missing is not None else (chosen.missing if chosen else []), derived=d.derived)
 
     if not len(d.requests):
@@ -200,7 +204,8 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     client = scores[CLIENT]
     if client.score >= 0.5:
         reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
-        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client)
+        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted",
+                          client, missing=[])
         if has_server and eligible:
             limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
             limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
@@ -217,6 +222,16 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     runner_up = (RunnerUp(second.constraint, second.score, second.confidence)
                  if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN else None)
     return verdict(best.constraint, _headline(best, state), best, runner_up)
+
+
+def _clock_advice(d: StepData) -> list[str]:
+    """GPU clocks held down by power or heat in over CLOCK_SLOWDOWN_SHARE of the samples: a
+    sub-flag of any verdict (the GPU ran slower than its rating)."""
+    share = d.derived.get("gpu_clock_slowdown_share")
+    if share is None or share.value <= CLOCK_SLOWDOWN_SHARE:
+        return []
+    return [f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
+            "check cooling, power limits and clocks before tuning the server"]
 
 
 def _headline(best: ClassScore, state: Saturation) -> str:

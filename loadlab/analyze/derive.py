@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.histograms import SampleIndex, window_histogram, window_increase
+from loadlab.analyze.histograms import SampleIndex, near, window_histogram, window_increase
 from loadlab.analyze.intervals import NCCL_COLLECTIVE_SECONDS, collective_share
 from loadlab.analyze.summary import StepSummary
 from loadlab.analyze.window import Window
@@ -145,7 +145,8 @@ def _server_side(d: StepData) -> None:
                   ["client.ttft", sig.TTFT], SERVER)
     if queue is not None:
         d.put("queue_time_mean", queue.mean, "s", [sig.QUEUE_TIME], SERVER)
-        base = ttft.mean if ttft is not None else d.derived.get("ttft_p50", Derived(math.nan, "", [], "")).value
+        client_ttft = d.derived.get("ttft_p50")
+        base = ttft.mean if ttft is not None else (client_ttft.value if client_ttft else math.nan)
         d.put("queue_share", queue.mean / base if base > 0 else math.nan, "fraction",
               [sig.QUEUE_TIME, sig.TTFT if ttft is not None else "client.ttft"], SERVER)
     if itl is not None:
@@ -154,7 +155,8 @@ def _server_side(d: StepData) -> None:
                             (sig.STEP_TIME, "step_time", "s")):
         if hist[name] is not None:
             d.put(f"{key}_mean", hist[name].mean, unit, [name], SERVER)
-    parts = [s.of(sig.COLLECTIVE_TIME + "_sum"), s.of(sig.STEP_TIME + "_sum"), s.of(NCCL_COLLECTIVE_SECONDS, ("nccl",))]
+    parts = [near(s.of(sig.COLLECTIVE_TIME + "_sum"), bins), near(s.of(sig.STEP_TIME + "_sum"), bins),
+             near(s.of(NCCL_COLLECTIVE_SECONDS, ("nccl",)), bins)]
     share = collective_share(pd.concat(parts, ignore_index=True), bins)[0]
     d.put("collective_share", share, "fraction", [sig.COLLECTIVE_TIME, sig.STEP_TIME], SERVER)
     d.put("prefix_cache_hit_rate", _prefix_hit_rate(s, d.window), "fraction", ["vllm:prefix_cache_hits"], SERVER)

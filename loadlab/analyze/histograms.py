@@ -24,11 +24,15 @@ class SampleIndex:
     """A run's samples by signal name (each frame keeps the long-form columns)."""
 
     def __init__(self, samples: pd.DataFrame) -> None:
+        # Label sets, sources and names repeat in every scrape: as categories, the sorts and groupings
+        # of a long run move small integer codes instead of strings.
+        samples = samples.astype({"labels": "category", "source": "category", "signal": "category"})
         self._empty = samples.iloc[0:0]
-        self._by_signal = {str(name): df for name, df in samples.groupby("signal", sort=False)}
+        self._by_signal = {str(name): df.sort_values("time", kind="stable")
+                           for name, df in samples.groupby("signal", sort=False, observed=True)}
 
     def of(self, signal: str, sources: tuple[str, ...] = SERVER_SOURCES) -> pd.DataFrame:
-        """The samples of `signal` from the first of `sources` that has any."""
+        """The samples of `signal` from the first of `sources` that has any, sorted by time."""
         return pick_source(self._by_signal.get(signal, self._empty), signal, sources)
 
     def has(self, signal: str) -> bool:
@@ -76,7 +80,7 @@ class WindowHistogram:
 def window_histogram(index: SampleIndex, signal: str, bins: Bins) -> WindowHistogram | None:
     """The histogram `signal` over the one interval of `bins` (None when it has no bucket samples
     there). Series of several engines or phases are added up bucket by bucket."""
-    buckets = index.of(signal)
+    buckets = near(index.of(signal), bins)
     if not len(buckets):
         return None
     le_of = {text: json.loads(text).get("le") for text in buckets["labels"].unique()}
@@ -102,7 +106,17 @@ def window_histogram(index: SampleIndex, signal: str, bins: Bins) -> WindowHisto
 def window_increase(index: SampleIndex, signal: str, bins: Bins) -> float:
     """How much a counter (all its series, ranks averaged) grew over the one interval of `bins`;
     NaN when it has no sample there."""
-    return float(interval_totals(index.of(signal), bins)[0])
+    return float(interval_totals(near(index.of(signal), bins), bins)[0])
+
+
+def near(series: pd.DataFrame, bins: Bins) -> pd.DataFrame:
+    """The rows of a time-sorted series that increases over `bins` depend on: from the last
+    scrape before the first interval (every series of a scrape shares its time) to the end of
+    the last. A long run's other hours are left out before any sorting or grouping."""
+    t = series["time"].to_numpy(float)
+    first = int(np.searchsorted(t, bins.start, side="left"))
+    low = int(np.searchsorted(t, t[first - 1], side="left")) if first > 0 else 0
+    return series.iloc[low:int(np.searchsorted(t, bins.edges[-1], side="right"))]
 
 
 def _increase(index: SampleIndex, signal: str, bins: Bins, fallback: float) -> float:

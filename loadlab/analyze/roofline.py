@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadlab.analyze.histograms import SampleIndex
+from loadlab.analyze.histograms import SampleIndex, near
 from loadlab.analyze.intervals import Bins, interval_totals
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
@@ -41,7 +41,7 @@ GPU_SPECS: dict[str, tuple[float, float]] = {
 DEFAULT_RIDGE = 250.0
 # Labels that name the GPU model on GPU samples (dcgm-exporter's `modelName`).
 GPU_NAME_LABELS = ("modelName", "gpu_name", "name")
-SUB_INTERVAL = 5.0        # seconds per point of the step-time fit (judgement)
+SUB_INTERVAL = 2.0        # seconds per point of the step-time fit: two 1 s scrapes (judgement)
 MIN_FIT_POINTS = 3
 
 
@@ -72,8 +72,8 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
                 continue
             count = max(1, int(window.seconds // SUB_INTERVAL))
             bins = Bins(window.start, np.nextafter(window.seconds / count, np.inf), count)
-            time_sum = interval_totals(samples.of(sig.STEP_TIME + "_sum"), bins)
-            steps = interval_totals(samples.of(sig.STEP_TIME + "_count"), bins)
+            time_sum = interval_totals(near(samples.of(sig.STEP_TIME + "_sum"), bins), bins)
+            steps = interval_totals(near(samples.of(sig.STEP_TIME + "_count"), bins), bins)
             xs.append(_load_per_step(samples, x_signal, bins))
             ys.append(np.where(steps > 0, time_sum / np.where(steps > 0, steps, 1), np.nan))
         if not xs:
@@ -95,8 +95,8 @@ def _load_per_step(samples: SampleIndex, x_signal: str, bins: Bins) -> np.ndarra
         df = samples.of(x_signal)
         per_scrape = df.groupby("time")["value"].sum()
         return _bins_mean(bins, per_scrape.index.to_numpy(float), per_scrape.to_numpy(float))
-    total = interval_totals(samples.of(x_signal + "_sum"), bins)
-    count = interval_totals(samples.of(x_signal + "_count"), bins)
+    total = interval_totals(near(samples.of(x_signal + "_sum"), bins), bins)
+    count = interval_totals(near(samples.of(x_signal + "_count"), bins), bins)
     return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
 
 
@@ -162,4 +162,4 @@ def _per_series_increase(samples: SampleIndex, signal: str, bins: Bins) -> float
     df = samples.of(signal)
     if not len(df):
         return math.nan
-    return float(interval_totals(df, bins)[0]) / df["labels"].nunique()
+    return float(interval_totals(near(df, bins), bins)[0]) / df["labels"].nunique()

@@ -10,9 +10,13 @@ from rich.table import Table
 from rich.text import Text
 
 from loadlab.analyze.analysis import NAMES, Analysis, StepVerdict
+from loadlab.analyze.rules import format_value
 
 DASH = "–"
 MAX_EVIDENCE = 6   # rows of evidence shown in the panel (analysis.json has them all)
+KEY_FIGURES = (("kv_usage_p90", "KV p90"), ("waiting_mean", "waiting"), ("queue_share", "queue"),
+               ("step_time_fixed_share", "fixed step"), ("collective_share", "coll."), ("gpu_sm_active", "SM"),
+               ("gpu_dram_active", "DRAM"))
 
 
 def print_analysis(analysis: Analysis, console: Console) -> None:
@@ -25,13 +29,20 @@ def _steps_table(analysis: Analysis) -> Table:
     table = Table(title=Text("bottleneck analysis" + (" (run cut off)" if analysis.cut_off else "")),
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
     for header, justify in (("step", "left"), ("window", "right"), ("saturation", "left"), ("binds", "left"),
-                            ("conf.", "right"), ("runner-up", "left"), ("headline", "left")):
+                            ("conf.", "right"), ("runner-up", "left"), ("key figures", "left"), ("headline", "left")):
         table.add_column(header, justify=justify, overflow="fold")
     for s in analysis.steps:
         runner = f"{s.runner_up.constraint} {s.runner_up.confidence:.2f}" if s.runner_up else DASH
         table.add_row(escape(s.label), f"{s.window.seconds:.0f} s", s.saturation, s.constraint,
-                      f"{s.confidence:.2f}", runner, escape(s.headline))
+                      f"{s.confidence:.2f}", runner, _key_figures(s), escape(s.headline))
     return table
+
+
+def _key_figures(step: StepVerdict) -> str:
+    """The few derived numbers that tell the classes apart, where measured."""
+    parts = [f"{label} {format_value(step.derived[name].value, step.derived[name].unit)}"
+             for name, label in KEY_FIGURES if name in step.derived]
+    return " · ".join(parts) or DASH
 
 
 def _verdict_panel(analysis: Analysis) -> Panel:

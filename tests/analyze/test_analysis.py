@@ -124,3 +124,26 @@ def test_saturation_compares_steps_by_load_not_by_run_order():
     assert by_label == {"concurrency=1": "under_loaded", "concurrency=2": "at_knee",
                         "concurrency=4": "past_knee", "concurrency=3": "past_knee"}
     assert analysis.overall.knee_step == 1
+
+
+def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
+    gpu = [Sample(T + t / 2, "gpu", name, value, {"gpu": str(g)}) for t in range(40) for g in (0, 1)
+           for name, value in (("gpu_util", 1.0), ("gpu_sm_active", 0.3), ("gpu_dram_active", 0.7),
+                               ("gpu_tensor_active", 0.1), ("gpu_clock_slowdown", float(t % 4 == 0)))]
+    host = [Sample(T + t, "host", "process_cpu", 1.5, {"role": "server", "pid": "9"}) for t in range(20)]
+    # vLLM's prefix-cache counters keep their raw names: 1000 tokens queried and 250 hit per second.
+    counters = {"step_time_sum": 0.8, "collective_time_sum": 0.2,
+                "vllm:prefix_cache_queries_total": 1000, "vllm:prefix_cache_hits_total": 250}
+    records, samples = loaded_run(gauges={"kv_usage": 0.3, "requests_waiting": 0, "requests_running": 4},
+                                  counters=counters, extra=gpu + host)
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    d = step.derived
+    assert d["gpu_dram_active"].value == pytest.approx(0.7) and d["gpu_dram_active"].source == "gpu"
+    assert d["gpu_clock_slowdown_share"].value == pytest.approx(10 / 39)   # window T..T+19: 39 half-seconds
+    assert d["server_cpu"].value == 1.5 and d["server_cpu"].source == "host"
+    assert d["engine_busy"].value == pytest.approx(0.8)
+    assert d["collective_share"].value == pytest.approx(0.25)
+    assert d["prefix_cache_hit_rate"].value == pytest.approx(0.25)
+    # DRAM busy, tensor cores idle, decode-heavy: memory bandwidth; GPU clocks slowed in 25 % of samples.
+    assert step.constraint == "memory_bandwidth" and step.saturation == "under_loaded"
+    assert any("GPU clocks were slowed" in a for a in step.advice)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadlab.analyze.histograms import SampleIndex, window_histogram, window_increase
+from loadlab.analyze.histograms import SampleIndex, near, window_histogram, window_increase
 from loadlab.analyze.window import Window
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
@@ -66,3 +66,13 @@ def test_no_samples_no_histogram_and_nan_increase():
     index = index_of([Sample(T, "server", "kv_usage", 0.5, {})])
     assert window_histogram(index, "ttft", window(0, 10).as_bins()) is None
     assert math.isnan(window_increase(index, "preemptions", window(0, 10).as_bins()))
+
+
+def test_a_late_window_of_a_long_series_reads_only_its_neighbourhood_and_the_same_increase():
+    # A counter growing 2 a second for 100 s, reset at 70; the window 60..80 sees 2 x 20 = 40.
+    samples = [Sample(T + t, "server", "preemptions", 2.0 * (t if t < 70 else t - 70), {}) for t in range(101)]
+    index = index_of(samples)
+    bins = window(60, 80).as_bins()
+    assert window_increase(index, "preemptions", bins) == pytest.approx(40)
+    kept = near(index.of("preemptions"), bins)["time"]
+    assert kept.min() == T + 59 and kept.max() == T + 80

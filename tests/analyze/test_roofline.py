@@ -41,7 +41,7 @@ def test_decode_steps_that_barely_grow_with_tokens_are_bandwidth_bound():
                + engine_counters(T + 30, 20, 40, 64, 0.020 + 0.00001 * 64, totals))
     windows = [Window(T, T + 20, 20, "a"), Window(T + 30, T + 50, 20, "b")]
     fit = fit_step_time(index_of(samples), windows)
-    assert fit.x == "tokens_per_step" and fit.points == 8
+    assert fit.x == "tokens_per_step" and fit.points == 20     # 2 s intervals of two 20 s windows
     assert fit.intercept == pytest.approx(0.020, rel=1e-3) and fit.slope == pytest.approx(1e-5, rel=1e-2)
     assert fit.r2 == pytest.approx(1.0, abs=1e-3)
     assert fit.fixed_share(64) > 0.95
