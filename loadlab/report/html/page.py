@@ -178,23 +178,20 @@ def _steps_table(data: ReportData) -> str:
     steps = data.summary.steps
     verdicts = {s.get("index"): s for s in (data.analysis or {}).get("steps") or [] if isinstance(s, dict)}
     p10 = {e.index: e.user_tokens_per_s_p10 for e in data.extras}
-    headers = ["step", "achieved", "sent", "ok", "failed", "aborted", "req/s", "out tok/s",
-               "per-user tok/s p50", "p10", "TTFT p50 ms", "TTFT p99", "ITL p50 ms", "ITL p99", "TPOT p50 ms",
-               "E2E p50 ms", "E2E p99", "goodput req/s", "client-limited"]
-    if verdicts:
-        headers += ["saturation", "constraint"]
+    # The analysis' words next to the step's name, where a reader starts; then the numbers.
+    headers = ["step", *(["saturation", "constraint"] if verdicts else []), "achieved", "sent", "ok", "failed",
+               "aborted", "req/s", "out tok/s", "per-user tok/s p50", "p10", "TTFT p50 ms", "TTFT p99", "ITL p50 ms",
+               "ITL p99", "TPOT p50 ms", "E2E p50 ms", "E2E p99", "goodput req/s", "client-limited"]
     rows = []
     for s in steps:
-        row = [esc(s.label), _num(s.achieved, 2), f"{s.sent:,}", f"{s.succeeded:,}", f"{s.failed:,}",
-               f"{s.aborted:,}", _num(s.requests_per_s, 2), _num(s.output_tokens_per_s, 0),
-               _num(s.user_tokens_per_s.p50, 1), _num(p10.get(s.index, math.nan), 1), _ms(s.ttft.p50),
-               _ms(s.ttft.p99), _ms(s.itl.p50), _ms(s.itl.p99), _ms(s.tpot.p50), _ms(s.e2e.p50), _ms(s.e2e.p99),
-               _num(s.goodput, 2) if s.goodput is not None else "–",
-               "yes" if s.client.limited else "no"]
-        if verdicts:
-            v = verdicts.get(s.index, {})
-            row += [esc(v.get("saturation", "–")), esc(v.get("constraint", "–"))]
-        rows.append(row)
+        v = verdicts.get(s.index, {})
+        words = [f'<span class="word">{esc(v.get(k, "–"))}</span>' for k in ("saturation", "constraint")]
+        rows.append([esc(s.label), *(words if verdicts else []), _num(s.achieved, 2), f"{s.sent:,}",
+                     f"{s.succeeded:,}", f"{s.failed:,}", f"{s.aborted:,}", _num(s.requests_per_s, 2),
+                     _num(s.output_tokens_per_s, 0), _num(s.user_tokens_per_s.p50, 1),
+                     _num(p10.get(s.index, math.nan), 1), _ms(s.ttft.p50), _ms(s.ttft.p99), _ms(s.itl.p50),
+                     _ms(s.itl.p99), _ms(s.tpot.p50), _ms(s.e2e.p50), _ms(s.e2e.p99),
+                     _num(s.goodput, 2) if s.goodput is not None else "–", "yes" if s.client.limited else "no"])
     note = ("Latencies of successful, non-warm-up requests. achieved: mean requests in flight (closed loop) "
             "or requests sent per second (open loop). per-user tok/s: output tokens / (E2E − TTFT) of one "
             "request; p10 is what the slowest tenth of users saw.")
@@ -276,6 +273,7 @@ th,td{border:1px solid #e2e2e2;padding:3px 8px;text-align:left;vertical-align:to
 th{background:#f3f4f6}
 table.numbers td{text-align:right;white-space:nowrap}
 table.numbers td:first-child{text-align:left}
+.word{display:block;text-align:left}
 .scroll{overflow-x:auto}
 .note{color:#555;font-size:13px}
 .missing{color:#8a5a00}
