@@ -44,6 +44,18 @@ def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     assert (run.requests["error"].fillna("") != "aborted").all()
 
 
+def test_rate_auto_sweeps_the_open_loop_rate(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--rate", "auto", "--start", "2", "--max", "4", "--step-duration", "3",
+                         "--output-len", "8", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = read(out, "run.json")["steps"]
+    assert [(s["label"], s["mode"]) for s in steps] == [("rate=2", "open"), ("rate=4", "open")]
+    assert read(out, "sweep.json")["stop"] == "max"
+    assert all(s["succeeded"] > 0 for s in read(out, "summary.json")["steps"])
+
+
 def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8", "--error-rate", "0.3") as (url, _):
