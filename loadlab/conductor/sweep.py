@@ -19,6 +19,7 @@ from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all,
                                         next_step)
 from loadlab.config import RunConfig
+from loadlab.errors import UserError
 from loadlab.gate.checks import FAIL, SLO, check_run
 from loadlab.metrics.slo import SloSpec
 from loadlab.store.meta import write_json_atomic
@@ -54,7 +55,12 @@ def run_sweep(config: RunConfig, folder: Path, console: Console, limits: SweepLi
                 why = conductor.breach.reason if conductor.breach else "the run folder could not be written"
                 decision = Decision(None, RUN_STOPPED, f"the run stopped itself at {plan.label}: {why}")
                 break
-            results.append(read_step(Path(folder), plan, spec))
+            try:
+                results.append(read_step(Path(folder), plan, spec))
+            except (UserError, OSError, ValueError, KeyError) as e:   # what was measured stays in the folder
+                decision = Decision(None, RUN_STOPPED, f"could not read {plan.label} back from the run folder "
+                                                       f"({type(e).__name__}: {e}): the sweep ends here")
+                break
             decision = next_step(results, limits)
     except KeyboardInterrupt:
         conductor.interrupt()
