@@ -26,6 +26,7 @@ def plan(
     streams / capacity, rounded up; per-user tokens/s read off the curve. Nothing is extrapolated
     beyond the measured concurrencies: the plan says so instead."""
     from loadlab.analyze.capacity import plan_capacity
+    from loadlab.cli.sweep import goodput_note
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.report.console import table_console
@@ -39,6 +40,9 @@ def plan(
         raise UserError(f"--think-time: {e}") from None
     spec = read_slo(slo) if slo is not None else None
     objectives, skipped = _usable(spec.objectives if spec else ())
+    note = goodput_note(spec)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     for text in skipped:
         print(f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr)
     points = curve_points(folder, objectives, spec)
@@ -108,7 +112,7 @@ def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
                  f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
                  f"{last.concurrency:g} as batches grew.")
     if not plan.limits:
-        lines.append(f"No SLO given: one replica's capacity is taken where throughput peaked, "
+        lines.append(f"No per-step SLO to plan on: one replica's capacity is taken where throughput peaked, "
                      f"{plan.capacity:g} streams.")
     elif plan.replicas is None:
         breached = [lim.objective for lim in plan.limits if math.isnan(lim.concurrency)]

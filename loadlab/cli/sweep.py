@@ -17,6 +17,7 @@ from loadlab.client.discovery import API_KEY_ENV
 
 if TYPE_CHECKING:
     from loadlab.conductor.sweep import SweepOutcome
+    from loadlab.metrics.slo import SloSpec
 
 DEFAULT_MAX = 512              # users, or requests/s with --rate auto
 DEFAULT_STEP_SECONDS = 20.0
@@ -88,6 +89,9 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
     if steps < 1:
         raise UserError(f"--max-steps must be >= 1, got {steps}")
     spec = read_slo(slo) if slo is not None else None
+    note = goodput_note(spec)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     cfg = apply_overrides(
         RunConfig(), url=url, model=model, api=api, concurrency=None if rate else str(int(start)),
         rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, kind=workload,
@@ -102,6 +106,14 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
 
     limits = SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps)
     return run_sweep(cfg, folder, console, limits, spec, step_duration)
+
+
+def goodput_note(spec: "SloSpec | None") -> str:
+    """What to add when the SLO's per-request objectives would otherwise judge nothing ("" if fine)."""
+    if spec is None or spec.per_request is None or any(o.metric == "goodput" for o in spec.objectives):
+        return ""
+    return ("per-request objectives (ttft=, itl=, tpot=, e2e=) only define goodput; add e.g. goodput=95% "
+            "to judge steps by them")
 
 
 def print_sweep(outcome: "SweepOutcome") -> None:

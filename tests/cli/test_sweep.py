@@ -94,6 +94,9 @@ def test_plan_reads_a_concurrency_curve(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "10 users with 2 s think time keep ~" in result.stdout
     assert "ttft_p99=2s" in result.stdout and "measured curve" in result.stdout
+    # per-request objectives alone plan nothing: the plan says how to use them
+    goodput = loadlab("plan", str(tmp_path / "run"), "--users", "10", "--slo", "ttft=500")
+    assert goodput.returncode == 0 and "add e.g. goodput=95%" in goodput.stderr
 
 
 @pytest.mark.parametrize("args, message", [
