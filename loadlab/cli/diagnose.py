@@ -25,6 +25,7 @@ def diagnose(
     report_file: Optional[Path] = typer.Option(None, "--report", help="HTML report to write (default reports/<run name>.html)."),
     input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
     output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
+    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
 ) -> None:
     """Sweep the concurrency to the knee (as `loadlab sweep`) with the server's metrics (probed at
@@ -40,7 +41,8 @@ def diagnose(
 
     outcome = start_sweep(url=url, slo=slo, max_load=max_load, rate=None, start=1.0, step_duration=step_duration,
                           max_steps=max_steps, model=model, api=None, out=out, input_len=input_len,
-                          output_len=output_len, workload=None, dataset=None, timeout=None, server_metrics=None,
+                          output_len=output_len, workload=None, dataset=None, timeout=None, processes=processes,
+                          server_metrics=None,
                           no_server_metrics=False, no_gpu=False, api_key=api_key, command="diagnose")
     folder = outcome.folder
     print_final_summary(folder)

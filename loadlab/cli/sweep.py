@@ -39,6 +39,7 @@ def sweep(
     workload: Optional[str] = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (default 300)."),
+    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host (when a step comes out client-limited)."),
     server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="Server /metrics URL or path (default <url>/metrics, then /prometheus/metrics)."),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
@@ -53,8 +54,8 @@ def sweep(
     outcome = start_sweep(url=url, slo=slo, max_load=max_load, rate=rate, start=start,
                           step_duration=step_duration, max_steps=max_steps, model=model, api=api, out=out,
                           input_len=input_len, output_len=output_len, workload=workload, dataset=dataset,
-                          timeout=timeout, server_metrics=server_metrics, no_server_metrics=no_server_metrics,
-                          no_gpu=no_gpu, api_key=api_key, command="sweep")
+                          timeout=timeout, processes=processes, server_metrics=server_metrics,
+                          no_server_metrics=no_server_metrics, no_gpu=no_gpu, api_key=api_key, command="sweep")
     folder = Path(outcome.folder)
     print_final_summary(folder)
     print_final_analysis(folder)
@@ -65,7 +66,7 @@ def sweep(
 def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str | None, start: float,
                 step_duration: float, max_steps: int | None, model: str | None, api: str | None,
                 out: Path | None, input_len: str | None, output_len: str | None, workload: str | None,
-                dataset: str | None, timeout: float | None, server_metrics: str | None,
+                dataset: str | None, timeout: float | None, processes: int | None, server_metrics: str | None,
                 no_server_metrics: bool, no_gpu: bool, api_key: str | None, command: str) -> "SweepOutcome":
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
     from loadlab.cli.run import prepare_run
@@ -94,7 +95,7 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
         print(f"note: {note}", file=sys.stderr)
     cfg = apply_overrides(
         RunConfig(), url=url, model=model, api=api, concurrency=None if rate else str(int(start)),
-        rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, kind=workload,
+        rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, processes=processes, kind=workload,
         input_len=input_len, output_len=output_len, dataset=dataset, server_metrics=server_metrics,
         slo=spec.text if spec else None)
     if no_server_metrics:

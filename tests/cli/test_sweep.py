@@ -44,6 +44,21 @@ def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     assert (run.requests["error"].fillna("") != "aborted").all()
 
 
+def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--max", "4", "--step-duration", "2", "--output-len", "8",
+                         "--processes", "2", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert read(out, "sweep.json")["stop"] == "max"
+    from loadlab.store.reader import load_run
+
+    run = load_run(out)
+    ends = {s.index: s.end_time for s in run.meta.steps}
+    assert (run.requests["send_time"] <= run.requests["step"].map(ends)).all()
+    assert run.requests["worker"].nunique() == 2
+
+
 def test_rate_auto_sweeps_the_open_loop_rate(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
