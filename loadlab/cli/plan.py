@@ -74,6 +74,10 @@ def curve_points(folder: Path, objectives: "tuple[Objective, ...]", spec) -> "li
             user_tps=statistic(step.per_request["tps_user"], "p50"),
             e2e=statistic(step.per_request["e2e"], "mean"),
             values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives})
+    limited = [s.summary.label for s in values.steps if s.summary.client.limited]
+    if limited:
+        print(f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
+              "generator's, not the server's", file=sys.stderr)
     if not by_load:
         raise UserError(f"{folder} has no closed-loop step with a successful request: plan reads a "
                         "concurrency sweep (loadlab sweep --url ...)")
