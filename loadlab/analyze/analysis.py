@@ -136,7 +136,11 @@ def analyze_run(run: RunData) -> Analysis:
         _add_roofline(d, fit)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
-    states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in data])
+    # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
+    by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
+    sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
+    state_of = {d.step.index: state for d, state in zip(by_load, sorted_states)}
+    states = [state_of[d.step.index] for d in data]
     verdicts = [_verdict(d, state, kind, has_server, fit) for d, state in zip(data, states)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)

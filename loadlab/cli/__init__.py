@@ -27,9 +27,11 @@ def version() -> None:
 
 def _register_commands() -> None:
     # Imported here so `loadlab --help` stays fast and each command owns its imports.
-    from loadlab.cli import analyze, compare, gate, gpu_exporter, lab, mock, report, run, serve, summary, timeline
+    from loadlab.cli import (analyze, compare, diagnose, gate, gpu_exporter, lab, mock, plan, report, run, serve,
+                             summary, sweep, timeline)
 
-    for module in (run, summary, analyze, report, timeline, compare, gate, mock, serve, gpu_exporter, lab):
+    for module in (run, sweep, summary, analyze, plan, diagnose, timeline, report, compare, gate, mock, serve,
+                   gpu_exporter, lab):
         module.register(app)
 
 

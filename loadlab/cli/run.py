@@ -25,11 +25,17 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from loadlab.client.discovery import API_KEY_ENV
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from loadlab.conductor.runloop import RunOutcome
+    from loadlab.config import RunConfig
 
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}   # by RunOutcome.cause
@@ -84,11 +90,8 @@ def run(
     2 invalid for gating.
     """
     from loadlab.config import RunConfig
-    from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
-    from loadlab.urls import parse_http_url, without_credentials
-    from loadlab.workload import make_workload
-    from loadlab.workload.scenario import apply_overrides, check, load_scenario
+    from loadlab.workload.scenario import apply_overrides, load_scenario
 
     cfg = load_scenario(scenario) if scenario is not None else RunConfig()
     if concurrency is not None:
@@ -108,6 +111,26 @@ def run(
         cfg.server_metrics = None
     if no_gpu:
         cfg.gpu = False
+    folder, console = prepare_run(cfg, out, api_key, max(cfg.concurrency, default=0), "run")
+    from loadlab.conductor.runloop import run_load
+
+    outcome = run_load(cfg, folder, console)
+    print_final_summary(folder)
+    print_final_analysis(folder)
+    gate_code = _gate(folder, cfg.slo) if cfg.slo and outcome.status != "interrupted" else 0
+    exit_on_outcome(outcome)
+    sys.exit(gate_code)
+
+
+def prepare_run(cfg: RunConfig, out: Path | None, api_key: str | None, streams: int, command: str) -> tuple[Path, Console]:
+    """Check a complete config, choose and check the run folder, find the model and the API key,
+    raise the open-file limit for `streams` connections (0: open loop's cap) and make Ctrl-C and
+    SIGTERM end the run cleanly; prints the first line. Shared by `run`, `sweep` and `diagnose`."""
+    from loadlab.errors import UserError
+    from loadlab.urls import parse_http_url, without_credentials
+    from loadlab.workload import make_workload
+    from loadlab.workload.scenario import check
+
     check(cfg, complete=True)
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
@@ -125,12 +148,11 @@ def run(
     from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
-    from loadlab.conductor.runloop import run_load
 
     cfg.api_key = api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
-    streams = max(cfg.concurrency) if cfg.concurrency else OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
+    streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
     warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
@@ -139,12 +161,14 @@ def run(
     # recorded as aborted, and the run folder is closed with its summary.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     console = Console(stderr=True)
-    console.print(f"loadlab run -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
+    console.print(f"loadlab {command} -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
                   highlight=False)
-    outcome = run_load(cfg, folder, console)
-    print_final_summary(folder)
-    print_final_analysis(folder)
-    gate_code = _gate(folder, cfg.slo) if cfg.slo and outcome.status != "interrupted" else 0
+    return folder, console
+
+
+def exit_on_outcome(outcome: RunOutcome) -> None:
+    """Exit with the code of a run that did not finish well (interrupted, stopped itself, failed,
+    degraded; one `error:` line); return when it finished."""
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
     if outcome.cause:
@@ -154,7 +178,6 @@ def run(
         print("error: a load-generator process died during the run (status degraded; see the warning above)",
               file=sys.stderr)
         sys.exit(EXIT_DEGRADED)
-    sys.exit(gate_code)
 
 
 def _gate(folder: Path, slo: str) -> int:

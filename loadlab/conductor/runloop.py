@@ -158,6 +158,22 @@ class Conductor:
             # shutdown would count as idle time and lower the achieved concurrency).
             self.writer.end_step(plan.index, now())
 
+    def pause(self) -> bool:
+        """Between steps (a sweep deciding its next one): no new request starts, those in flight
+        finish (at most the per-request timeout) and the run folder is brought up to date, so
+        the step just run can be read whole and nothing is sent meanwhile. False when the
+        folder could not be written (the run then ends `failed`)."""
+        self.env.loadlab.step = None
+        publish_context(self.env)
+        self._drain()
+        try:
+            self.writer.flush()
+        except OSError as e:   # the rows stay buffered for close()'s last tries
+            self.writer.fail(e)
+            self.status = FAILED
+            return False
+        return True
+
     def interrupt(self) -> None:
         """Ctrl-C (or SIGTERM): what is in flight is aborted when the run closes."""
         self.status = INTERRUPTED

@@ -107,6 +107,25 @@ def test_analysis_json_holds_the_contract(tmp_path):
     assert "NaN" not in (tmp_path / ANALYSIS_JSON).read_text()
 
 
+def test_saturation_compares_steps_by_load_not_by_run_order():
+    # A sweep bisects: concurrency 1, 2, 4, then 3. Throughput 10, 20, 20, 20 tokens/s: flat from 2
+    # on. Judged by load, 3 is already flat against 2 (past the knee) and 2 is the knee; in run
+    # order, 3 would only have had 4 (a higher load) before it.
+    records, samples, steps, start = [], [], [], T
+    for index, (users, e2e) in enumerate([(1, 1.0), (2, 1.0), (4, 2.0), (3, 1.5)]):
+        gauges = {"kv_usage": 0.1, "requests_waiting": 0, "requests_running": users}
+        r, s = loaded_run(users=users, seconds=12, e2e=e2e, step=index, start=start, gauges=gauges)
+        records += r
+        samples += s
+        steps.append(closed(users, start, start + 12, index=index))
+        start += 20
+    analysis = analyze_run(run_of(records, steps, samples))
+    by_label = {s.label: s.saturation for s in analysis.steps}
+    assert by_label == {"concurrency=1": "under_loaded", "concurrency=2": "at_knee",
+                        "concurrency=4": "past_knee", "concurrency=3": "past_knee"}
+    assert analysis.overall.knee_step == 1
+
+
 def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
     gpu = [Sample(T + t / 2, "gpu", name, value, {"gpu": str(g)}) for t in range(40) for g in (0, 1)
            for name, value in (("gpu_util", 1.0), ("gpu_sm_active", 0.3), ("gpu_dram_active", 0.7),

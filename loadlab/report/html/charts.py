@@ -44,6 +44,8 @@ def step_colors(count: int) -> list[str]:
 
 def load_curve(steps: list[StepSummary], extras: list[StepExtra]) -> go.Figure:
     """Throughput and per-user speed (top) and TTFT/ITL p99 (bottom) against each step's load."""
+    # By load, not run order: a sweep's bisected step (4, then 3) would draw the line backwards.
+    steps = sorted(steps, key=lambda s: (s.target if math.isfinite(s.target) else math.inf, s.index))
     x, title = _load_axis(steps)
     p10 = {e.index: e.user_tokens_per_s_p10 for e in extras}
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,

@@ -102,3 +102,15 @@ def test_a_damaged_part_is_named_among_the_warnings_and_the_rest_is_reported(tmp
     data = build_report_data(load_run(tmp_path / "run"))
     assert any(w.startswith("skipped unreadable part part-999999.parquet") for w in data.warnings)
     assert data.summary.overall.sent == 3 and data.cdfs
+
+
+def test_the_load_curve_runs_by_load_when_a_sweep_bisected_back(tmp_path):
+    from loadlab.analyze.summary import summarize
+    from loadlab.report.html.charts import load_curve
+    from loadlab.store.reader import load_run
+    from tests.support.runs import write_drawn_run
+
+    write_drawn_run(tmp_path, seed=3, targets=(1, 2, 4, 3), n=20)
+    figure = load_curve(summarize(load_run(tmp_path)).steps, [])
+    assert list(figure.data[0].x) == [1, 2, 3, 4]
+    assert list(figure.data[0].text) == ["concurrency=1", "concurrency=2", "concurrency=3", "concurrency=4"]

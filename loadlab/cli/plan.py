@@ -1,0 +1,149 @@
+"""`loadlab plan RUN --users N`: how many replicas N users need, and what each user then sees,
+read off a sweep's measured curve (loadlab/analyze/capacity.py)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from loadlab.analyze.capacity import CapacityPlan, CurvePoint, Reading
+    from loadlab.metrics.slo import Objective
+
+
+def plan(
+    folder: Path = typer.Argument(..., help="Run folder of a concurrency sweep (loadlab sweep, or loadlab run --concurrency 1,2,4,...)."),
+    users: int = typer.Option(..., "--users", help="Users to plan for."),
+    think_time: str = typer.Option("0", "--think-time", help="Seconds a user pauses between requests: a number or a distribution such as uniform:2:8 (its mean is used)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs a replica must meet (inline or a TOML file, docs/slo.md), e.g. ttft_p99=2s,tps_user_p50=10."),
+) -> None:
+    """Active streams = users x E2E / (E2E + think time) (Little's law); one replica's capacity is
+    the highest measured concurrency meeting the SLOs (interpolated between steps); replicas =
+    streams / capacity, rounded up; per-user tokens/s read off the curve. Nothing is extrapolated
+    beyond the measured concurrencies: the plan says so instead."""
+    from loadlab.analyze.capacity import plan_capacity
+    from loadlab.cli.sweep import goodput_note
+    from loadlab.errors import UserError
+    from loadlab.metrics.slo import read_slo
+    from loadlab.report.console import table_console
+    from loadlab.workload.distributions import parse_seconds
+
+    if users < 1:
+        raise UserError(f"--users must be >= 1, got {users}")
+    try:
+        think = parse_seconds(think_time).mean
+    except UserError as e:
+        raise UserError(f"--think-time: {e}") from None
+    spec = read_slo(slo) if slo is not None else None
+    objectives, skipped = _usable(spec.objectives if spec else ())
+    note = goodput_note(spec)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    for text in skipped:
+        print(f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr)
+    points = curve_points(folder, objectives, spec)
+    result = plan_capacity(points, users, think, objectives)
+    console = table_console()
+    console.print(_curve_table(points, objectives))
+    console.print(plan_sentence(result, points), highlight=False, markup=False)
+
+
+def curve_points(folder: Path, objectives: "tuple[Objective, ...]", spec) -> "list[CurvePoint]":  # noqa: ANN001
+    """The measured curve of the run's closed-loop steps (one point per concurrency, the later
+    step when one was run twice); UserError when there is none to plan from."""
+    from loadlab.analyze.capacity import CurvePoint
+    from loadlab.analyze.measures import measure, statistic
+    from loadlab.errors import UserError
+    from loadlab.store.reader import load_run
+
+    run = load_run(folder)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    values = measure(run, spec.per_request if spec else None)
+    by_load: dict[float, CurvePoint] = {}
+    for step in values.steps:
+        s = step.summary
+        if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
+            continue
+        by_load[s.target] = CurvePoint(
+            concurrency=s.target, output_tps=s.output_tokens_per_s,
+            user_tps=statistic(step.per_request["tps_user"], "p50"),
+            e2e=statistic(step.per_request["e2e"], "mean"),
+            values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives})
+    limited = [s.summary.label for s in values.steps if s.summary.client.limited]
+    if limited:
+        print(f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
+              "generator's, not the server's", file=sys.stderr)
+    if not by_load:
+        raise UserError(f"{folder} has no closed-loop step with a successful request: plan reads a "
+                        "concurrency sweep (loadlab sweep --url ...)")
+    return [by_load[k] for k in sorted(by_load)]
+
+
+def _usable(objectives: "tuple[Objective, ...]") -> "tuple[tuple[Objective, ...], list[str]]":
+    """The objectives a curve point can be judged on: statistics of each step (not verdicts,
+    not items for one named step or the whole run)."""
+    usable = tuple(o for o in objectives if o.metric not in ("verdict", "saturation") and o.step is None)
+    return usable, [o.text for o in objectives if o not in usable]
+
+
+def _curve_table(points: "list[CurvePoint]", objectives: "tuple[Objective, ...]"):  # noqa: ANN202
+    from rich.table import Table
+
+    table = Table(title="measured curve (one replica)", title_justify="left")
+    for name in ("concurrency", "tok/s", "user tok/s p50", "E2E mean s", *(o.text for o in objectives)):
+        table.add_column(name, justify="right")
+    for p in points:
+        marks = [f"{p.values[o.text]:.4g} {'ok' if o.passes(p.values[o.text]) else 'BREACH'}" for o in objectives]
+        table.add_row(f"{p.concurrency:g}", f"{p.output_tps:.0f}", f"{p.user_tps:.1f}", f"{p.e2e:.2f}", *marks)
+    return table
+
+
+def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
+    """The plan in plain words, saying where a value was interpolated or is out of range."""
+    lo, hi = plan.measured_range
+    think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
+    lines = [f"{plan.users} users {think} keep ~{plan.streams:.0f} streams busy "
+             f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."]
+    peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
+    lines.append(f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
+                 f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says {peak.output_tps / plan.streams:.1f} "
+                 f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
+                 f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
+                 f"{last.concurrency:g} as batches grew.")
+    if not plan.limits:
+        lines.append(f"No per-step SLO to plan on: one replica's capacity is taken where throughput peaked, "
+                     f"{plan.capacity:g} streams.")
+    elif plan.replicas is None:
+        breached = [lim.objective for lim in plan.limits if math.isnan(lim.concurrency)]
+        lines.append(f"Even the lowest measured concurrency ({lo:g}) breaches {', '.join(breached)}: "
+                     "no replica count meets the SLO at this workload.")
+        return "\n".join(lines)
+    else:
+        tight = min(plan.limits, key=lambda lim: lim.concurrency)
+        how = {"interpolated": "interpolated between measured steps",
+               "measured": f"at least: every measured step up to {hi:g} meets it"}.get(tight.how, tight.how)
+        lines.append(f"One replica meets {', '.join(lim.objective for lim in plan.limits)} up to "
+                     f"{plan.capacity:.1f} streams ({tight.objective} binds; {how}).")
+    lines.append(f"So {plan.replicas} replica{'s' if plan.replicas != 1 else ''} "
+                 f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}.")
+    one = plan.user_tps_one_replica
+    lines.append(f"All {plan.users} users on one replica (~{plan.streams_one_replica:.0f} streams): each would see "
+                 f"{_tps(one, lo, hi)}.")
+    return "\n".join(lines)
+
+
+def _tps(reading: "Reading", lo: float, hi: float) -> str:
+    if math.isnan(reading.value):
+        return f"an unknown speed: {reading.how} ({lo:g}-{hi:g} streams), not extrapolated"
+    note = " (interpolated)" if reading.how == "interpolated" else ""
+    return f"~{reading.value:.1f} tokens/s{note}"
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the CLI."""
+    app.command()(plan)

@@ -1,0 +1,111 @@
+"""`loadlab sweep`'s loop: run a step with the Conductor, read it back from the run folder, judge
+it (stepping.py) and choose the next, until the sweep stops itself. Every step is one labelled
+step of the same run folder; `sweep.json` beside it says how each step was judged and why the
+sweep stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.measures import measure
+from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
+from loadlab.conductor.stepping import (RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all,
+                                        next_step)
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.gate.checks import FAIL, SLO, check_run
+from loadlab.metrics.slo import SloSpec
+from loadlab.store.meta import write_json_atomic
+from loadlab.store.reader import load_run
+
+SWEEP_JSON = "sweep.json"
+INTERRUPTED = "interrupted"
+
+
+@dataclass
+class SweepOutcome:
+    """How the run ended, why the sweep stopped, and what it measured step by step."""
+
+    run: RunOutcome
+    decision: Decision
+    results: list[StepResult]
+    folder: Path
+    limits: SweepLimits
+
+
+def run_sweep(config: RunConfig, folder: Path, console: Console, limits: SweepLimits,
+              spec: SloSpec | None, step_seconds: float) -> SweepOutcome:
+    """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
+    # The folder is read while the run goes on: the reader's "cut off" warning is expected.
+    logging.getLogger("loadlab.store.reader").setLevel(logging.ERROR)
+    conductor = Conductor(config, folder, console, limits.mode)
+    results: list[StepResult] = []
+    decision = next_step(results, limits)
+    try:
+        while decision.next_target is not None:
+            plan = step_plan(len(results), decision.next_target, limits.mode, step_seconds)
+            if not (conductor.run_step(plan) and conductor.pause()):
+                why = conductor.breach.reason if conductor.breach else "the run folder could not be written"
+                decision = Decision(None, RUN_STOPPED, f"the run stopped itself at {plan.label}: {why}")
+                break
+            try:
+                results.append(read_step(Path(folder), plan, spec))
+            except (UserError, OSError, ValueError, KeyError) as e:   # what was measured stays in the folder
+                decision = Decision(None, RUN_STOPPED, f"could not read {plan.label} back from the run folder "
+                                                       f"({type(e).__name__}: {e}): the sweep ends here")
+                break
+            decision = next_step(results, limits)
+    except KeyboardInterrupt:
+        conductor.interrupt()
+        decision = Decision(None, INTERRUPTED, "interrupted")
+    outcome = conductor.close()
+    try:
+        write_sweep_json(Path(folder), limits, decision, results)
+    except OSError as e:   # what was measured is in the run folder already
+        console.print(f"warning: {SWEEP_JSON} not written ({e.strerror or e})", highlight=False)
+    return SweepOutcome(outcome, decision, results, Path(folder), limits)
+
+
+def step_plan(index: int, target: float, mode: str, seconds: float) -> StepPlan:
+    """One sweep step: a time-bounded closed- or open-loop step labelled like `loadlab run`'s."""
+    name = "concurrency" if mode == "closed" else "rate"
+    return StepPlan(index, f"{name}={target:g}", mode, target, seconds, 0)
+
+
+def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
+    """The step just run, read back from the run folder: the analyzer's derived values, its error
+    rate, the SLO checks it failed (the gate's checks) and whether the client limited it."""
+    run = load_run(folder)
+    analysis = analyze_run(run)
+    values = measure(run, spec.per_request if spec else None)
+    step = next(s for s in values.steps if s.summary.index == plan.index)
+    verdict = next(s for s in analysis.steps if s.index == plan.index)
+    failures: list[str] = []
+    if spec is not None:
+        suffix = f" [{plan.label}]"
+        checks = check_run(values, spec, analysis.to_dict()).checks
+        failures = [f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})" for c in checks
+                    if c.kind == SLO and c.status == FAIL and c.name.endswith(suffix)]
+    error_rate = step.value("error_rate")
+    client = step.summary.client
+    limited = client.limited and (spec is None or spec.check_client)   # client_limited=any: not judged
+    return StepResult(plan.index, plan.label, plan.target, {k: d.value for k, d in verdict.derived.items()},
+                      0.0 if math.isnan(error_rate) else error_rate, failures,
+                      "; ".join(client.reasons) if limited else "")
+
+
+def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, results: list[StepResult]) -> None:
+    """sweep.json: the limits, each step's judgement and why the sweep stopped."""
+    steps = [{"index": j.step.index, "label": j.step.label, "target": j.step.target,
+              "bad": j.bad, "reason": j.reason} for j in judge_all(results, limits.mode)]
+    data = {"format": 1, "limits": asdict(limits), "stop": decision.stop, "reason": decision.reason,
+            "good_step": decision.good.index if decision.good else None,
+            "bad_step": decision.bad.step.index if decision.bad else None, "steps": steps}
+    write_json_atomic(folder / SWEEP_JSON, data)

@@ -1,0 +1,140 @@
+"""`loadlab sweep`, `loadlab plan` and `loadlab diagnose` end to end against the mock (short steps),
+and their bad input: one line, exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.mock_load import mock_server
+from tests.support.procs import loadlab
+from tests.support.runs import write_drawn_run
+
+# On the shared 2-core test machine the client's self-check may flag event-loop lag; these tests
+# are about the stepping, so they tell the sweep not to stop on it (the SLO setting of the gate).
+NOT_ON_CLIENT = "client_limited=any"
+
+
+def read(folder: Path, name: str) -> dict:
+    return json.loads((folder / name).read_text())
+
+
+def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--max", "4", "--step-duration", "2", "--output-len", "8",
+                         "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [s["label"] for s in read(out, "run.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
+    sweep = read(out, "sweep.json")
+    assert sweep["stop"] == "max" and sweep["good_step"] == 2 and all(s["bad"] == "" for s in sweep["steps"])
+    assert [s["label"] for s in read(out, "analysis.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
+    assert "sweep stopped (max): reached --max 4" in result.stdout
+    assert "bottleneck analysis" in result.stdout
+    # Between steps the sweep pauses: nothing is sent after a step's end while it decides, and
+    # what was in flight finished (none aborted).
+    from loadlab.store.reader import load_run
+
+    run = load_run(out)
+    ends = {s.index: s.end_time for s in run.meta.steps}
+    late = run.requests[run.requests["send_time"] > run.requests["step"].map(ends)]
+    assert late.empty, late[["step", "send_time"]]
+    assert (run.requests["error"].fillna("") != "aborted").all()
+
+
+def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--max", "4", "--step-duration", "2", "--output-len", "8",
+                         "--processes", "2", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert read(out, "sweep.json")["stop"] == "max"
+    from loadlab.store.reader import load_run
+
+    run = load_run(out)
+    ends = {s.index: s.end_time for s in run.meta.steps}
+    assert (run.requests["send_time"] <= run.requests["step"].map(ends)).all()
+    assert run.requests["worker"].nunique() == 2
+
+
+def test_rate_auto_sweeps_the_open_loop_rate(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--rate", "auto", "--start", "2", "--max", "4", "--step-duration", "3",
+                         "--output-len", "8", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = read(out, "run.json")["steps"]
+    assert [(s["label"], s["mode"]) for s in steps] == [("rate=2", "open"), ("rate=4", "open")]
+    assert read(out, "sweep.json")["stop"] == "max"
+    assert all(s["succeeded"] > 0 for s in read(out, "summary.json")["steps"])
+
+
+def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8", "--error-rate", "0.3") as (url, _):
+        result = loadlab("sweep", "--url", url, "--step-duration", "3", "--output-len", "8",
+                         "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    sweep = read(out, "sweep.json")
+    assert sweep["stop"] == "errors" and sweep["good_step"] is None and len(sweep["steps"]) == 1
+    assert "of requests failed at concurrency=1 (> 1%)" in result.stdout
+
+
+def test_an_slo_breach_stops_the_sweep(tmp_path):
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.05", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("sweep", "--url", url, "--step-duration", "2", "--output-len", "8", "--max", "8",
+                         "--slo", f"ttft_p50=10ms,{NOT_ON_CLIENT}", "--no-gpu", "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert read(out, "sweep.json")["stop"] == "slo"
+    assert "SLO breached at concurrency=1: ttft_p50=10ms measured" in result.stdout
+
+
+def test_diagnose_sweeps_analyzes_and_writes_the_report(tmp_path):
+    out, report = tmp_path / "run", tmp_path / "r" / "diag.html"
+    with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
+        result = loadlab("diagnose", url, "--max", "2", "--step-duration", "2", "--output-len", "8",
+                         "--slo", NOT_ON_CLIENT, "--out", str(out), "--report", str(report), timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (out / "analysis.json").exists() and report.exists() and report.stat().st_size > 10_000
+    assert f"report: {report}" in result.stdout and "verdict: " in result.stdout
+    assert "collector server: " in result.stdout and "samples" in result.stdout   # /metrics answered
+
+
+def test_plan_reads_a_concurrency_curve(tmp_path):
+    write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 4), n=60)
+    result = loadlab("plan", str(tmp_path / "run"), "--users", "10", "--think-time", "2", "--slo", "ttft_p99=2s")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "10 users with 2 s think time keep ~" in result.stdout
+    assert "ttft_p99=2s" in result.stdout and "measured curve" in result.stdout
+    # per-request objectives alone plan nothing: the plan says how to use them
+    goodput = loadlab("plan", str(tmp_path / "run"), "--users", "10", "--slo", "ttft=500")
+    assert goodput.returncode == 0 and "add e.g. goodput=95%" in goodput.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("sweep", "--url", "http://127.0.0.1:9", "--max", "3.5"), "--max must be a whole number"),
+    (("sweep", "--url", "http://127.0.0.1:9", "--rate", "5"), "--rate takes 'auto'"),
+    (("sweep", "--url", "http://127.0.0.1:9", "--step-duration", "0"), "--step-duration must be"),
+    (("sweep", "--url", "http://127.0.0.1:9", "--slo", "ttft_p99=fast"), "bad SLO"),
+    (("plan", "no-such-folder", "--users", "10"), "no-such-folder"),
+    (("plan", ".", "--users", "0"), "--users must be >= 1"),
+    (("plan", ".", "--users", "5", "--think-time", "soon"), "think"),
+    (("diagnose", "not a url", "--max", "2"), "url"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = loadlab(*args, timeout=60)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.lower() in lines[0].lower(), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_of_an_open_loop_run_says_it_needs_a_concurrency_sweep(tmp_path):
+    from tests.support.runs import three_requests, write_run
+
+    write_run(tmp_path, lambda t0: (three_requests(t0), []), mode="open")
+    result = loadlab("plan", str(tmp_path), "--users", "10")
+    assert result.returncode == 2 and "concurrency sweep" in result.stderr and "Traceback" not in result.stderr
