@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from locust.event import EventHook, Events
+
+from dataclasses import dataclass, field
 
 from loadlab.clock import ClockAnchor, process_anchor
 from loadlab.config import RunConfig

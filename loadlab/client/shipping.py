@@ -32,6 +32,11 @@ with the others; the dead worker's share of the load is not replaced.
 
 from __future__ import annotations
 
+from locust.env import Environment
+from locust.exception import RPCError
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
 import dataclasses
 import logging
 import math
@@ -40,14 +45,10 @@ import socket
 import time
 import types
 import typing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import gevent
-from locust.env import Environment
-from locust.exception import RPCError
-from locust.rpc import Message
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadlab.client import users
 from loadlab.client.context import ClientContext, add_loadlab_events
@@ -105,7 +106,7 @@ class WorkerLoss:
 
     def message(self) -> str:
         """One line for run.json, summary.json and the console."""
-        at = datetime.fromtimestamp(self.time, timezone.utc).isoformat(timespec="milliseconds")
+        at = datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds")
         return (f"load-generator process {self.worker} died at {at} ({self.reason}): its {self.aborted} "
                 f"requests in flight are recorded as aborted; the run went on with {self.workers_left} "
                 f"of {self.workers} processes, without replacing its load")

@@ -49,7 +49,7 @@ class Endpoint:
     authorization: str = field(default="", repr=False)   # the header's value, "" = none
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> "Endpoint":
+    def from_config(cls, config: RunConfig) -> Endpoint:
         """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
         base_url, prefix, authorization = split_url(config.url, config.api_key)
         if config.api not in API_PATHS:

@@ -8,6 +8,11 @@ all a worker process needs, so the same users run unchanged locally or on distri
 
 from __future__ import annotations
 
+from locust import task
+from locust.contrib.fasthttp import FastHttpUser
+from locust.env import Environment
+from locust.user.users import LOCUST_STATE_STOPPING
+
 import itertools
 import math
 import random
@@ -18,10 +23,6 @@ import gevent
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 from geventhttpclient.url import URL
-from locust import task
-from locust.contrib.fasthttp import FastHttpUser
-from locust.env import Environment
-from locust.user.users import LOCUST_STATE_STOPPING
 
 from loadlab.client.context import ClientContext
 from loadlab.client.stream import Endpoint, StreamResult, stream_request

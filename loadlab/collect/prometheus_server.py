@@ -11,7 +11,7 @@ import logging
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from loadlab.clock import now
 from loadlab.collect.prom_text import first_of_each_series, series_sample
@@ -142,4 +142,4 @@ class PrometheusCollector:
 
 
 def _utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)

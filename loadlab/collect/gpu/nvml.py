@@ -10,8 +10,9 @@ nvmlDeviceGetPcieThroughput: it blocks for 20 ms per call, which would stall a g
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from loadlab.collect.gpu.reading import GpuReading
 

@@ -10,8 +10,9 @@ import html
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
