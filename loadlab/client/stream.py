@@ -252,7 +252,7 @@ class _EventReader:
         return _Failure(ErrorCategory.NOT_SSE, f"{what} (content-type {ctype!r})")
 
 
-def _http_failure(resp) -> _Failure:
+def _http_failure(resp: HTTPSocketResponse) -> _Failure:
     status = resp.status_code
     try:
         text = resp.read()[:300].decode("utf-8", "replace")

@@ -43,7 +43,8 @@ class Distribution:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Distribution:
         """Inverse of dataclasses.asdict, reading null as NaN."""
-        return cls(**{k: (math.nan if v is None else v) for k, v in d.items()})
+        values: dict[str, Any] = {k: (math.nan if v is None else v) for k, v in d.items()}
+        return cls(**values)
 
 
 def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:

@@ -224,7 +224,7 @@ def _timeline(data: ReportData) -> str:
     if any(p.present for p in ts.panels):
         parts.append(_figure(charts.time_series(ts), "fig-timeline"))
     if missing:
-        lines = {}
+        lines: dict[str, list[str]] = {}
         for p in missing:      # panels that share a cause share its line
             lines.setdefault(p.missing, []).append(p.title)
         parts.append("<p><b>Not in this run</b></p><ul>" + "".join(
