@@ -28,7 +28,13 @@ report: venv system-deps
 	  --window-size=1400,1100 --virtual-time-budget=8000 --screenshot=reports/example.png \
 	  file://$(CURDIR)/reports/example.html 2>/dev/null
 
-test: venv system-deps
+# Lint, format and type checks: the one command, here and in CI (`make test` runs it first).
+check: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: venv system-deps check
 	$(BIN)/python -m pytest -q
 
-.PHONY: venv system-deps demo report test
+.PHONY: venv system-deps demo report check test

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.clock import ClockAnchor  # noqa: E402
-from loadlab.store.meta import RunMeta, write_json_atomic  # noqa: E402
-from loadlab.store.schema import Coverage, StepInfo  # noqa: E402
-from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA  # noqa: E402
+from loadlab.clock import ClockAnchor
+from loadlab.store.meta import RunMeta, write_json_atomic
+from loadlab.store.schema import Coverage, StepInfo
+from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 T0 = 1_800_000_000.0
 STEPS = (64, 128, 256, 512)   # closed-loop users per step; the hour is split evenly
@@ -149,7 +149,8 @@ def main() -> None:
         if result.returncode != 0:
             sys.exit(f"analyze failed: {result.stderr[-2000:]}")
         rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr)[1])
-        cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", result.stderr)[1]) for kind in ("User", "System"))
+        cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", result.stderr)[1])
+                  for kind in ("User", "System"))
         overall = json.loads(result.stdout)["overall"]
         print(f"loadlab analyze: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss_kib / 2**20:.2f} GiB; "
               f"verdict {overall['constraint']} / {overall['saturation']}, knee step {overall['knee_step']}")

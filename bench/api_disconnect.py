@@ -23,7 +23,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.reference_server import start_server  # noqa: E402
+from tests.support.reference_server import start_server
 
 
 def kv_usage(url: str) -> float:

@@ -21,7 +21,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.procs import free_port, wait_http  # noqa: E402
+from tests.support.procs import free_port, wait_http
 
 
 def serve_instant_engine(port: int) -> None:
@@ -37,7 +37,7 @@ def serve_instant_engine(port: int) -> None:
         def __init__(self, prompt: list[int], max_tokens: int) -> None:
             self.prompt, self.max_tokens, self.done = prompt, max_tokens, 0
 
-        def __aiter__(self) -> "InstantStream":
+        def __aiter__(self) -> InstantStream:
             return self
 
         async def __anext__(self) -> TokenOutput:
@@ -58,7 +58,7 @@ def serve_instant_engine(port: int) -> None:
         registry = CollectorRegistry()
         healthy = True
 
-        def add_request(self, request_id, prompt_ids, params):  # noqa: ANN001, ANN201
+        def add_request(self, request_id, prompt_ids, params):
             return InstantStream(prompt_ids, params.max_tokens)
 
     web.run_app(build_app(InstantEngine()), host="127.0.0.1", port=port, print=None, access_log=None,
@@ -116,7 +116,8 @@ def main() -> None:
     try:
         wait_http(url + "/health", timeout=60, proc=proc)
         server = psutil.Process(proc.pid)
-        print("| response | concurrent | tokens/request | requests | events/s | server CPU µs/event | server CPU ms/request |")
+        print("| response | concurrent | tokens/request | requests | events/s | server CPU µs/event "
+              "| server CPU ms/request |")
         print("|---|---|---|---|---|---|---|")
         for streams in map(int, args.streams.split(",")):
             print(measure(url, server, streams, args.tokens, args.requests, stream=True), flush=True)

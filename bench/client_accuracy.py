@@ -35,9 +35,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.store.reader import load_run  # noqa: E402
-from tests.support.procs import BIN, Proc, free_port  # noqa: E402
-from report_table import print_results  # noqa: E402  (bench/ is on sys.path: the script's folder)
+from loadlab.store.reader import load_run
+from report_table import print_results  # bench/ is on sys.path: the script's folder
+from tests.support.procs import BIN, Proc, free_port
 
 TTFT, ITL, TOKENS = 0.05, 0.02, 128
 

@@ -19,11 +19,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.collect.gpu import GpuCollector, NvmlBackend, ReplayBackend  # noqa: E402
-from loadlab.collect.host import HostCollector  # noqa: E402
-from loadlab.collect.nccl import NcclInspectorCollector  # noqa: E402
-from tests.support.fake_nvml import FakeNvml  # noqa: E402  (pynvml stand-in: Python-side cost only)
-from tests.support.nccl_inspector import inspector_line  # noqa: E402
+from loadlab.collect.gpu import GpuCollector, NvmlBackend, ReplayBackend
+from loadlab.collect.host import HostCollector
+from loadlab.collect.nccl import NcclInspectorCollector
+from tests.support.fake_nvml import FakeNvml  # pynvml stand-in: Python-side cost only
+from tests.support.nccl_inspector import inspector_line
 
 TRACE = REPO / "tests" / "collect" / "data" / "gpu_h200_tp2_decode.jsonl"
 

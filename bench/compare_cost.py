@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadlab.analyze.compare import compare_runs  # noqa: E402
-from loadlab.analyze.measures import measure  # noqa: E402
-from tests.support.records import T, closed  # noqa: E402
-from tests.support.runs import DRAWN_EVERY, drawn_records, run_of  # noqa: E402
+from loadlab.analyze.compare import compare_runs
+from loadlab.analyze.measures import measure
+from tests.support.records import T, closed
+from tests.support.runs import DRAWN_EVERY, drawn_records, run_of
 
 
 def main() -> None:

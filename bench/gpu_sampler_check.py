@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadlab.collect.gpu import GpuCollector, NvmlBackend  # noqa: E402
+from loadlab.collect.gpu import GpuCollector, NvmlBackend
 
 LOAD = r"""
 import sys, time, torch

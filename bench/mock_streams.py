@@ -23,7 +23,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.procs import BIN, Proc, free_port  # noqa: E402
+from tests.support.procs import BIN, Proc, free_port
 
 
 async def one_stream(session: aiohttp.ClientSession, url: str, tokens: int, i: int, delay: float) -> bool:

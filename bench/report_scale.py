@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from synthetic_run import write_synthetic_run  # noqa: E402  (bench/ is on sys.path: the script's folder)
-from tests.support.browser import load_page  # noqa: E402
+from synthetic_run import write_synthetic_run  # bench/ is on sys.path: the script's folder
+from tests.support.browser import load_page
 
 BIN = Path(sys.executable).parent
 OPENED_JS = """({load_ms: performance.getEntriesByType('navigation')[0].loadEventEnd,
@@ -40,7 +40,8 @@ def main() -> None:
         print(f"synthetic run: {requests:,} requests x {tokens} tokens written in {time.perf_counter() - t0:.0f} s")
     out = folder.parent / f"{folder.name}.html"
     t0 = time.perf_counter()
-    result = subprocess.run([str(BIN / "loadlab"), "report", str(folder), "-o", str(out)], capture_output=True, text=True)
+    result = subprocess.run([str(BIN / "loadlab"), "report", str(folder), "-o", str(out)],
+                            capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if result.returncode != 0:
         sys.exit(f"loadlab report failed: {result.stderr}")

@@ -11,17 +11,17 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-import gevent  # noqa: E402
+import gevent
 
-from loadlab.clock import process_anchor  # noqa: E402
-from loadlab.config import RunConfig  # noqa: E402
-from loadlab.store import run_folder  # noqa: E402
-from loadlab.store.schema import RequestRecord  # noqa: E402
+from loadlab.clock import process_anchor
+from loadlab.config import RunConfig
+from loadlab.store import run_folder
+from loadlab.store.schema import RequestRecord
 
 
 def main() -> None:

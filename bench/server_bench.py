@@ -100,7 +100,8 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
             n = _metric(engine, "loadlab_server_step_seconds_count", phase=ph) - c0
             if n:
                 step_ms[ph] = 1000 * (_metric(engine, "loadlab_server_step_seconds_sum", phase=ph) - s0) / n
-        computed, queries, hits = (_metric(engine, name) - before for name, before in zip(counters, counted_before))
+        computed, queries, hits = (_metric(engine, name) - before
+                                   for name, before in zip(counters, counted_before, strict=True))
         steps = _metric(engine, "loadlab_server_collective_seconds_count") - coll_before[1]
         coll = _metric(engine, "loadlab_server_collective_seconds_sum") - coll_before[0]
         return RunStats(
@@ -205,7 +206,8 @@ def bench_prefix(base: EngineConfig, n: int, rate: float) -> None:
 
 
 def bench_tp(base: EngineConfig, preset: str, batch: int) -> None:
-    print("| tensor_parallel | mean decode step (ms) | collective per step (ms) | collective share |\n|---|---|---|---|")
+    print("| tensor_parallel | mean decode step (ms) | collective per step (ms) | collective share |\n"
+          "|---|---|---|---|")
     for tp in (1, 2):
         s = run(replace(base, preset=preset, tensor_parallel=tp, max_num_seqs=batch), [Request(32, 64)] * batch)
         step = s.step_ms.get("decode", 0)

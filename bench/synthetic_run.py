@@ -1,9 +1,10 @@
 """A large synthetic run folder, written straight to Parquet (building a million RequestRecords
 would take longer than what the benchmarks measure).
 
-A closed-loop concurrency sweep (32 to 512 users; a million requests take about an hour) whose TTFT and ITL grow with the load, a few failures of
-several kinds, and per-second server, GPU (8 GPUs every 0.25 s) and host samples: the shape a
-real sweep of a GPU server leaves, at any size. Used by bench/report_scale.py.
+A closed-loop concurrency sweep (32 to 512 users; a million requests take about an hour) whose TTFT
+and ITL grow with the load, a few failures of several kinds, and per-second server, GPU (8 GPUs
+every 0.25 s) and host samples: the shape a real sweep of a GPU server leaves, at any size.
+Used by bench/report_scale.py.
 
 Usage: .venv/bin/python bench/synthetic_run.py FOLDER [requests] [tokens_per_request]
 """

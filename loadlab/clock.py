@@ -19,7 +19,7 @@ class ClockAnchor:
     monotonic: float
 
     @classmethod
-    def take(cls) -> "ClockAnchor":
+    def take(cls) -> ClockAnchor:
         """Read both clocks as close together as possible (the middle of two wall reads)."""
         w0 = time.time()
         m = time.perf_counter()

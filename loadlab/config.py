@@ -18,8 +18,8 @@ class LengthDist:
     kind: str = "fixed"
     mean: float = 128          # fixed value, or the mean (normal, lognormal)
     std: float = 0             # normal / lognormal spread (lognormal: std of the length, not of log)
-    min: int = 1
-    max: int = 4096            # uniform draws from [min, max]
+    min: float = 1             # whole numbers for token lengths (think times are seconds)
+    max: float = 4096          # uniform draws from [min, max]
 
 
 @dataclass

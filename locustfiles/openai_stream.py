@@ -15,13 +15,13 @@ Locust's request statistics get one entry per HTTP request, never per token.
 
 from __future__ import annotations
 
-import logging
-import sys
-from pathlib import Path
-
 from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
+
+import logging
+import sys
+from pathlib import Path
 
 from loadlab.analyze.analysis import write_analysis
 from loadlab.analyze.summary import write_summary

@@ -51,7 +51,8 @@ def test_every_public_definition_is_used():
 
 def test_no_package_is_empty():
     empty = [str(init.parent.relative_to(REPO)) for init in (REPO / "loadlab").rglob("__init__.py")
-             if not init.read_text().strip() and [p.name for p in init.parent.iterdir() if p.suffix == ".py"] == ["__init__.py"]]
+             if not init.read_text().strip()
+             and [p.name for p in init.parent.iterdir() if p.suffix == ".py"] == ["__init__.py"]]
     assert empty == []
 
 

@@ -9,6 +9,9 @@ MasterShipper.worker_lost).
 
 from __future__ import annotations
 
+from locust.env import Environment
+from locust.runners import MasterRunner
+
 import atexit
 import ctypes
 import os
@@ -18,8 +21,6 @@ import sys
 import time
 
 import gevent
-from locust.env import Environment
-from locust.runners import MasterRunner
 
 from loadlab.client.shipping import MasterShipper, worker_id
 from loadlab.clock import now

@@ -22,7 +22,7 @@ import socket
 import ssl
 import struct
 import time
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 import gevent
 from gevent.event import AsyncResult
@@ -78,7 +78,7 @@ class _Stream:
         self.sink = sink
         self.sock = resp._sock
         self.tls = isinstance(self.sock, _TLS_SOCKETS)
-        self.done = AsyncResult()            # set to None (the body ended) or the exception
+        self.done: AsyncResult[BaseException | None] = AsyncResult()   # None (the body ended) or the exception
         self.nbytes = 0
         self.end = time.perf_counter()       # when the latest bytes arrived
         self.kernel_times = False
@@ -109,6 +109,7 @@ class _Stream:
         """Read what the socket has (never waits) and return the number of tokens it completed.
         `skew` converts the kernel's wall-clock stamps to perf_counter() seconds."""
         resp, sock = self.resp, self.sock
+        assert sock is not None   # only a stream with a socket is read (BodyReader.read)
         t = time.perf_counter()
         try:
             if self.kernel_times:
@@ -118,7 +119,7 @@ class _Stream:
                     t = min(t, sec + nsec * 1e-9 - skew)
             else:
                 data = sock.recv(resp.block_size)
-                while self.tls and sock.pending():   # decrypted bytes the descriptor cannot signal
+                while self.tls and _tls(sock).pending():   # decrypted bytes the descriptor cannot signal
                     data += sock.recv(resp.block_size)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return 0               # nothing to read after all; epoll reports it again
@@ -148,7 +149,7 @@ class BodyReader:
         sock = stream.sock
         sink.timed_by("kernel" if stream.kernel_times else "read")
         stream.hand_on(stream.end)   # lines that came with the headers: timed when we got them
-        if not resp.message_complete and stream.tls and sock.pending():
+        if not resp.message_complete and stream.tls and _tls(sock).pending():
             stream.take(0.0)
         if resp.message_complete:
             return stream.body()
@@ -186,6 +187,7 @@ class BodyReader:
             self._epoll.unregister(fd)
         except OSError:   # the parser closed the socket (Connection: close), which unregisters it
             pass
+        assert stream.sock is not None   # a stream without one is never registered
         stream.sock.settimeout(stream.saved_timeout)
         reader = self._greenlet
         if not self._streams and reader is not None and reader is not gevent.getcurrent():
@@ -227,6 +229,11 @@ class BodyReader:
             readable.close()
             if self._greenlet is gevent.getcurrent():
                 self._greenlet = None
+
+
+def _tls(sock: socket.socket | None) -> SSLSocket:
+    """`sock` as the TLS socket it is where _Stream.tls says so (geventhttpclient types it a plain one)."""
+    return cast(SSLSocket, sock)
 
 
 def next_pause(pause: float, merged: bool) -> float:

@@ -32,6 +32,11 @@ with the others; the dead worker's share of the load is not replaced.
 
 from __future__ import annotations
 
+from locust.env import Environment
+from locust.exception import RPCError
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
 import dataclasses
 import logging
 import math
@@ -40,17 +45,13 @@ import socket
 import time
 import types
 import typing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import gevent
-from locust.env import Environment
-from locust.exception import RPCError
-from locust.rpc import Message
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadlab.client import users
-from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.context import ClientContext, add_loadlab_events, context_of, find_context, set_context
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
@@ -66,16 +67,26 @@ MISSING_WORKER_WAIT_S = 5.0    # ... but only this long for one Locust marks mis
 log = logging.getLogger(__name__)
 
 
+# The Locust Environment attribute that holds a master's MasterShipper (Locust has no place for
+# it); set by MasterShipper itself, read only through _master_of.
+_MASTER = "loadlab_master"
+
+
+def _master_of(environment: Environment) -> MasterShipper | None:
+    shipper: MasterShipper | None = getattr(environment, _MASTER, None)
+    return shipper
+
+
 def in_flight_total(environment: Environment) -> int:
     """Requests in flight: over all workers on a master (as last reported), else in this process."""
-    shipper = getattr(environment, "loadlab_master", None)
+    shipper = _master_of(environment)
     return shipper.in_flight_total() if shipper is not None else users.in_flight(environment)
 
 
 def publish_context(environment: Environment) -> None:
     """On a master, send the context to the workers now (before a spawn message that depends on
     it); elsewhere nothing: the users read it directly."""
-    shipper = getattr(environment, "loadlab_master", None)
+    shipper = _master_of(environment)
     if shipper is not None:
         shipper.send_context()
 
@@ -83,7 +94,7 @@ def publish_context(environment: Environment) -> None:
 def ready_total(environment: Environment) -> int:
     """Closed-loop users with an open connection: over all workers on a master (as last
     reported), else in this process."""
-    shipper = getattr(environment, "loadlab_master", None)
+    shipper = _master_of(environment)
     return shipper.ready_total() if shipper is not None else users.ready_users(environment)
 
 
@@ -105,7 +116,7 @@ class WorkerLoss:
 
     def message(self) -> str:
         """One line for run.json, summary.json and the console."""
-        at = datetime.fromtimestamp(self.time, timezone.utc).isoformat(timespec="milliseconds")
+        at = datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds")
         return (f"load-generator process {self.worker} died at {at} ({self.reason}): its {self.aborted} "
                 f"requests in flight are recorded as aborted; the run went on with {self.workers_left} "
                 f"of {self.workers} processes, without replacing its load")
@@ -126,7 +137,7 @@ class WorkerShipper:
         self._start_notice = False                 # a message for them is on its way
         self._last_counts = (-1, -1)      # (in flight, ready users) last sent
         self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
-        events = add_loadlab_events(environment.events)
+        self.events = events = add_loadlab_events(environment.events)
         events.llm_request.add_listener(self._on_record)
         events.llm_request_sent.add_listener(self._on_sent)
         # Users stopped (stop message, quit, or our FLUSH): nothing new will come, send the rest.
@@ -195,10 +206,10 @@ class WorkerShipper:
         config.url = data["url"]            # secrets travel beside the stored form of the config
         config.api_key = data["api_key"]
         step = StepInfo(**data["step"]) if data["step"] else None
-        context: ClientContext | None = getattr(environment, "loadlab", None)
+        context = find_context(environment)
         if context is None:
             context = ClientContext(config=config, worker=self.worker)
-            environment.loadlab = context
+            set_context(environment, context)
         new_step = step is not None and (context.step is None or context.step.index != step.index)
         # Updated in place: users that keep a reference see the change at once.
         context.config = config
@@ -208,7 +219,7 @@ class WorkerShipper:
         context.hold_new_users = data.get("hold_new_users", False)
         self._seq = data["seq"]
         if new_step:
-            environment.events.llm_step.fire(step=step)
+            self.events.llm_step.fire(step=step)
         self.ship(always=True)   # the master learns that this context arrived, and what is in flight
 
     def _on_flush(self, environment: Environment, msg: Message, **_: Any) -> None:
@@ -239,8 +250,8 @@ class MasterShipper:
         self._sent: tuple[StepInfo | None, bool] = (None, False)   # the step and hold_new_users last sent
         self._round = 0
         self._pending: set[str] = set()
-        environment.loadlab_master = self
-        events = add_loadlab_events(environment.events)
+        setattr(environment, _MASTER, self)
+        self.events = events = add_loadlab_events(environment.events)
         events.llm_step.add_listener(self._on_step)
         events.test_stopping.add_listener(lambda **_: self.drain())
         events.test_stop.add_listener(lambda **_: self.collect_final_records())
@@ -276,7 +287,7 @@ class MasterShipper:
         self.ready.pop(client_id, None)
         self._pending.discard(client_id)
         for fields in started.values():
-            self.environment.events.llm_request.fire(record=RequestRecord(
+            self.events.llm_request.fire(record=RequestRecord(
                 **fields, worker=worker, first_token_time=math.nan, end_time=at,
                 error=ErrorCategory.ABORTED.value, error_detail=f"worker process died ({reason})"))
         workers = len(self.joined_workers())
@@ -284,7 +295,7 @@ class MasterShipper:
                           workers_left=workers - len(self.lost) - 1, workers=workers)
         self.lost[client_id] = loss
         log.warning("%s", loss.message())
-        self.environment.events.llm_worker_lost.fire(loss=loss)
+        self.events.llm_worker_lost.fire(loss=loss)
 
     def in_flight_total(self) -> int:
         """Requests in flight over all connected workers (as last reported)."""
@@ -296,7 +307,7 @@ class MasterShipper:
 
     def send_context(self) -> None:
         """Send the run's config and current step to every worker, each with its index and the count."""
-        context: ClientContext | None = getattr(self.environment, "loadlab", None)
+        context = find_context(self.environment)
         if context is None:
             return
         workers = self.joined_workers()
@@ -314,7 +325,7 @@ class MasterShipper:
         """Before Locust's stop message: with no step left, let in-flight requests finish
         (up to stop_timeout), as a local runner does."""
         self.send_context()
-        context: ClientContext | None = getattr(self.environment, "loadlab", None)
+        context = find_context(self.environment)
         if context is None or context.step is not None:
             return   # a step is on (plain Locust's stop): Locust's own stop_timeout applies
         deadline = time.monotonic() + (self.environment.stop_timeout or 0)
@@ -352,7 +363,7 @@ class MasterShipper:
             gevent.sleep(0.05)
 
     def _on_step(self, step: StepInfo, **_: Any) -> None:
-        self.environment.loadlab.step = step
+        context_of(self.environment).step = step
         self.send_context()
         for client_id in self.joined_workers():   # again, for listeners added after the workers joined
             self._announce(client_id)
@@ -362,7 +373,7 @@ class MasterShipper:
         hold_new_users, to the workers."""
         while True:
             gevent.sleep(STEP_WATCH_S)
-            context: ClientContext | None = getattr(self.environment, "loadlab", None)
+            context = find_context(self.environment)
             if context is None:
                 continue
             step, hold = self._sent
@@ -370,8 +381,7 @@ class MasterShipper:
                 self.send_context()
 
     def _announce(self, client_id: str) -> None:
-        self.environment.events.llm_worker_anchor.fire(worker=self.workers[client_id],
-                                                       anchor=self.anchors[client_id])
+        self.events.llm_worker_anchor.fire(worker=self.workers[client_id], anchor=self.anchors[client_id])
 
     def _on_hello(self, environment: Environment, msg: Message, **_: Any) -> None:
         self.workers[msg.node_id] = msg.data["worker"]
@@ -390,9 +400,9 @@ class MasterShipper:
             started[fields["request_id"]] = fields
         for fields in msg.data["records"]:
             started.pop(fields["request_id"], None)
-            environment.events.llm_request.fire(record=RequestRecord(**fields))
+            self.events.llm_request.fire(record=RequestRecord(**fields))
         if msg.data.get("samples"):
-            environment.events.llm_samples.fire(samples=[Sample(**s) for s in msg.data["samples"]])
+            self.events.llm_samples.fire(samples=[Sample(**s) for s in msg.data["samples"]])
 
     def _on_done(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.data["round"] == self._round:
@@ -409,7 +419,7 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
         value, hint = data[f.name], hints[f.name]
         if typing.get_origin(hint) in (typing.Union, types.UnionType):   # `X | None`
             hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
             value = _from_dict(hint, value)
         values[f.name] = value
     return cls(**values)

@@ -49,7 +49,7 @@ class Endpoint:
     authorization: str = field(default="", repr=False)   # the header's value, "" = none
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> "Endpoint":
+    def from_config(cls, config: RunConfig) -> Endpoint:
         """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
         base_url, prefix, authorization = split_url(config.url, config.api_key)
         if config.api not in API_PATHS:
@@ -252,7 +252,7 @@ class _EventReader:
         return _Failure(ErrorCategory.NOT_SSE, f"{what} (content-type {ctype!r})")
 
 
-def _http_failure(resp) -> _Failure:
+def _http_failure(resp: HTTPSocketResponse) -> _Failure:
     status = resp.status_code
     try:
         text = resp.read()[:300].decode("utf-8", "replace")

@@ -8,22 +8,24 @@ all a worker process needs, so the same users run unchanged locally or on distri
 
 from __future__ import annotations
 
-import itertools
-import math
-import random
-import time
-from collections import defaultdict
-
-import gevent
-from gevent.lock import BoundedSemaphore
-from gevent.pool import Group
-from geventhttpclient.url import URL
 from locust import task
 from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment
 from locust.user.users import LOCUST_STATE_STOPPING
 
-from loadlab.client.context import ClientContext
+import itertools
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import gevent
+from gevent.lock import BoundedSemaphore
+from gevent.pool import Group
+from geventhttpclient.url import URL
+
+from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.clock import now
 from loadlab.config import RunConfig
@@ -66,7 +68,7 @@ class ProcessState:
 
     @property
     def ctx(self) -> ClientContext:
-        return self.environment.loadlab
+        return context_of(self.environment)
 
     def sync_config(self) -> None:
         """(Re)build the endpoint and the workload when the context's config differs from the one
@@ -130,13 +132,23 @@ def van_der_corput(n: int) -> float:
     return x
 
 
+# The Locust Environment attribute that holds the ProcessState (Locust has no place for it);
+# read and set only here.
+_STATE = "loadlab_state"
+
+
+def _state_of(environment: Environment) -> ProcessState | None:
+    state: ProcessState | None = getattr(environment, _STATE, None)
+    return state
+
+
 def process_state(environment: Environment) -> ProcessState:
-    """The ProcessState of this environment, made on first use from `environment.loadlab` and
+    """The ProcessState of this environment, made on first use from its ClientContext and
     brought up to date with its config at every later call."""
-    state = getattr(environment, "loadlab_state", None)
+    state = _state_of(environment)
     if state is None:
         state = ProcessState(environment)
-        environment.loadlab_state = state
+        setattr(environment, _STATE, state)
     else:
         state.sync_config()   # users are made when a test starts: the config may be new
     return state
@@ -144,13 +156,13 @@ def process_state(environment: Environment) -> ProcessState:
 
 def in_flight(environment: Environment) -> int:
     """Requests in flight in this process (0 where no user has run, e.g. on a master)."""
-    state = getattr(environment, "loadlab_state", None)
+    state = _state_of(environment)
     return state.in_flight if state is not None else 0
 
 
 def ready_users(environment: Environment) -> int:
     """Closed-loop users of this process whose connection is open (0 where none has started)."""
-    state = getattr(environment, "loadlab_state", None)
+    state = _state_of(environment)
     return state.ready if state is not None else 0
 
 
@@ -162,12 +174,13 @@ class LLMUser(FastHttpUser):
 
     def __init__(self, environment: Environment) -> None:
         self.state = process_state(environment)
+        self.loadlab_events = add_loadlab_events(environment.events)
         timeout = self.state.endpoint.timeout
         # Read by FastHttpUser.__init__: the pool must never make a request wait for a socket.
         self.concurrency = self.max_in_flight
         # No socket timeout: it would arm a timer on every recv (per token); the per-request
-        # timeout in stream_request covers stalls.
-        self.network_timeout = None
+        # timeout in stream_request covers stalls. (Locust types it float; geventhttpclient takes None.)
+        self.network_timeout = None  # type: ignore[assignment]
         self.connection_timeout = min(timeout, 10.0)
         super().__init__(environment)
         self.http = self.client.client.clientpool.get_client(URL(self.state.endpoint.base_url))
@@ -180,7 +193,7 @@ class LLMUser(FastHttpUser):
         ctx = state.ctx
         request_id = state.next_id()
         state.in_flight += 1
-        self.environment.events.llm_request_sent.fire(
+        self.loadlab_events.llm_request_sent.fire(
             request_id=request_id, step=step, warmup=warmup, api=state.endpoint.api,
             scheduled_time=ctx.anchor.to_wall(scheduled), input_tokens=spec.input_tokens,
             max_tokens=spec.max_tokens)
@@ -197,7 +210,7 @@ class LLMUser(FastHttpUser):
 
     def _report(self, result: StreamResult) -> None:
         rec = result.record
-        events = self.environment.events
+        events = self.loadlab_events
         # A request cut off by the tester's stop says nothing about the server: it is kept in the
         # run folder (category "aborted") but not counted as a failure in Locust's statistics.
         if not result.aborted:
@@ -273,7 +286,7 @@ class ClosedLoopUser(LLMUser):
             self._wait_for_place(step)
             step = self._step()
         warmup = None if step is None else self.state.claim(step.index)
-        if warmup is None:   # no closed-loop step running, or its budget is spent
+        if step is None or warmup is None:   # no closed-loop step running, or its budget is spent
             gevent.sleep(_IDLE_S)
             return
         self._pause_after(self.send_one(time.perf_counter(), step.index, warmup))
@@ -296,7 +309,7 @@ class OpenLoopUser(LLMUser):
         rng = random.Random(f"{ctx.config.workload.seed}-arrivals-{ctx.worker_index}")
         current: StepInfo | None = None
         due = math.inf
-        gaps = iter(())
+        gaps: Iterator[float] = iter(())
         try:
             while self._state != LOCUST_STATE_STOPPING:
                 ctx = self.state.ctx

@@ -7,12 +7,12 @@ and ships its records there (loadlab.client.shipping); it exits when the master 
 
 from __future__ import annotations
 
-import argparse
-import inspect
-
 from locust import User
 from locust.env import Environment
 from locust.log import setup_logging
+
+import argparse
+import inspect
 
 from loadlab.client.context import add_loadlab_events
 from loadlab.client.shipping import WorkerShipper

@@ -42,7 +42,7 @@ class CollectiveRecord:
     busbw_bytes_per_s: float
 
     @classmethod
-    def parse(cls, line: str) -> "CollectiveRecord":
+    def parse(cls, line: str) -> CollectiveRecord:
         """Parse one JSON line; ValueError/KeyError/TypeError when it is not an Inspector record."""
         d = json.loads(line)
         header, meta, perf = d["header"], d["metadata"], d["coll_perf"]

@@ -11,7 +11,8 @@ import logging
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from loadlab.clock import now
 from loadlab.collect.prom_text import first_of_each_series, series_sample
@@ -20,6 +21,9 @@ from loadlab.collect.signals import ALL_MAPPINGS, DCGM
 from loadlab.errors import UserError
 from loadlab.store.schema import Coverage, Sample
 from loadlab.urls import parse_http_url, without_credentials
+
+if TYPE_CHECKING:   # imported in pull() only: it imports requests
+    from prometheus_api_client import PrometheusConnect
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +129,7 @@ class PrometheusCollector:
             client.close()
         return samples
 
-    def _query(self, client, start: float, end: float) -> list[Sample]:
+    def _query(self, client: PrometheusConnect, start: float, end: float) -> list[Sample]:
         # The library rounds start/end to whole seconds; exact floats go in through params.
         result = client.custom_query_range(
             self.query, start_time=_utc(start), end_time=_utc(end), step=str(self.step),
@@ -142,4 +146,4 @@ class PrometheusCollector:
 
 
 def _utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)

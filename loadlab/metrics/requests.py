@@ -8,11 +8,9 @@ NaN where a metric is undefined. numpy only: the live client imports this module
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-
-ArrayLike = Any   # a float, a numpy array or a pandas Series
+from numpy.typing import ArrayLike  # a float, a numpy array or a pandas Series
 
 
 def request_start(scheduled_time: ArrayLike, send_time: ArrayLike, open_loop: ArrayLike) -> np.ndarray:

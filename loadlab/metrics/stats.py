@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class Distribution:
     max: float = math.nan
 
     @classmethod
-    def of(cls, values: Iterable[float] | np.ndarray, unit: str) -> "Distribution":
+    def of(cls, values: Iterable[float] | np.ndarray, unit: str) -> Distribution:
         """The distribution of the finite values in `values` (NaN and inf are dropped)."""
         a = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
         a = a[np.isfinite(a)]
@@ -40,9 +41,10 @@ class Distribution:
                    p90=float(p90), p99=float(p99), min=float(a.min()), max=float(a.max()))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Distribution":
+    def from_dict(cls, d: dict[str, Any]) -> Distribution:
         """Inverse of dataclasses.asdict, reading null as NaN."""
-        return cls(**{k: (math.nan if v is None else v) for k, v in d.items()})
+        values: dict[str, Any] = {k: (math.nan if v is None else v) for k, v in d.items()}
+        return cls(**values)
 
 
 def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:

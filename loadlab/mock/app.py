@@ -24,9 +24,15 @@ from loadlab.mock.config import FAULTS, MockConfig
 from loadlab.mock.metrics import MockMetrics
 from loadlab.mock.truth import RequestTruth
 from loadlab.mock.wire import (
-    DONE, MALFORMED, BadRequest, ChunkWriter, CompletionRequest, answer_text, error_body, parse_request,
+    DONE,
+    MALFORMED,
+    BadRequest,
+    ChunkWriter,
+    CompletionRequest,
+    answer_text,
+    error_body,
+    parse_request,
 )
-
 
 # A request can force its own fault, whatever the rates: deterministic tests with one mock.
 FAULT_HEADER = "X-Mock-Fault"

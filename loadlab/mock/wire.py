@@ -128,7 +128,7 @@ class ChunkWriter:
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The include_usage event: no choices, only the token counts."""
-        event = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+        event: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                  "created": self.created, "model": self.model, "choices": [],
                  "usage": usage(prompt_tokens, completion_tokens)}
         return b"data: " + json.dumps(event).encode() + b"\n\n"

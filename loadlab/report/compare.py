@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -20,9 +20,11 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
     table = Table(title=f"{escape(comparison.new)} vs baseline {escape(comparison.base)}", title_justify="left",
                   box=box.SIMPLE_HEAD, caption="change: new/baseline − 1, 95 % bootstrap interval; called only "
                   "when the whole interval is beyond the noise (docs/compare.md)", caption_justify="left")
-    for header, justify in (("step", "left"), ("metric", "left"), ("baseline", "right"), ("new", "right"),
-                            ("change [95 % interval]", "right"), ("noise", "right"), ("call", "left")):
-        table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("step", "left"), ("metric", "left"), ("baseline", "right"), ("new", "right"),
+        ("change [95 % interval]", "right"), ("noise", "right"), ("call", "left")]
+    for header, justify in columns:
+        table.add_column(header, justify=justify, overflow="fold")
     for c in comparison.changes:
         interval = (f"{c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}]" if math.isfinite(c.low)
                     else f"{c.change:+.1%}" if math.isfinite(c.change) else "–")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -50,7 +50,7 @@ class LiveDisplay:
         self._last_draw = -float("inf")
         self._pending: LiveStatus | None = None
 
-    def __enter__(self) -> "LiveDisplay":
+    def __enter__(self) -> LiveDisplay:
         if self.console.is_terminal:
             self._live = Live(console=self.console, auto_refresh=False, transient=False)
             self._live.start()

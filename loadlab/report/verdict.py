@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -28,8 +28,10 @@ def print_analysis(analysis: Analysis, console: Console) -> None:
 def _steps_table(analysis: Analysis) -> Table:
     table = Table(title=Text("bottleneck analysis" + (" (run cut off)" if analysis.cut_off else "")),
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
-    for header, justify in (("step", "left"), ("window", "right"), ("saturation", "left"), ("binds", "left"),
-                            ("conf.", "right"), ("runner-up", "left"), ("key figures", "left"), ("headline", "left")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("step", "left"), ("window", "right"), ("saturation", "left"), ("binds", "left"), ("conf.", "right"),
+        ("runner-up", "left"), ("key figures", "left"), ("headline", "left")]
+    for header, justify in columns:
         table.add_column(header, justify=justify, overflow="fold")
     for s in analysis.steps:
         runner = f"{s.runner_up.constraint} {s.runner_up.confidence:.2f}" if s.runner_up else DASH

@@ -59,7 +59,7 @@ class RunMeta:
         })
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunMeta":
+    def from_dict(cls, d: dict[str, Any]) -> RunMeta:
         """Parse run.json's content (KeyError/TypeError/ValueError on a malformed one)."""
         return cls(
             format=d.get("format", FORMAT),

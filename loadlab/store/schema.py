@@ -14,7 +14,7 @@ FORMAT_VERSION = 3
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"          # run.json's `format`
 
 
-class ErrorCategory(str, Enum):
+class ErrorCategory(str, Enum):  # noqa: UP042  (a StrEnum would change what str() and f-strings print)
     """Why a request failed. Each failure is counted in exactly one category."""
 
     NONE = ""

@@ -36,7 +36,7 @@ class Workload(ABC):
         with self._lock:
             return self._next()
 
-    def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:
+    def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:  # noqa: B027  (optional hook)
         """Called after every request with the text it received; single-turn kinds ignore it."""
 
     @abstractmethod

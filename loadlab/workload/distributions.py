@@ -73,6 +73,7 @@ def _parse(text: str, whole: bool) -> LengthDist:
 
 def sample_length(d: LengthDist, rng: random.Random) -> int:
     """Draw one length from `d`, rounded and clipped to [d.min, d.max] and never below 1."""
+    value: float
     if d.kind == "uniform":
         value = rng.randint(int(d.min), int(d.max))
     else:

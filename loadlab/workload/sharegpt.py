@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ def _first_pair(entry: object) -> PromptPair | None:
     turns = entry.get("conversations") if isinstance(entry, dict) else None
     if not isinstance(turns, list):
         return None
-    for question, answer in zip(turns, turns[1:]):
+    for question, answer in itertools.pairwise(turns):
         if (isinstance(question, dict) and isinstance(answer, dict)
                 and question.get("from") in _HUMAN and answer.get("from") in _ASSISTANT
                 and isinstance(question.get("value"), str) and isinstance(answer.get("value"), str)

@@ -6,6 +6,7 @@ hand-written gevent servers in this process.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 
@@ -51,7 +52,8 @@ def test_a_token_is_timed_when_it_reaches_the_host_even_while_the_client_is_busy
         rec = job.value
         assert rec.ok, rec.error_detail
         assert rec.token_clock == "kernel" and rec.client_tokens == 15
-        late.extend(mine - real for mine, real in zip(rec.token_times, served[rec.request_id]["token_times"]))
+        real_times = served[rec.request_id]["token_times"]
+        late.extend(mine - real for mine, real in zip(rec.token_times, real_times, strict=True))
     # Timed at the read, most of them would be late, by up to 40 ms.
     assert max(late) < 0.01, sorted(late)[-5:]
 
@@ -126,7 +128,7 @@ def test_the_pause_halves_to_none_while_tokens_merge_and_grows_back_to_the_gathe
         pause = next_pause(pause, merged=True)
         pauses.append(pause)
     assert pauses[0] == GATHER_S / 2 and pauses[-1] == 0.0
-    assert all(a > b or b == 0.0 for a, b in zip(pauses, pauses[1:]))
+    assert all(a > b or b == 0.0 for a, b in itertools.pairwise(pauses))
     for _ in range(10):
         pause = next_pause(pause, merged=False)
         assert 0 < pause <= GATHER_S

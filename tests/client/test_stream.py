@@ -43,7 +43,7 @@ def test_token_times_match_the_mock_truth(clean_mock, api):
         assert len(rec.token_times) == len(real) == 20
         assert rec.first_token_time == rec.token_times[0]
         assert rec.scheduled_time <= rec.send_time < rec.first_token_time <= rec.end_time
-        errors += [mine - theirs for mine, theirs in zip(rec.token_times, real)]
+        errors += [mine - theirs for mine, theirs in zip(rec.token_times, real, strict=True)]
     errors.sort()
     # A token is timed when its packet reached this host; the mock reads its clock just after
     # its write returns, so the client's time can precede the mock's by as long as the mock was

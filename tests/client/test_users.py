@@ -23,7 +23,8 @@ def mock():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", "--ttft", "0.02",
-               "--itl", "0.02", "--error-rate", "0.2", "--error-codes", "500", "--seed", "2"], ready_url=f"{url}/health"):
+               "--itl", "0.02", "--error-rate", "0.2", "--error-codes", "500", "--seed", "2"],
+              ready_url=f"{url}/health"):
         yield url
 
 

@@ -7,11 +7,12 @@ Prints one JSON object: what Locust's own statistics counted and what `llm_reque
 
 from __future__ import annotations
 
+from locust.env import Environment
+
 import json
 import sys
 
 import gevent
-from locust.env import Environment
 
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser, in_flight

@@ -52,7 +52,7 @@ def test_idle_process_uses_almost_nothing(spawn):
 
 def test_host_cpu_sees_a_busy_process(spawn):
     host = HostCpu()
-    busy = spawn(BUSY)
+    spawn(BUSY)   # runs until the test ends
     time.sleep(0.3)
     host.sample()
     time.sleep(1.0)
@@ -84,7 +84,10 @@ def test_host_collector_reports_a_vanished_pid_once_and_keeps_sampling(spawn, ca
         killed_at = time.time()
         time.sleep(0.6)
         collector.stop()
-    roles = lambda role: [s for s in got if s.signal == "process_cpu" and s.labels["role"] == role]
+
+    def roles(role):
+        return [s for s in got if s.signal == "process_cpu" and s.labels["role"] == role]
+
     assert roles("server") and all(s.labels["pid"] == str(doomed.pid) for s in roles("server"))
     assert max(s.time for s in roles("server")) < killed_at + 0.15  # nothing after it vanished
     assert max(s.time for s in roles("other")) > killed_at + 0.3    # the other role goes on

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 
@@ -106,7 +107,7 @@ def test_series_pulled_from_a_real_prometheus_match_the_direct_scrape(tmp_path, 
     # Timestamps are Prometheus evaluation times inside the window, step apart.
     times = sorted({s.time for s in pulled_by["generation_tokens"]})
     assert start - 1 <= times[0] and times[-1] <= end + 1
-    assert len(times) >= 4 and all(abs((b - a) - 0.5) < 1e-6 for a, b in zip(times, times[1:]))
+    assert len(times) >= 4 and all(abs((b - a) - 0.5) < 1e-6 for a, b in itertools.pairwise(times))
     # Counters agree once the load has settled, and only grow in between.
     for signal in ("generation_tokens", "prompt_tokens", "ttft_count", "itl_sum", "e2e_count"):
         values = [s.value for s in pulled_by[signal]]

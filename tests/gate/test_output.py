@@ -24,7 +24,8 @@ def test_junit_has_one_testcase_per_check_and_counts_that_add_up() -> None:
     (suite,) = root.findall("testsuite")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == [c.name for c in RESULT.checks]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("6", "1", "2", "1")
+    counts = (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped"))
+    assert counts == ("6", "1", "2", "1")
     failure = cases[3].find("failure")
     assert failure is not None and "measured 31 ms; limit <= 5 ms" == failure.get("message")
     assert cases[1].find("error") is not None and cases[4].find("error") is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import threading
 import time
@@ -120,7 +121,7 @@ def test_completions_stream_shape_without_usage(mocks):
 
 def test_each_event_is_flushed_on_its_own_at_the_configured_pace(mocks):
     reply = post(mocks["plain"], "/v1/completions", {**COMPLETION, "max_tokens": 20}, AUTH)
-    times = [t for ln, t in zip(reply.lines, reply.line_times) if ln.startswith(b"data: {")]
+    times = [t for ln, t in zip(reply.lines, reply.line_times, strict=True) if ln.startswith(b"data: {")]
     assert len(times) == 20
     # Sleeps never end early: the span of 19 gaps is at least 19 ITL (loose: a noisy 2-core CI).
     assert times[-1] - times[0] >= 19 * ITL * 0.9
@@ -154,8 +155,8 @@ def test_truth_records_when_each_token_left(mocks):
     assert before - 0.5 < truth["received_time"] < times[0]
     assert times[0] - truth["received_time"] >= TTFT * 0.9
     # the client saw each token after the server sent it (same host, same wall clock)
-    client = [t for ln, t in zip(reply.lines, reply.line_times) if b'"content"' in ln]
-    assert all(c >= s - 0.005 for c, s in zip(client, times))
+    client = [t for ln, t in zip(reply.lines, reply.line_times, strict=True) if b'"content"' in ln]
+    assert all(c >= s - 0.005 for c, s in zip(client, times, strict=True))
 
 
 def test_truth_reset_and_generated_ids(mocks):
@@ -320,7 +321,7 @@ def test_stall_fault_pauses_mid_stream(mocks):
     reply = post(port, "/v1/completions", {**COMPLETION, "max_tokens": 10}, fault("stall", "s1"))
     assert reply.events()[-1] == "[DONE]"
     times = truth_of(port, "s1")["token_times"]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert max(gaps) >= 0.6 and gaps.index(max(gaps)) == 4  # between token 5 and token 6
 
 

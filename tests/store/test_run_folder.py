@@ -46,7 +46,7 @@ def test_round_trip_keeps_every_field_and_the_token_times_list(tmp_path: Path) -
 
     run = load_run(tmp_path / "run")
     assert len(run.requests) == 3
-    for rec, (_, row) in zip(records, run.requests.iterrows()):
+    for rec, (_, row) in zip(records, run.requests.iterrows(), strict=True):
         for name, value in vars(rec).items():
             got = row[name]
             if name == "token_times":

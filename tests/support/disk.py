@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import errno
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from tests.support.procs import BIN, Proc, free_port
 

@@ -58,7 +58,7 @@ class Proc:
         self.log = log
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Proc":
+    def __enter__(self) -> Proc:
         out = open(self.log, "wb") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=out,
                                      stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL)

@@ -8,7 +8,10 @@ import pytest
 from loadlab.config import LengthDist
 from loadlab.errors import UserError
 from loadlab.workload.distributions import (
-    parse_length, parse_seconds, sample_length, sample_seconds,
+    parse_length,
+    parse_seconds,
+    sample_length,
+    sample_seconds,
 )
 
 

@@ -10,8 +10,10 @@ nvmlDeviceGetPcieThroughput: it blocks for 20 ms per call, which would stall a g
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
 from loadlab.collect.gpu.reading import GpuReading
 
@@ -68,7 +70,7 @@ class NvmlBackend:
             return
         for gpu in self._gpus:
             for s in gpu.gpm_samples:
-                self._guard(gpu, "gpm_free", lambda s=s: self._nvml.nvmlGpmSampleFree(s))
+                self._guard(gpu, "gpm_free", partial(self._nvml.nvmlGpmSampleFree, s))
         self._gpus = []
         try:
             self._nvml.nvmlShutdown()
@@ -138,8 +140,10 @@ class NvmlBackend:
             now, count = v.timestamp / 1e6, float(self._field_value(v))
             prev = gpu.counters.get(key)
             gpu.counters[key] = (now, count)
-            ok = prev is not None and now > prev[0] and count >= prev[1]  # reset/wrap: skip one
-            rates.append((count - prev[1]) * scale / (now - prev[0]) if ok else None)
+            if prev is not None and now > prev[0] and count >= prev[1]:
+                rates.append((count - prev[1]) * scale / (now - prev[0]))
+            else:   # the first reading, or a reset/wrap: skip one
+                rates.append(None)
         return tuple(rates)
 
     def _field_value(self, v: Any) -> float:
@@ -168,7 +172,7 @@ class NvmlBackend:
         if None in samples or self._guard(gpu, "gpm", lambda: nv.nvmlGpmSampleGet(gpu.handle, samples[0])) is None:
             for s in samples:
                 if s is not None:
-                    self._guard(gpu, "gpm_free", lambda s=s: nv.nvmlGpmSampleFree(s))
+                    self._guard(gpu, "gpm_free", partial(nv.nvmlGpmSampleFree, s))
             return
         gpu.gpm_samples, gpu.gpm_since = samples, time.monotonic()
 

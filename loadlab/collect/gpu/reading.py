@@ -75,7 +75,7 @@ class GpuReading:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GpuReading":
+    def from_dict(cls, d: dict) -> GpuReading:
         """Build from a dict with the field names (extra keys are ignored)."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in d.items() if k in known}

@@ -89,7 +89,7 @@ def latency_cdfs(cdfs: list[Cdf], steps: list[StepSummary]) -> go.Figure:
     metrics = [m for m in METRIC_TITLES if any(c.metric == m for c in cdfs)]
     fig = make_subplots(rows=1, cols=len(metrics), shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=[f"{METRIC_TITLES[m]} (ms)" for m in metrics])
-    colors = dict(zip([s.index for s in steps], step_colors(len(steps))))
+    colors = dict(zip([s.index for s in steps], step_colors(len(steps)), strict=False))
     names = {s.index: label(s.label) for s in steps}
     shown: set[int] = set()
     for cdf in cdfs:

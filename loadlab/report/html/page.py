@@ -10,8 +10,9 @@ import html
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -223,7 +224,7 @@ def _timeline(data: ReportData) -> str:
     if any(p.present for p in ts.panels):
         parts.append(_figure(charts.time_series(ts), "fig-timeline"))
     if missing:
-        lines = {}
+        lines: dict[str, list[str]] = {}
         for p in missing:      # panels that share a cause share its line
             lines.setdefault(p.missing, []).append(p.title)
         parts.append("<p><b>Not in this run</b></p><ul>" + "".join(

@@ -43,4 +43,5 @@ def test_the_time_series_holds_only_panels_with_data_and_marks_each_step_start()
     assert [a.text for a in fig.layout.annotations][:len(present)] == [p.title for p in present]
     assert len(present) == 3          # client panels only: no server, GPU or host samples
     assert [s.x0 for s in fig.layout.shapes] == [0.0, 10.0, 20.0]
-    assert [a.text for a in fig.layout.annotations][len(present):] == ["concurrency=1", "concurrency=4", "concurrency=16"]
+    step_labels = [a.text for a in fig.layout.annotations][len(present):]
+    assert step_labels == ["concurrency=1", "concurrency=4", "concurrency=16"]

@@ -8,8 +8,15 @@ import math
 
 import numpy as np
 
-from loadlab.report.html.data import (COLLECTIVE_MISSING, GPU_MISSING, HOST_MISSING, MAX_INTERVALS, QUANTILES,
-                                      SERVER_MISSING, build_report_data)
+from loadlab.report.html.data import (
+    COLLECTIVE_MISSING,
+    GPU_MISSING,
+    HOST_MISSING,
+    MAX_INTERVALS,
+    QUANTILES,
+    SERVER_MISSING,
+    build_report_data,
+)
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Sample
 from tests.support.analysis import write_analysis
@@ -63,7 +70,8 @@ def test_server_gpu_and_cpu_panels_appear_with_their_signals(tmp_path):
     def content(t0):
         from tests.support.runs import three_requests
         return three_requests(t0), server_samples(t0) + [
-            Sample(t0 + 0.5, "gpu", "gpu_power", 300.0, {"gpu": "0"}), Sample(t0 + 0.5, "gpu", "gpu_power", 500.0, {"gpu": "1"}),
+            Sample(t0 + 0.5, "gpu", "gpu_power", 300.0, {"gpu": "0"}),
+            Sample(t0 + 0.5, "gpu", "gpu_power", 500.0, {"gpu": "1"}),
             Sample(t0 + 0.5, "host", "process_cpu", 1.5, {"role": "server"})]
 
     from tests.support.runs import write_run
@@ -78,7 +86,8 @@ def test_server_gpu_and_cpu_panels_appear_with_their_signals(tmp_path):
 
 def test_a_long_run_gets_wider_intervals():
     hours = 5
-    run = run_of([req(0, T, [T + 1]), req(1, T + hours * 3600, [T + hours * 3600 + 1])], [closed(1, end=T + hours * 3600 + 2)])
+    run = run_of([req(0, T, [T + 1]), req(1, T + hours * 3600, [T + hours * 3600 + 1])],
+                 [closed(1, end=T + hours * 3600 + 2)])
     run.meta.started_at, run.meta.ended_at = T, T + hours * 3600 + 2
     ts = build_report_data(run).timeseries
     assert ts.interval == math.ceil((hours * 3600 + 2) / MAX_INTERVALS) == 10 and len(ts.t) <= MAX_INTERVALS + 1

@@ -35,7 +35,8 @@ def test_the_verdict_its_evidence_and_advice_come_from_analysis_json(tmp_path):
     # The per-step table gains the step's saturation and constraint.
     steps = html[html.index('id="steps"'):html.index('id="load-curve"')]
     assert "<th>step</th><th>saturation</th><th>constraint</th>" in steps
-    assert '<td>x</td><td><span class="word">under_loaded</span></td><td><span class="word">memory_bandwidth</span></td>' in steps
+    assert ('<td>x</td><td><span class="word">under_loaded</span></td>'
+            '<td><span class="word">memory_bandwidth</span></td>') in steps
 
 
 def test_without_analysis_json_the_verdict_says_how_to_get_one(tmp_path):
