@@ -23,6 +23,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadlab.analyze.analysis import write_analysis
 from loadlab.analyze.summary import write_summary
 from loadlab.client.context import ClientContext, add_loadlab_events
 from loadlab.client.discovery import API_KEY_ENV, api_key_from_env, discover_model
@@ -152,9 +153,15 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         environment.runner.quit()
         writer.close(DEGRADED if losses else FINISHED)
         try:
-            write_summary(load_run(folder))
+            run = load_run(folder)
+            write_summary(run)
         except OSError as e:   # the parts are there: `loadlab summary` recomputes it
             writer.fail(e)
+            return
+        try:
+            write_analysis(run)
+        except OSError as e:   # `loadlab analyze` writes it later
+            log.warning("analysis.json not written: %s", e)
 
     hooks.test_stop.add_listener(end_step)
     hooks.quitting.add_listener(close)

@@ -228,7 +228,10 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
     decode = df["end_time"] - df["first_token_time"]    # E2E − TTFT
     df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
-    df["gaps"] = [inter_token_gaps(t) for t in df["token_times"]]
+    if df["token_times"].isna().all():   # left out when loading (load_run's `without`): no gaps, no loop
+        df["gaps"] = [np.empty(0)] * len(df)
+    else:
+        df["gaps"] = [inter_token_gaps(t) for t in df["token_times"]]
     return df
 
 

@@ -27,9 +27,9 @@ def version() -> None:
 
 def _register_commands() -> None:
     # Imported here so `loadlab --help` stays fast and each command owns its imports.
-    from loadlab.cli import compare, gate, gpu_exporter, mock, run, serve, summary, timeline
+    from loadlab.cli import analyze, compare, gate, gpu_exporter, mock, run, serve, summary, timeline
 
-    for module in (run, summary, timeline, compare, gate, mock, serve, gpu_exporter):
+    for module in (run, summary, analyze, timeline, compare, gate, mock, serve, gpu_exporter):
         module.register(app)
 
 

@@ -143,6 +143,7 @@ def run(
                   highlight=False)
     outcome = run_load(cfg, folder, console)
     print_final_summary(folder)
+    print_final_analysis(folder)
     gate_code = _gate(folder, cfg.slo) if cfg.slo and outcome.status != "interrupted" else 0
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
@@ -207,6 +208,15 @@ def print_final_summary(folder: Path) -> None:
                   f"{again}); `loadlab summary {folder}` recomputes it", file=sys.stderr)
             return
     print_summary(summary, table_console())
+
+
+def print_final_analysis(folder: Path) -> None:
+    """The bottleneck verdict of the run, on stdout, after writing it to analysis.json."""
+    from loadlab.cli.analyze import analyze_folder
+    from loadlab.report.console import table_console
+    from loadlab.report.verdict import print_analysis
+
+    print_analysis(analyze_folder(folder), table_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -31,6 +31,10 @@ PREFILL_TIME = "prefill_time"              # histogram, seconds
 DECODE_TIME = "decode_time"                # histogram, seconds
 STEP_TIME = "step_time"                    # histogram, seconds (label `phase` when known)
 COLLECTIVE_TIME = "collective_time"        # histogram, seconds of collectives per step
+# vLLM's own analytic estimate of each step's work, per GPU (only with --enable-mfu-metrics).
+ESTIMATED_FLOPS = "estimated_flops"        # counter: FLOPs
+ESTIMATED_READ_BYTES = "estimated_read_bytes"    # counter: bytes read from device memory
+ESTIMATED_WRITE_BYTES = "estimated_write_bytes"  # counter: bytes written to device memory
 
 # GPU signals, ratios 0..1. The NVML collector (loadlab.collect.gpu, `GpuReading`) owns their
 # full list; these are the ones DCGM exporter series map onto, named as NVML's.
@@ -76,6 +80,9 @@ VLLM = _table({
     "vllm:request_queue_time_seconds": QUEUE_TIME,
     "vllm:request_prefill_time_seconds": PREFILL_TIME,
     "vllm:request_decode_time_seconds": DECODE_TIME,
+    "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
+    "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
+    "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
 })
 
 SGLANG = _table({

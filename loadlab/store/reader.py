@@ -45,14 +45,18 @@ class RunData:
     warnings: list[str] = field(default_factory=list)   # parts skipped, cut-off run, ...
 
 
-def load_run(folder: str | Path) -> RunData:
-    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder."""
+def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
+    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder.
+
+    `without`: request columns not to read (they come back as nulls), e.g. `token_times`, the
+    bulk of a large run, for an analysis that does not need every token's time.
+    """
     path = Path(folder)
     meta = read_meta(path)
     warnings: list[str] = []
     if meta.cut_off:
         warnings.append("run.json still says 'running': the run was cut off; using the data it left")
-    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings)
+    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, without)
     samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings)
     for w in warnings:
         log.warning("%s: %s", path, w)
@@ -113,8 +117,10 @@ def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
                   if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges))
 
 
-def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None = None) -> list[pa.Table]:
-    """Every readable current part of one table; an unreadable one is skipped with a warning.
+def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None = None,
+                     without: tuple[str, ...] = ()) -> list[pa.Table]:
+    """Every readable current part of one table (less the columns `without`); an unreadable one
+    is skipped with a warning.
 
     With `schema`, each part is cast to it; a part whose columns are not the table's (none in
     common, or of another type) is skipped like a damaged one.
@@ -122,7 +128,8 @@ def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None
     tables = []
     for _, _, part in current_parts(folder):
         try:
-            table = pq.read_table(part)
+            columns = [n for n in pq.read_schema(part).names if n not in without] if without else None
+            table = pq.read_table(part, columns=columns)
             if schema is not None:
                 if table.num_columns and not set(table.column_names) & set(schema.names):
                     raise TypeError(f"none of its columns belongs in {folder.name}/")
@@ -133,9 +140,9 @@ def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None
     return tables
 
 
-def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str]) -> pd.DataFrame:
-    # Columns added to the schema after a part was written come back as nulls.
-    tables = read_part_tables(folder, warnings, schema)
+def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str], without: tuple[str, ...] = ()) -> pd.DataFrame:
+    # Columns added to the schema after a part was written (or left out) come back as nulls.
+    tables = read_part_tables(folder, warnings, schema, without)
     if not tables:
         return schema.empty_table().to_pandas()
     table = pa.concat_tables(tables, promote_options="default")
@@ -148,7 +155,8 @@ def _schema_of(table: pa.Table, schema: pa.Schema) -> pa.Schema:
 
 
 def _with_all_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The schema's columns in its order (nulls where the parts lack one), then any unknown ones."""
     for f in schema:
         if f.name not in table.column_names:
             table = table.append_column(f, pa.nulls(len(table), f.type))
-    return table
+    return table.select(schema.names + [n for n in table.column_names if n not in schema.names])

@@ -21,6 +21,7 @@ from reference_server.engine.runner import EngineFault, KVLayout, ModelRunner, b
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
+from reference_server.engine.work import step_work
 from reference_server.interface import SamplingParams, StepFailed, TokenOutput
 from reference_server.model import PRESETS
 from reference_server.tokenizer import ByteTokenizer
@@ -186,6 +187,12 @@ class EngineCore:
         m.batch_size.observe(len(chunks))
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
+        # num_computed already counts this step's tokens: the context before a chunk is the rest.
+        work = step_work(self.shape, self.config.dtype, self.config.tensor_parallel,
+                         [(c.num_tokens, c.seq.num_computed - c.num_tokens) for c in chunks], generated)
+        m.estimated_flops.inc(work.flops)
+        m.estimated_read_bytes.inc(work.read_bytes)
+        m.estimated_write_bytes.inc(work.write_bytes)
         m.generation_tokens.inc(generated)
         stats = self.scheduler.take_stats()
         m.preemptions.inc(stats.preemptions)

@@ -87,6 +87,10 @@ class EngineMetrics:
         self.collective_seconds = histogram("loadlab_server_collective_seconds",
                                             "Tensor-parallel collective time per engine step.",
                                             COLLECTIVE_BUCKETS)
+        # vLLM's --enable-mfu-metrics counters, from the engine's own shapes (engine/work.py).
+        self.estimated_flops = counter("vllm:estimated_flops_per_gpu", "Estimated FLOPs per GPU.")
+        self.estimated_read_bytes = counter("vllm:estimated_read_bytes_per_gpu", "Estimated bytes read per GPU.")
+        self.estimated_write_bytes = counter("vllm:estimated_write_bytes_per_gpu", "Estimated bytes written per GPU.")
         for reason in ("stop", "length", "abort", "error"):
             self._success.labels(**values, finished_reason=reason)   # export zeros from the start
 

@@ -47,6 +47,14 @@ def test_vllm_current_names():
     assert value(samples, "prefix_cache_hits") == 12288
 
 
+def test_vllm_work_estimates_of_enable_mfu_metrics_are_canonical_counters():
+    samples = scrape("vllm.txt")
+    assert value(samples, "estimated_flops") == 3.2e15
+    assert value(samples, "estimated_read_bytes") == 1.6e13
+    assert value(samples, "estimated_write_bytes") == 4.0e11
+    assert not any(s.signal.startswith("vllm:estimated") for s in samples)
+
+
 def test_vllm_older_names_map_to_the_same_signals():
     samples = scrape("vllm_old.txt")
     assert value(samples, "kv_usage") == 0.91

@@ -47,6 +47,8 @@ def test_headless_master_and_two_workers_write_one_run_folder(tmp_path):
     assert df["worker"].nunique() == 2
     assert set(run.meta.worker_anchors) == set(df["worker"])
     assert [(s.label, s.mode) for s in run.meta.steps] == [("concurrency=4", "closed")]
+    # The folder is analyzed at the end too, as by `loadlab run`.
+    assert json.loads((out / "analysis.json").read_text())["steps"][0]["label"] == "concurrency=4"
     # Locust's own statistics: one request per finished HTTP request (token events are not
     # requests; streams cut off by the stop are kept in the folder only).
     locust_total = sum(e["num_requests"] for e in json.loads(stats_file.read_text()))

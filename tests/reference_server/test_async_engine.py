@@ -15,6 +15,7 @@ from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine, EngineCore
 from reference_server.engine.runner import EngineFault, ModelRunner, Worker
 from reference_server.engine.sampler import Sampler
+from reference_server.engine.work import step_work
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
 
 from tests.support.engine import Result, collect, run_engine
@@ -230,6 +231,10 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert steps == metric(engine, "loadlab_server_batch_size_count") > 0
     assert metric(engine, "loadlab_server_step_seconds_count", phase="decode") > 0
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
+    # vLLM's --enable-mfu-metrics counters from the engine's shapes: every step reads all weights.
+    weight_bytes = step_work(engine.core.shape, "float32", 1, [], 0).read_bytes
+    assert metric(engine, "vllm:estimated_read_bytes_per_gpu_total") >= steps * weight_bytes
+    assert metric(engine, "vllm:estimated_flops_per_gpu_total") > 0 and metric(engine, "vllm:estimated_write_bytes_per_gpu_total") > 0
 
 
 def test_no_value_is_exported_twice_under_two_names() -> None:

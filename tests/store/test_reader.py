@@ -92,3 +92,14 @@ def test_a_part_with_columns_of_another_table_or_type_is_skipped_with_a_warning(
     run = load_run(tmp_path)
     assert list(run.requests["request_id"]) == ["r0"]
     assert [w for w in run.warnings if "part-000100" in w] and [w for w in run.warnings if "part-000101" in w]
+
+
+def test_columns_left_out_come_back_as_nulls(tmp_path: Path) -> None:
+    from tests.support.runs import fill_run
+
+    fill_run(tmp_path)
+    full, lean = load_run(tmp_path), load_run(tmp_path, without=("token_times",))
+    assert list(lean.requests.columns) == list(full.requests.columns)
+    assert full.requests["token_times"].map(len).sum() == 8
+    assert lean.requests["token_times"].isna().all()
+    assert lean.requests["end_time"].tolist() == full.requests["end_time"].tolist()

@@ -87,10 +87,13 @@ def chunks(data: list[str]) -> list[dict]:
 
 
 @contextmanager
-def start_server(log: Path, *flags: str, api_key: str | None = None) -> Iterator[Server]:
-    """Run `python -m reference_server` on a free port until the block ends."""
+def start_server(log: Path, *flags: str, api_key: str | None = None, niceness: int = 0) -> Iterator[Server]:
+    """Run `python -m reference_server` on a free port until the block ends (under `nice` when
+    `niceness` is given: a load test on a shared machine keeps its load generator unstarved)."""
     port = free_port()
     args = [sys.executable, "-m", "reference_server", "--port", str(port), *TEST_FLAGS, *flags]
+    if niceness:
+        args = ["nice", "-n", str(niceness), *args]
     if api_key:
         args += ["--api-key", api_key]
     url = f"http://127.0.0.1:{port}"

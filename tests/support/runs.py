@@ -145,3 +145,24 @@ def write_drawn_run(folder: Path, seed: int, slower: float = 1.0, targets: Seque
         writer.end_step(index, end)
         start = end
     writer.close(status)
+
+
+def loaded_run(users: int = 4, seconds: int = 20, ttft: float = 0.1, e2e: float = 1.0,
+               gauges: dict[str, float] | None = None, counters: dict[str, float] | None = None,
+               step: int = 0, start: float = T, extra: list[Sample] = ()) -> tuple[list[RequestRecord], list[Sample]]:
+    """One closed-loop step of `users` users back to back (requests of `e2e` s, first token after
+    `ttft`, 10 tokens) over `seconds`, with server gauges scraped every second at the values given
+    and counters growing by the given amount per second."""
+    records, samples = [], list(extra)
+    n = int(seconds / e2e)
+    for u in range(users):
+        for k in range(n):
+            send = start + k * e2e
+            tokens = [send + ttft + (e2e - ttft) * i / 9 for i in range(10)]
+            records.append(req(step * 100000 + u * n + k, send, tokens, step=step))
+    for t in range(seconds + 1):
+        for name, value in (gauges or {}).items():
+            samples.append(Sample(start + t, "server", name, value, {"engine": "0"}))
+        for name, per_s in (counters or {}).items():
+            samples.append(Sample(start + t, "server", name, per_s * t, {"engine": "0"}))
+    return records, samples

@@ -1,0 +1,289 @@
+"""The bottleneck analysis of a run folder: per step and overall, what binds and how saturated.
+
+`analyze_run(run)` -> `Analysis`: each step's steady-state window (window.py), its derived
+quantities (derive.py, roofline.py), the rules' verdict (rules.py), its saturation across steps
+(saturation.py) and advice for the server kind (advice.py). `write_analysis(run)` is the one
+writer of analysis.json (its contract: docs/run-folder.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from loadlab.analyze import rules
+from loadlab.analyze.advice import advice_for, server_kind
+from loadlab.analyze.derive import Derived, StepData, derive
+from loadlab.analyze.histograms import SampleIndex
+from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
+from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
+from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation
+from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
+from loadlab.analyze.window import Window, steady_window
+from loadlab.collect import signals as sig
+from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
+from loadlab.store.reader import RunData
+from loadlab.store.schema import StepInfo
+
+FORMAT = 1
+REQUEST_COLUMNS = ("step", "ok", "error", "send_time", "end_time", "ttft", "e2e", "tpot", "out_tokens",
+                   "user_tokens_per_s")
+ANALYSIS_JSON = "analysis.json"
+MIN_OK_REQUESTS = 5         # fewer successful requests in a step: no verdict (judgement)
+CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
+NAMES = {
+    CLIENT: "the load generator", rules.KV_CAPACITY: "KV capacity", rules.MEMORY_BANDWIDTH: "memory bandwidth",
+    rules.COMPUTE: "compute", rules.SCHEDULING: "scheduling (admission)", rules.NETWORK: "network (collectives)",
+    INSUFFICIENT_DATA: "insufficient data",
+}
+# Server-side signals: without any of them (and no GPU samples) no server verdict is possible.
+SERVER_SIGNALS = (sig.REQUESTS_RUNNING, sig.REQUESTS_WAITING, sig.KV_USAGE, sig.STEP_TIME + "_count",
+                  sig.TTFT + "_count", sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE)
+
+
+@dataclass
+class RunnerUp:
+    constraint: str
+    score: float
+    confidence: float
+
+
+@dataclass
+class StepVerdict:
+    """One step's analysis (analysis.json's `steps` entries)."""
+
+    index: int
+    label: str
+    mode: str
+    target: float
+    window: Window
+    saturation: str
+    saturation_reason: str
+    constraint: str
+    score: float
+    confidence: float
+    runner_up: RunnerUp | None
+    headline: str
+    evidence: list[Evidence]
+    advice: list[str]
+    missing: list[str]
+    derived: dict[str, Derived]
+    # A client-limited step: what the server-side evidence alone would name (not trusted).
+    server_side: RunnerUp | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["derived"] = {k: v.to_dict() for k, v in self.derived.items()}
+        return d
+
+
+@dataclass
+class Overall:
+    constraint: str
+    saturation: str
+    knee_step: int | None
+    client_limited: bool
+    confidence: float
+    headline: str
+    advice: list[str]
+    server: str                    # the server kind the advice is for ("" when unknown)
+    step_time_fit: StepTimeFit | None = None
+
+
+@dataclass
+class Analysis:
+    """What analysis.json holds."""
+
+    path: str
+    generated_at: float
+    cut_off: bool
+    notes: list[str]
+    steps: list[StepVerdict]
+    overall: Overall
+    format: int = FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (NaN as null), as docs/run-folder.md describes it."""
+        return json_safe({"format": self.format, "generated_at": self.generated_at, "path": self.path,
+                          "cut_off": self.cut_off, "notes": self.notes,
+                          "steps": [s.to_dict() for s in self.steps], "overall": asdict(self.overall)})
+
+
+def write_analysis(run: RunData) -> Analysis:
+    """Analyze a loaded run and write its analysis.json (atomically); returns the analysis.
+    The one writer of analysis.json: `loadlab run` at its end and `loadlab analyze`."""
+    analysis = analyze_run(run)
+    write_json_atomic(run.path / ANALYSIS_JSON, analysis.to_dict())
+    return analysis
+
+
+def analyze_run(run: RunData) -> Analysis:
+    """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed)."""
+    steps = steps_of(run)
+    summary = summarize(run)
+    requests = per_request(run.requests, {s.index: s.mode for s in steps})
+    # Only the columns the analysis reads: filtering a million rows then moves no strings it ignores.
+    measured = requests.loc[~requests["warmup"].astype(bool), list(REQUEST_COLUMNS)]
+    samples = SampleIndex(run.samples)
+    data = [_step_data(step, measured, samples, summary.steps[i]) for i, step in enumerate(steps)]
+    fit = fit_step_time(samples, [d.window for d in data])
+    for d in data:
+        derive(d)
+        _add_roofline(d, fit)
+    kind = server_kind(samples)
+    has_server = any(samples.has(name) for name in SERVER_SIGNALS)
+    states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in data])
+    verdicts = [_verdict(d, state, kind, has_server, fit) for d, state in zip(data, states)]
+    cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
+    notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
+    return Analysis(path=str(run.path), generated_at=time.time(), cut_off=cut_off, notes=notes,
+                    steps=verdicts, overall=_overall(verdicts, knee, kind, fit))
+
+
+def _step_data(step: StepInfo, measured: pd.DataFrame, samples: SampleIndex, summary: StepSummary) -> StepData:
+    in_step = measured[measured["step"] == step.index]
+    return StepData(step=step, requests=in_step, window=steady_window(step, in_step), samples=samples,
+                    summary=summary)
+
+
+def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
+    if fit is not None:
+        load_name = {sig.TOKENS_PER_STEP: "tokens_per_step_mean", sig.BATCH_SIZE: "batch_size_mean",
+                     sig.REQUESTS_RUNNING: "running_mean"}[fit.x]
+        load = d.derived.get(load_name)
+        if load is not None:
+            d.put("step_time_fixed_share", fit.fixed_share(load.value), "fraction",
+                  [sig.STEP_TIME, fit.x], "server_metrics")
+    rates = work_rates(d.samples, d.window)
+    if rates is not None:
+        est = [sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES, sig.ESTIMATED_WRITE_BYTES]
+        d.put("achieved_tflops_per_gpu", rates.flops_per_s / 1e12, "TFLOP/s", est[:1], "server_metrics")
+        d.put("achieved_gbps_per_gpu", rates.bytes_per_s / 1e9, "GB/s", est[1:], "server_metrics")
+        d.put("mfu", rates.mfu, "fraction", est[:1] + ["gpu spec " + rates.gpu], "server_metrics")
+        d.put("mbu", rates.mbu, "fraction", est[1:] + ["gpu spec " + rates.gpu], "server_metrics")
+        d.put("arithmetic_intensity", rates.intensity, "FLOP/byte", est, "server_metrics")
+        d.put("intensity_over_ridge", rates.intensity / rates.ridge, "ratio", est, "server_metrics")
+
+
+def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: StepTimeFit | None) -> StepVerdict:
+    scores = score_all(d.derived)
+    ok = int(d.requests["ok"].sum())
+
+    def verdict(constraint: str, headline: str, chosen: ClassScore | None = None,
+                runner_up: RunnerUp | None = None, missing: list[str] | None = None) -> StepVerdict:
+        evidence = _evidence(scores, chosen, fit)
+        return StepVerdict(
+            index=d.step.index, label=d.step.label, mode=d.step.mode, target=d.step.target, window=d.window,
+            # Without a successful request only refusals can still say something: overloaded.
+            saturation=state.state if ok or state.state == OVERLOADED else UNKNOWN,
+            saturation_reason=state.reason, constraint=constraint,
+            score=chosen.score if chosen else 0.0, confidence=chosen.confidence if chosen else 0.0,
+            runner_up=runner_up, headline=headline, evidence=evidence,
+            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
+            missing=missing if missing is not None else (chosen.missing if chosen else []), derived=d.derived)
+
+    if not len(d.requests):
+        return verdict(INSUFFICIENT_DATA, "no request was sent in this step", missing=[rules.NEEDS[rules.C]])
+    if ok == 0:
+        failed = d.requests["error"].value_counts()
+        what = ", ".join(f"{n} {e}" for e, n in failed.items())
+        return verdict(INSUFFICIENT_DATA, f"no successful request in this step ({what})", missing=[rules.NEEDS[rules.C]])
+    if ok < MIN_OK_REQUESTS:
+        return verdict(INSUFFICIENT_DATA, f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
+                       missing=[rules.NEEDS[rules.C]])
+    ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
+    eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
+    client = scores[CLIENT]
+    if client.score >= 0.5:
+        reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
+        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted",
+                          client, missing=[])
+        if has_server and eligible:
+            limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
+            limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
+        return limited
+    if not has_server:
+        return verdict(INSUFFICIENT_DATA, "no server metrics or GPU samples: the client alone cannot say what binds",
+                       missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]])
+    if not eligible:
+        missing = [line for s in ranked for line in s.missing]
+        return verdict(INSUFFICIENT_DATA, "no class's evidence is strong enough to name what binds",
+                       missing=list(dict.fromkeys(missing)))
+    best = eligible[0]
+    second = next((s for s in ranked if s is not best), None)
+    runner_up = (RunnerUp(second.constraint, second.score, second.confidence)
+                 if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN else None)
+    return verdict(best.constraint, _headline(best, state), best, runner_up)
+
+
+def _clock_advice(d: StepData) -> list[str]:
+    """GPU clocks held down by power or heat in over CLOCK_SLOWDOWN_SHARE of the samples: a
+    sub-flag of any verdict (the GPU ran slower than its rating)."""
+    share = d.derived.get("gpu_clock_slowdown_share")
+    if share is None or share.value <= CLOCK_SLOWDOWN_SHARE:
+        return []
+    return [f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
+            "check cooling, power limits and clocks before tuning the server"]
+
+
+def _headline(best: ClassScore, state: Saturation) -> str:
+    name = NAMES[best.constraint]
+    top = "; ".join(e.text for e in best.evidence if e.direction == "for")
+    if state.state == "under_loaded":
+        return f"{name} sets per-token latency; headroom: {state.reason}"
+    return f"{name} binds ({state.state.replace('_', ' ')}): {top}"
+
+
+def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None, fit: StepTimeFit | None) -> list[Evidence]:
+    """The chosen class's rows first, then every other class's (a row of a term not measured is absent)."""
+    order = ([chosen] if chosen else []) + [s for s in scores.values() if s is not chosen]
+    rows = [e for s in order for e in s.evidence]
+    if fit is not None:
+        for e in rows:
+            if e.name == "step_time_fixed_share":
+                e.text += (f" (fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
+                           f"R² {fit.r2:.2f}, {fit.points} points)")
+    return rows
+
+
+def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTimeFit | None) -> Overall:
+    limited = [s for s in steps if s.constraint == CLIENT]
+    if limited:
+        names = ", ".join(s.label for s in limited)
+        return Overall(CLIENT, UNKNOWN, None, True, max(s.confidence for s in limited),
+                       f"the load generator limited {names}: fix the client before trusting any verdict",
+                       limited[0].advice, kind, fit)
+    judged = [s for s in steps if s.constraint != INSUFFICIENT_DATA]
+    if not judged:
+        reason = steps[0].headline if steps else "no steps"
+        return Overall(INSUFFICIENT_DATA, UNKNOWN, knee, False, 0.0, f"insufficient data: {reason}", [], kind, fit)
+    by_index = {s.index: s for s in judged}
+    saturated = [s for s in judged if s.saturation in ("past_knee", "overloaded")]
+    focus = by_index.get(knee) if knee is not None else None
+    focus = focus or (saturated[0] if saturated else judged[-1])
+    last = judged[-1]
+    if focus.saturation == "under_loaded":
+        headline = f"under-loaded up to {last.label}: {NAMES[focus.constraint]} sets per-token latency; headroom left"
+    elif knee is not None and focus.index == knee:
+        headline = f"{NAMES[focus.constraint]} binds at {focus.label} (the knee)"
+    else:
+        headline = f"{NAMES[focus.constraint]} binds at {focus.label} ({focus.saturation.replace('_', ' ')})"
+    return Overall(focus.constraint, last.saturation, knee, False, focus.confidence, headline, focus.advice, kind, fit)
+
+
+def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:
+    """Which step a cut-off run ended in, and how much of it ran."""
+    if not cut_off or not data:
+        return []
+    config = run.meta.config
+    planned = config.get("step_duration") or config.get("duration")
+    last = data[-1]
+    ran = last.window.seconds
+    if planned and math.isfinite(ran):
+        return [f"{last.step.label} cut off mid-step: {ran:.0f} s of {float(planned):.0f} analyzed "
+                f"(run status {run.meta.status})"]
+    return [f"run {run.meta.status}: the last step ({last.step.label}) is analyzed with what it has"]

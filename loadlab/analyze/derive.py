@@ -1,0 +1,208 @@
+"""The derived quantities of one load step over its steady-state window (issue 10, point 1).
+
+Each `Derived` names the signals it came from and the collector behind them, so a verdict's
+evidence can say where every number was measured. A quantity whose signals are missing is
+simply absent (the rules count it as missing coverage, never as zero).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from loadlab.analyze.histograms import SampleIndex, near, window_histogram, window_increase
+from loadlab.analyze.intervals import NCCL_COLLECTIVE_SECONDS, collective_share
+from loadlab.analyze.summary import StepSummary
+from loadlab.analyze.window import Window
+from loadlab.collect import signals as sig
+from loadlab.metrics.stats import percentile
+from loadlab.store.schema import ErrorCategory, StepInfo
+
+GPU_SOURCES = ("gpu", "prometheus")
+# Host collector signals (loadlab.collect.host): CPU cores busy per process, label `role`.
+PROCESS_CPU = "process_cpu"
+# Raw names (no canonical signal) of the prefix-cache counters, in tokens (vLLM) and SGLang's gauge.
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
+# Which collector a signal family comes from, for the evidence rows.
+CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nccl"
+
+
+@dataclass
+class Derived:
+    """One derived number, its unit and what it was computed from."""
+
+    value: float
+    unit: str
+    signals: list[str]
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form of analysis.json's `derived` entries."""
+        return {"value": self.value, "unit": self.unit, "signals": self.signals, "source": self.source}
+
+
+@dataclass
+class StepData:
+    """What a step's derivation reads: the step, its measured requests (per_request columns), its
+    window, the run's samples by signal and the step's summary (client check, achieved load)."""
+
+    step: StepInfo
+    requests: pd.DataFrame
+    window: Window
+    samples: SampleIndex
+    summary: StepSummary
+    derived: dict[str, Derived] = field(default_factory=dict)
+
+    def put(self, name: str, value: float, unit: str, signals: list[str], source: str) -> None:
+        """Record a derived number; NaN (not measured) is left out."""
+        if value is not None and math.isfinite(value):
+            self.derived[name] = Derived(float(value), unit, signals, source)
+
+
+def derive(data: StepData) -> dict[str, Derived]:
+    """Every derived quantity of the step that its signals allow."""
+    _client_side(data)
+    _server_side(data)
+    _gpu_side(data)
+    _host_side(data)
+    return data.derived
+
+
+def _client_side(d: StepData) -> None:
+    w, req = d.window, d.requests
+    ok = req[req["ok"] & w.contains(req["end_time"])]
+    seconds = w.seconds
+    requests = ["client.requests"]
+    if seconds > 0:
+        rate = len(ok) / seconds
+        d.put("completed_per_s", rate, "requests/s", requests, CLIENT)
+        d.put("output_tokens_per_s", ok["out_tokens"].sum() / seconds, "tokens/s", requests, CLIENT)
+        if len(ok):
+            little = rate * float(ok["e2e"].mean())
+            d.put("littles_law_concurrency", little, "requests", requests, CLIENT)
+            if d.step.mode == "closed" and d.step.target > 0:
+                d.put("littles_law_ratio", little / d.step.target, "fraction", requests, CLIENT)
+    if len(ok):
+        d.put("ttft_p50", percentile(ok["ttft"].to_numpy(float), 50), "s", requests, CLIENT)
+        d.put("e2e_p50", percentile(ok["e2e"].to_numpy(float), 50), "s", requests, CLIENT)
+        d.put("tpot_p50", percentile(ok["tpot"].to_numpy(float), 50), "s", requests, CLIENT)
+        d.put("tokens_per_s_per_user_p50", percentile(ok["user_tokens_per_s"].to_numpy(float), 50),
+              "tokens/s", requests, CLIENT)
+        e2e = ok["e2e"].to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            decode = (e2e - ok["ttft"].to_numpy(float)) / e2e
+        d.put("decode_share", float(np.nanmean(decode)) if np.isfinite(decode).any() else math.nan,
+              "fraction", requests, CLIENT)
+    sent = req[w.contains(req["send_time"])]
+    if len(sent):
+        errors = sent["error"].fillna("")
+        refused = errors.isin([ErrorCategory.HTTP_429.value, ErrorCategory.TIMEOUT.value, ErrorCategory.HTTP_5XX.value])
+        d.put("refused_share", refused.mean(), "fraction", requests, CLIENT)
+    # The client self-check of loadlab.analyze.summary, over the step (the same figures the
+    # summary's CLIENT-LIMITED flag used).
+    for name, value in d.summary.client.values.items():
+        d.put(name, value, "fraction" if name.endswith("ratio") else ("cores" if "cpu" in name else "s"),
+              ["client." + name], CLIENT)
+
+
+def _server_side(d: StepData) -> None:
+    bins = d.window.as_bins()
+    s = d.samples
+    running = _gauge(s, sig.REQUESTS_RUNNING, d.window, "sum")
+    waiting = _gauge(s, sig.REQUESTS_WAITING, d.window, "sum")
+    kv = _gauge(s, sig.KV_USAGE, d.window, "mean")
+    if running.size:
+        d.put("running_mean", running.mean(), "requests", [sig.REQUESTS_RUNNING], SERVER)
+        d.put("running_max", running.max(), "requests", [sig.REQUESTS_RUNNING], SERVER)
+    if waiting.size:
+        d.put("waiting_mean", waiting.mean(), "requests", [sig.REQUESTS_WAITING], SERVER)
+        d.put("waiting_p95", percentile(waiting, 95), "requests", [sig.REQUESTS_WAITING], SERVER)
+        d.put("waiting_slope", _slope(s, d.window), "requests/s", [sig.REQUESTS_WAITING], SERVER)
+    if kv.size:
+        for q in (50, 90):
+            d.put(f"kv_usage_p{q}", percentile(kv, q), "fraction", [sig.KV_USAGE], SERVER)
+        d.put("kv_usage_max", kv.max(), "fraction", [sig.KV_USAGE], SERVER)
+    preempted = window_increase(s, sig.PREEMPTIONS, bins)
+    if d.window.seconds > 0:
+        d.put("preemptions_per_min", preempted / d.window.seconds * 60, "1/min", [sig.PREEMPTIONS], SERVER)
+        step_time = window_increase(s, sig.STEP_TIME + "_sum", bins)
+        d.put("engine_busy", step_time / d.window.seconds, "fraction", [sig.STEP_TIME + "_sum"], SERVER)
+    hist = {name: window_histogram(s, name, bins)
+            for name in (sig.TTFT, sig.QUEUE_TIME, sig.ITL, sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.STEP_TIME)}
+    ttft, queue, itl = hist[sig.TTFT], hist[sig.QUEUE_TIME], hist[sig.ITL]
+    if ttft is not None:
+        d.put("server_ttft_p50", ttft.quantile(0.5), "s", [sig.TTFT], SERVER)
+        d.put("server_ttft_mean", ttft.mean, "s", [sig.TTFT], SERVER)
+        client_ttft = d.requests.loc[d.requests["ok"] & d.window.contains(d.requests["end_time"]), "ttft"]
+        if len(client_ttft):
+            d.put("ttft_outside_server", float(client_ttft.mean()) - ttft.mean, "s",
+                  ["client.ttft", sig.TTFT], SERVER)
+    if queue is not None:
+        d.put("queue_time_mean", queue.mean, "s", [sig.QUEUE_TIME], SERVER)
+        client_ttft = d.derived.get("ttft_p50")
+        base = ttft.mean if ttft is not None else (client_ttft.value if client_ttft else math.nan)
+        d.put("queue_share", queue.mean / base if base > 0 else math.nan, "fraction",
+              [sig.QUEUE_TIME, sig.TTFT if ttft is not None else "client.ttft"], SERVER)
+    if itl is not None:
+        d.put("server_itl_p50", itl.quantile(0.5), "s", [sig.ITL], SERVER)
+    for name, key, unit in ((sig.TOKENS_PER_STEP, "tokens_per_step", "tokens"), (sig.BATCH_SIZE, "batch_size", "sequences"),
+                            (sig.STEP_TIME, "step_time", "s")):
+        if hist[name] is not None:
+            d.put(f"{key}_mean", hist[name].mean, unit, [name], SERVER)
+    parts = [near(s.of(sig.COLLECTIVE_TIME + "_sum"), bins), near(s.of(sig.STEP_TIME + "_sum"), bins),
+             near(s.of(NCCL_COLLECTIVE_SECONDS, ("nccl",)), bins)]
+    share = collective_share(pd.concat(parts, ignore_index=True), bins)[0]
+    d.put("collective_share", share, "fraction", [sig.COLLECTIVE_TIME, sig.STEP_TIME], SERVER)
+    d.put("prefix_cache_hit_rate", _prefix_hit_rate(s, d.window), "fraction", ["vllm:prefix_cache_hits"], SERVER)
+
+
+def _gpu_side(d: StepData) -> None:
+    for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_TENSOR_ACTIVE, sig.GPU_DRAM_ACTIVE, "gpu_clock_slowdown"):
+        values = _in_window(d.samples.of(name, GPU_SOURCES), d.window)["value"].to_numpy(float)
+        if values.size:
+            d.put(name if name != "gpu_clock_slowdown" else "gpu_clock_slowdown_share", values.mean(),
+                  "fraction", [name], GPU)
+
+
+def _host_side(d: StepData) -> None:
+    cpu = _in_window(d.samples.of(PROCESS_CPU, ("host",)), d.window)
+    if len(cpu):
+        roles = cpu["labels"].map({t: json.loads(t).get("role", "") for t in cpu["labels"].unique()})
+        server = cpu[roles == "server"]
+        if len(server):
+            d.put("server_cpu", server.groupby("time")["value"].sum().mean(), "cores", [PROCESS_CPU], HOST)
+
+
+def _in_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
+    return df[window.contains(df["time"])]
+
+
+def _gauge(s: SampleIndex, signal: str, window: Window, how: str) -> np.ndarray:
+    """The gauge's values in the window, one per scrape: summed (or averaged) over its series."""
+    df = _in_window(s.of(signal), window)
+    return df.groupby("time")["value"].agg(how).to_numpy(float) if len(df) else np.empty(0)
+
+
+def _slope(s: SampleIndex, window: Window) -> float:
+    """Least-squares slope of the waiting queue over the window (requests per second)."""
+    df = _in_window(s.of(sig.REQUESTS_WAITING), window).groupby("time")["value"].sum()
+    if len(df) < 3:
+        return math.nan
+    t = df.index.to_numpy(float)
+    return float(np.polyfit(t - t[0], df.to_numpy(float), 1)[0])
+
+
+def _prefix_hit_rate(s: SampleIndex, window: Window) -> float:
+    bins = window.as_bins()
+    for queries_name, hits_name in zip(PREFIX_QUERIES, PREFIX_HITS):
+        queries = window_increase(s, queries_name, bins)
+        if queries > 0:
+            return window_increase(s, hits_name, bins) / queries
+    gauge = _in_window(s.of(SGLANG_CACHE_HIT_RATE), window)["value"]
+    return float(gauge.mean()) if len(gauge) else math.nan

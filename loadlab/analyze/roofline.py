@@ -1,0 +1,165 @@
+"""Compute vs memory bandwidth, from the engine's own step timings and work estimates.
+
+Without GPU counters (issue 10, point 4): a step's time is about max(bytes moved / bandwidth,
+FLOPs / peak). Decode steps of a dense model read every weight once, so their time barely grows
+with the tokens in the step; prefill-heavy steps grow in proportion to them. A least-squares
+line `step time = intercept + slope x tokens per step`, fitted over short intervals of every
+step's window, gives the fixed share of a step at the step's own batch: intercept / (intercept
++ slope x tokens). Near 1: bandwidth-bound; near 0: compute-bound. The fit's R^2 says how far
+to trust it.
+
+With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
+bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
+they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
+point (a typical one for a GPU not in the table; none without GPU samples: a CPU's ridge is
+another matter, and there the step-time fit decides).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadlab.analyze.histograms import SampleIndex, near
+from loadlab.analyze.intervals import Bins, interval_totals
+from loadlab.analyze.window import Window
+from loadlab.collect import signals as sig
+
+# Dense BF16 peak FLOP/s and memory bandwidth in bytes/s, from NVIDIA's data sheets (SXM parts).
+GPU_SPECS: dict[str, tuple[float, float]] = {
+    "H200": (989e12, 4.8e12),
+    "H100": (989e12, 3.35e12),
+    "A100": (312e12, 2.039e12),
+    "L40S": (362e12, 0.864e12),
+    "L4": (121e12, 0.3e12),
+    "B200": (2250e12, 8.0e12),
+}
+# Without a known GPU, the ridge point of H100/H200-class parts (notes: 200-300 FLOP/byte).
+DEFAULT_RIDGE = 250.0
+# Labels that name the GPU model on GPU samples (dcgm-exporter's `modelName`).
+GPU_NAME_LABELS = ("modelName", "gpu_name", "name")
+SUB_INTERVAL = 2.0        # seconds per point of the step-time fit: two 1 s scrapes (judgement)
+MIN_FIT_POINTS = 3
+
+
+@dataclass
+class StepTimeFit:
+    """step time = intercept + slope x load per step, over `points` intervals; `x` names the load."""
+
+    intercept: float
+    slope: float
+    r2: float
+    points: int
+    x: str
+
+    def fixed_share(self, load: float) -> float:
+        """The share of a step's time that does not grow with its load, at `load` per step."""
+        fixed, growing = max(self.intercept, 0.0), max(self.slope, 0.0) * load
+        return fixed / (fixed + growing) if fixed + growing > 0 else math.nan
+
+
+def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | None:
+    """Fit mean step time against mean tokens per step (else sequences per step, else running
+    requests) over intervals of about SUB_INTERVAL seconds of each window; None with too few
+    points or no spread in the load."""
+    for x_signal in (sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.REQUESTS_RUNNING):
+        xs, ys = [], []
+        for window in windows:
+            if window.seconds <= 0:
+                continue
+            count = max(1, int(window.seconds // SUB_INTERVAL))
+            bins = Bins(window.start, np.nextafter(window.seconds / count, np.inf), count)
+            time_sum = interval_totals(near(samples.of(sig.STEP_TIME + "_sum"), bins), bins)
+            steps = interval_totals(near(samples.of(sig.STEP_TIME + "_count"), bins), bins)
+            xs.append(_load_per_step(samples, x_signal, bins))
+            ys.append(np.where(steps > 0, time_sum / np.where(steps > 0, steps, 1), np.nan))
+        if not xs:
+            return None
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = x[keep], y[keep]
+        if x.size >= MIN_FIT_POINTS and np.ptp(x) > 0.1 * max(float(x.max()), 1e-9):
+            slope, intercept = np.polyfit(x, y, 1)
+            residual = float(((y - (intercept + slope * x)) ** 2).sum())
+            spread = float(((y - y.mean()) ** 2).sum())
+            r2 = 1 - residual / spread if spread > 0 else 1.0
+            return StepTimeFit(float(intercept), float(slope), r2, int(x.size), x_signal)
+    return None
+
+
+def _load_per_step(samples: SampleIndex, x_signal: str, bins: Bins) -> np.ndarray:
+    if x_signal == sig.REQUESTS_RUNNING:   # a gauge: its mean over each interval
+        df = samples.of(x_signal)
+        per_scrape = df.groupby("time")["value"].sum()
+        return _bins_mean(bins, per_scrape.index.to_numpy(float), per_scrape.to_numpy(float))
+    total = interval_totals(near(samples.of(x_signal + "_sum"), bins), bins)
+    count = interval_totals(near(samples.of(x_signal + "_count"), bins), bins)
+    return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
+
+
+def _bins_mean(bins: Bins, times: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Mean of the values whose time falls in each interval (NaN for an empty one)."""
+    i = bins.index(times)
+    keep = i >= 0
+    sums = np.bincount(i[keep], weights=values[keep], minlength=bins.count)
+    counts = np.bincount(i[keep], minlength=bins.count)
+    return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
+
+
+@dataclass
+class WorkRates:
+    """vLLM's estimated work per GPU over a window, and the figures it gives with a GPU spec."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    gpu: str              # the GPU model found in the samples ("" when none)
+    mfu: float            # NaN without a known GPU
+    mbu: float
+    intensity: float      # FLOPs per byte
+    ridge: float          # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
+
+
+def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
+    """Per-GPU FLOP/s and bytes/s from the estimate counters (None without them)."""
+    bins = window.as_bins()
+    flops = _per_series_increase(samples, sig.ESTIMATED_FLOPS, bins)
+    read = _per_series_increase(samples, sig.ESTIMATED_READ_BYTES, bins)
+    write = _per_series_increase(samples, sig.ESTIMATED_WRITE_BYTES, bins)
+    if math.isnan(flops) or math.isnan(read) or window.seconds <= 0:
+        return None
+    moved = read + (0.0 if math.isnan(write) else write)
+    flops_per_s, bytes_per_s = flops / window.seconds, moved / window.seconds
+    gpu = gpu_model(samples)
+    spec = next((v for k, v in GPU_SPECS.items() if k in gpu.upper()), None)
+    peak_flops, peak_bytes = spec if spec else (math.nan, math.nan)
+    return WorkRates(flops_per_s=flops_per_s, bytes_per_s=bytes_per_s, gpu=gpu,
+                     mfu=flops_per_s / peak_flops, mbu=bytes_per_s / peak_bytes,
+                     intensity=flops / moved if moved > 0 else math.nan,
+                     ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan))
+
+
+def _has_gpu(samples: SampleIndex) -> bool:
+    return any(samples.has(name) for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE))
+
+
+def gpu_model(samples: SampleIndex) -> str:
+    """The GPU model named by any GPU sample's labels ("" when none does)."""
+    for name in (sig.GPU_UTIL, sig.GPU_DRAM_ACTIVE, sig.GPU_SM_ACTIVE):
+        df = samples.of(name, ("gpu", "prometheus"))
+        for text in df["labels"].unique()[:8]:
+            labels = json.loads(text)
+            for key in GPU_NAME_LABELS:
+                if labels.get(key):
+                    return str(labels[key])
+    return ""
+
+
+def _per_series_increase(samples: SampleIndex, signal: str, bins: Bins) -> float:
+    """A per-GPU counter's increase, averaged over its series (one per engine)."""
+    df = samples.of(signal)
+    if not len(df):
+        return math.nan
+    return float(interval_totals(near(df, bins), bins)[0]) / df["labels"].nunique()

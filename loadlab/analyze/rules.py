@@ -1,0 +1,190 @@
+"""The rules that name a step's binding constraint: ONE table, class -> evidence terms.
+
+Each term reads one derived quantity (loadlab.analyze.derive) and scores 0..1 on a linear ramp
+around its threshold (0.5 at the threshold, 0 or 1 at `ramp` either side), so a value just past
+a threshold counts a little, not all or nothing. A class's score is the weighted mean of its
+terms' scores over the terms whose quantity was measured, capped by its `key` terms (a class
+cannot bind without them: no KV pressure, no kv_capacity); its coverage is the share of its
+weight that was measured; confidence = score x coverage. `client` is judged first and on its
+own: any one of its terms past the threshold invalidates the step (combine = "any").
+Every threshold and its source is in docs/diagnosis.md; change both together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from loadlab.analyze.derive import Derived
+from loadlab.analyze.summary import MIN_CONCURRENCY_RATIO, MIN_RATE_RATIO
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
+
+CLIENT, KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "client", "kv_capacity", "memory_bandwidth", "compute"
+SCHEDULING, NETWORK, INSUFFICIENT_DATA = "scheduling", "network", "insufficient_data"
+RUNNER_UP_WITHIN = 0.15     # report the second class when its confidence is this close
+MIN_SCORE = 0.5             # the best class must score at least this to be named
+MIN_COVERAGE = 0.15         # ... with at least this share of its evidence measured
+
+
+@dataclass(frozen=True)
+class Term:
+    """One piece of evidence: FOR the class when `quantity` is on the `op` side of `threshold`."""
+
+    quantity: str
+    op: str                  # ">=" or "<="
+    threshold: float
+    ramp: float              # half-width of the score's ramp around the threshold
+    weight: float
+    needs: str               # which collector measures it (a key of NEEDS)
+    key: bool = False        # the class cannot bind without this evidence
+
+    def score(self, value: float) -> float:
+        """0..1: how far `value` is on the class's side of the threshold."""
+        over = (value - self.threshold) if self.op == ">=" else (self.threshold - value)
+        return min(max(0.5 + over / (2 * self.ramp), 0.0), 1.0)
+
+
+@dataclass(frozen=True)
+class Rule:
+    constraint: str
+    combine: str             # "mean": weighted mean capped by key terms; "any": the strongest term
+    terms: tuple[Term, ...]
+
+
+S, G, C, W, F = "server", "gpu", "client", "steps", "mfu"
+RULES: tuple[Rule, ...] = (
+    Rule(CLIENT, "any", (
+        Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C),
+        Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C),
+        Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
+        Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
+        Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
+    )),
+    Rule(KV_CAPACITY, "mean", (
+        Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
+        Term("waiting_mean", ">=", 1.0, 0.5, 1, S),
+        Term("preemptions_per_min", ">=", 1.0, 0.5, 0.5, S),
+    )),
+    Rule(SCHEDULING, "mean", (
+        Term("waiting_mean", ">=", 1.0, 0.5, 1, S, key=True),
+        Term("queue_share", ">=", 0.5, 0.1, 1, S),
+        Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
+        Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
+        Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
+    )),
+    Rule(NETWORK, "mean", (
+        Term("collective_share", ">=", 0.3, 0.15, 2, S, key=True),
+    )),
+    Rule(MEMORY_BANDWIDTH, "mean", (
+        Term("decode_share", ">=", 0.5, 0.15, 1, C),
+        Term("step_time_fixed_share", ">=", 0.6, 0.1, 1.5, W),
+        Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
+        Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
+        Term("mbu", ">=", 0.6, 0.1, 1, F),
+        Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, F),
+    )),
+    Rule(COMPUTE, "mean", (
+        Term("step_time_fixed_share", "<=", 0.4, 0.1, 1.5, W),
+        Term("decode_share", "<=", 0.5, 0.15, 1, C),
+        Term("queue_share", "<=", 0.1, 0.05, 0.5, S),
+        Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
+        Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
+        Term("mfu", ">=", 0.5, 0.1, 1, F),
+        Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, F),
+    )),
+)
+
+# What would have measured a missing term: the `missing` lines of a verdict.
+NEEDS = {
+    S: "server metrics: scrape the server's /metrics (--server-metrics URL; SGLang needs --enable-metrics)",
+    G: "GPU counters: run on the GPU host (NVML/GPM) or pass --prometheus with dcgm-exporter (profiling fields on)",
+    C: "client figures: more successful requests in the step",
+    W: "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) over steps of different load",
+    F: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (and name the GPU: dcgm-exporter's modelName)",
+}
+
+
+@dataclass
+class Evidence:
+    """One evidence row of a verdict (analysis.json's `evidence`)."""
+
+    constraint: str
+    name: str
+    value: float
+    unit: str
+    threshold: float
+    direction: str           # "for" | "against"
+    weight: float
+    source: str
+    signals: list[str]
+    text: str
+
+
+@dataclass
+class ClassScore:
+    constraint: str
+    score: float
+    coverage: float
+    evidence: list[Evidence]
+    missing: list[str]
+
+    @property
+    def confidence(self) -> float:
+        return self.score * self.coverage
+
+
+def score_all(derived: dict[str, Derived]) -> dict[str, ClassScore]:
+    """Every class of RULES scored on one step's derived quantities."""
+    return {rule.constraint: _score(rule, derived) for rule in RULES}
+
+
+def _score(rule: Rule, derived: dict[str, Derived]) -> ClassScore:
+    evidence, missing = [], []
+    scored: list[tuple[Term, float]] = []
+    for term in rule.terms:
+        d = derived.get(term.quantity)
+        if d is None:
+            missing.append(NEEDS[term.needs])
+            continue
+        s = term.score(d.value)
+        scored.append((term, s))
+        evidence.append(Evidence(
+            constraint=rule.constraint, name=term.quantity, value=d.value, unit=d.unit, threshold=term.threshold,
+            direction="for" if s >= 0.5 else "against", weight=term.weight, source=d.source, signals=d.signals,
+            text=f"{term.quantity.replace('_', ' ')} {format_value(d.value, d.unit)} "
+                 f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}"))
+    total = sum(t.weight for t in rule.terms)
+    measured = sum(t.weight for t, _ in scored)
+    if not scored:
+        return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
+    if rule.combine == "any":
+        score = max(s for _, s in scored)
+        coverage = 1.0 if score >= 0.5 else measured / total
+    else:
+        score = sum(t.weight * s for t, s in scored) / measured
+        for t, s in scored:
+            if t.key:
+                score = min(score, s)
+        coverage = measured / total
+        if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
+            coverage /= 2   # the deciding evidence is missing
+    return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
+
+
+def _unique(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def _opposite(op: str) -> str:
+    return "<" if op == ">=" else ">"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A value as the evidence texts write it (percent for fractions, ms under a second)."""
+    if not math.isfinite(value):
+        return "n/a"
+    if unit == "fraction":
+        return f"{value * 100:.0f} %"
+    if unit == "s":
+        return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    return f"{value:.3g} {unit}"

@@ -1,0 +1,88 @@
+"""Is the server saturated at each step's load? Under-loaded, at the knee, past it, overloaded.
+
+Across steps (ordered by load, as a run's steps are): throughput that grows at least half as fast
+as the offered load still scales (under-loaded); one that grows less than KNEE_GAIN while the
+load grew by KNEE_LOAD_GROWTH or more is flat (past the knee); in between, at the knee. The last
+step that still scaled before a flat one is the knee. Overloaded: the server refuses or times out
+requests (REFUSED_SHARE), or an open-loop step completes far fewer requests than arrive (its
+queue can only grow). A step with no step before it is judged on the server's queue: requests
+waiting means more load would only wait (past the knee); an empty queue means headroom.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from loadlab.analyze.derive import Derived
+
+UNDER_LOADED, AT_KNEE, PAST_KNEE, OVERLOADED, UNKNOWN = "under_loaded", "at_knee", "past_knee", "overloaded", "unknown"
+KNEE_GAIN = 0.05            # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
+KNEE_LOAD_GROWTH = 0.25     # ... when the offered load grew at least this much (judgement)
+SCALING_EFFICIENCY = 0.5    # throughput growth / load growth at or above this still scales (judgement)
+REFUSED_SHARE = 0.05        # share of requests refused (429), timed out or 5xx: overloaded (judgement)
+OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: the queue grows (judgement)
+QUEUE_WAITING = 1.0         # mean requests waiting at which a step without a predecessor is past the knee
+
+
+@dataclass
+class StepLoad:
+    """What saturation reads of one step."""
+
+    index: int
+    mode: str
+    target: float
+    derived: dict[str, Derived]
+
+
+@dataclass
+class Saturation:
+    state: str
+    reason: str
+
+
+def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
+    """Each step's saturation (in the order given) and the knee step's index (None: no knee seen)."""
+    states = []
+    previous: StepLoad | None = None
+    for step in steps:
+        states.append(_judge(step, previous))
+        if _value(step, "output_tokens_per_s") > 0:
+            previous = step
+    # The last step that still scaled before a flat one is the knee.
+    for i in range(len(steps) - 1):
+        if states[i].state == UNDER_LOADED and states[i + 1].state in (PAST_KNEE, OVERLOADED):
+            states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales")
+    knee = next((s.index for s, st in zip(steps, states) if st.state == AT_KNEE), None)
+    return states, knee
+
+
+def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
+    refused = _value(step, "refused_share")
+    if refused >= REFUSED_SHARE:
+        return Saturation(OVERLOADED, f"{refused:.0%} of requests refused, timed out or failed on the server")
+    completed = _value(step, "completed_per_s")
+    if step.mode == "open" and step.target > 0 and completed < OPEN_LOOP_COMPLETION * step.target:
+        return Saturation(OVERLOADED, f"completes {completed:.2f} req/s of {step.target:g} arriving: the queue grows")
+    if previous is not None and previous.mode == step.mode and previous.target > 0 and step.target > previous.target:
+        load_growth = step.target / previous.target - 1
+        gain = _value(step, "output_tokens_per_s") / _value(previous, "output_tokens_per_s") - 1
+        if math.isfinite(gain):
+            text = f"throughput {gain:+.0%} for load {load_growth:+.0%}"
+            if gain >= SCALING_EFFICIENCY * load_growth:
+                return Saturation(UNDER_LOADED, text + ": still scaling")
+            if gain < KNEE_GAIN and load_growth >= KNEE_LOAD_GROWTH:
+                latency = _value(step, "e2e_p50") / _value(previous, "e2e_p50") - 1
+                return Saturation(PAST_KNEE, text + (f", latency {latency:+.0%}" if math.isfinite(latency) else ""))
+            return Saturation(AT_KNEE, text + ": scaling less than the load")
+    waiting = _value(step, "waiting_mean")
+    if waiting >= QUEUE_WAITING:
+        return Saturation(PAST_KNEE, f"{waiting:.1f} requests waiting on average: more load would only wait")
+    if math.isfinite(waiting):
+        return Saturation(UNDER_LOADED, f"server queue empty ({waiting:.2f} waiting on average)")
+    return Saturation(UNKNOWN, "no step of lower load to compare with and no server queue metric")
+
+
+def _value(step: StepLoad, name: str) -> float:
+    d = step.derived.get(name)
+    return d.value if d is not None else math.nan

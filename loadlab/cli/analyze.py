@@ -1,0 +1,49 @@
+"""`loadlab analyze RUN`: say what limits the server, per step and overall; write analysis.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+
+def analyze(
+    folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON (the content of analysis.json)."),
+) -> None:
+    """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.
+
+    Rewrites RUN/analysis.json (docs/run-folder.md); exit code 2 with one line when RUN is not a
+    run folder.
+    """
+    from loadlab.report.console import table_console
+    from loadlab.report.verdict import print_analysis
+
+    analysis = analyze_folder(folder)
+    if as_json:
+        print(json.dumps(analysis.to_dict(), indent=2))
+    else:
+        print_analysis(analysis, table_console())
+
+
+def analyze_folder(folder: Path):  # -> loadlab.analyze.analysis.Analysis (imported lazily)
+    """Load the run (without per-token times, which the analysis does not need), analyze it and
+    write analysis.json; a folder that cannot be written to only costs a warning line."""
+    from loadlab.analyze.analysis import analyze_run, write_analysis
+    from loadlab.store.reader import load_run
+
+    run = load_run(folder, without=("token_times",))
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    try:
+        return write_analysis(run)
+    except OSError as e:
+        print(f"warning: analysis.json not written ({type(e).__name__}: {e})", file=sys.stderr)
+        return analyze_run(run)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the CLI."""
+    app.command()(analyze)

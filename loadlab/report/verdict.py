@@ -1,0 +1,77 @@
+"""The analysis in the terminal: one row per step, then the overall verdict with its evidence and advice."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from loadlab.analyze.analysis import NAMES, Analysis, StepVerdict
+from loadlab.analyze.rules import format_value
+
+DASH = "–"
+MAX_EVIDENCE = 6   # rows of evidence shown in the panel (analysis.json has them all)
+KEY_FIGURES = (("kv_usage_p90", "KV p90"), ("waiting_mean", "waiting"), ("queue_share", "queue"),
+               ("step_time_fixed_share", "fixed step"), ("collective_share", "coll."), ("gpu_sm_active", "SM"),
+               ("gpu_dram_active", "DRAM"))
+
+
+def print_analysis(analysis: Analysis, console: Console) -> None:
+    """Print the per-step table and the overall verdict panel."""
+    console.print(_steps_table(analysis))
+    console.print(_verdict_panel(analysis))
+
+
+def _steps_table(analysis: Analysis) -> Table:
+    table = Table(title=Text("bottleneck analysis" + (" (run cut off)" if analysis.cut_off else "")),
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+    for header, justify in (("step", "left"), ("window", "right"), ("saturation", "left"), ("binds", "left"),
+                            ("conf.", "right"), ("runner-up", "left"), ("key figures", "left"), ("headline", "left")):
+        table.add_column(header, justify=justify, overflow="fold")
+    for s in analysis.steps:
+        runner = f"{s.runner_up.constraint} {s.runner_up.confidence:.2f}" if s.runner_up else DASH
+        table.add_row(escape(s.label), f"{s.window.seconds:.0f} s", s.saturation, s.constraint,
+                      f"{s.confidence:.2f}", runner, _key_figures(s), escape(s.headline))
+    return table
+
+
+def _key_figures(step: StepVerdict) -> str:
+    """The few derived numbers that tell the classes apart, where measured."""
+    parts = [f"{label} {format_value(step.derived[name].value, step.derived[name].unit)}"
+             for name, label in KEY_FIGURES if name in step.derived]
+    return " · ".join(parts) or DASH
+
+
+def _verdict_panel(analysis: Analysis) -> Panel:
+    overall = analysis.overall
+    focus = _focus_step(analysis)
+    lines: list[Text] = [Text(overall.headline, style="bold")]
+    if focus is not None and focus.evidence:
+        lines.append(Text(f"evidence ({focus.label}, window: {focus.window.how}):"))
+        for e in [e for e in focus.evidence if e.constraint == focus.constraint][:MAX_EVIDENCE]:
+            mark = "+" if e.direction == "for" else "-"
+            lines.append(Text(f"  {mark} {e.text}  [{e.source}]"))
+    if overall.advice:
+        lines.append(Text("advice:"))
+        lines += [Text(f"  • {a}") for a in overall.advice]
+    if focus is not None and focus.missing:
+        lines.append(Text("would decide it better:"))
+        lines += [Text(f"  • {m}") for m in focus.missing]
+    lines += [Text(f"note: {n}", style="yellow") for n in analysis.notes]
+    style = "red" if overall.client_limited else ("yellow" if overall.constraint == "insufficient_data" else "green")
+    title = f"verdict: {NAMES.get(overall.constraint, overall.constraint)} · {overall.saturation.replace('_', ' ')}"
+    return Panel(Group(*lines), title=title, title_align="left", border_style=style,
+                 subtitle=f"confidence {overall.confidence:.2f}" + (f" · {overall.server}" if overall.server else ""))
+
+
+def _focus_step(analysis: Analysis) -> StepVerdict | None:
+    """The step the overall verdict speaks of: the knee, else the last step with the same verdict."""
+    overall = analysis.overall
+    for s in analysis.steps:
+        if s.index == overall.knee_step:
+            return s
+    same = [s for s in analysis.steps if s.constraint == overall.constraint]
+    return same[-1] if same else (analysis.steps[-1] if analysis.steps else None)

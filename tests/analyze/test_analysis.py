@@ -1,0 +1,130 @@
+"""analyze_run on hand-built runs: derived quantities, verdicts, the contract of analysis.json,
+and bad input (no requests, one request, a step without success, no server metrics, cut off)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
+from loadlab.store.reader import load_run
+from loadlab.store.schema import Sample
+from tests.support.records import T, closed, req
+from tests.support.runs import loaded_run, run_of, write_run
+
+KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4}
+
+
+def test_a_full_kv_cache_with_a_queue_is_kv_capacity_with_its_evidence_and_signals():
+    records, samples = loaded_run(gauges=KV_BOUND, counters={"preemptions": 0.0})
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    assert step.constraint == "kv_capacity" and step.saturation == "past_knee"
+    d = step.derived
+    assert d["kv_usage_p90"].value == pytest.approx(0.97) and d["kv_usage_p90"].signals == ["kv_usage"]
+    assert d["waiting_mean"].value == 12 and d["preemptions_per_min"].value == 0
+    # Little's law: 4 users x 1 s requests -> 4 completed/s x 1 s = 4 in flight.
+    assert d["littles_law_concurrency"].value == pytest.approx(4, rel=0.1)
+    assert d["decode_share"].value == pytest.approx(0.9)
+    assert step.evidence[0].constraint == "kv_capacity" and step.evidence[0].source == "server_metrics"
+    assert step.window.how == "from in-flight reaching 4 to the last send"
+
+
+def test_an_empty_kv_cache_with_a_queue_is_scheduling():
+    records, samples = loaded_run(gauges={"kv_usage": 0.02, "requests_waiting": 30, "requests_running": 4})
+    assert analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0].constraint == "scheduling"
+
+
+def test_no_server_metrics_is_insufficient_data_naming_the_collectors():
+    records, _ = loaded_run()
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)])).steps[0]
+    assert step.constraint == "insufficient_data" and "no server metrics" in step.headline
+    assert any("--server-metrics" in m for m in step.missing)
+
+
+def test_one_request_is_insufficient_data():
+    analysis = analyze_run(run_of([req(0, T, [T + 0.1, T + 0.2])], [closed(1, T, T + 1)]))
+    assert analysis.steps[0].constraint == "insufficient_data" and "only 1 successful" in analysis.steps[0].headline
+    assert analysis.overall.constraint == "insufficient_data"
+
+
+def test_a_step_without_a_successful_request_says_why():
+    records, samples = loaded_run(gauges=KV_BOUND)
+    failed = [req(900000 + i, T + 30 + i, [], error="http_429", step=1) for i in range(6)]
+    analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
+    second = analysis.steps[1]
+    assert second.constraint == "insufficient_data" and second.headline == "no successful request in this step (6 http_429)"
+    assert second.saturation == "overloaded"      # every request refused
+    assert analysis.steps[0].constraint == "kv_capacity"
+
+
+def test_a_step_whose_requests_all_failed_client_side_has_no_saturation():
+    records, samples = loaded_run(gauges=KV_BOUND)
+    failed = [req(900000 + i, T + 30 + i, [], error="client_error", step=1) for i in range(6)]
+    analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
+    assert analysis.steps[1].saturation == "unknown" and analysis.steps[1].constraint == "insufficient_data"
+
+
+def test_a_run_without_any_request_is_insufficient_data():
+    analysis = analyze_run(run_of([], []))
+    assert [s.constraint for s in analysis.steps] == ["insufficient_data"]
+    assert analysis.steps[0].headline == "no request was sent in this step"
+
+
+def test_a_client_limited_step_is_client_and_nothing_else_is_trusted():
+    records, samples = loaded_run(gauges=KV_BOUND)
+    samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
+    assert step.constraint == "client" and step.server_side.constraint == "kv_capacity"
+    assert analysis.overall.client_limited and analysis.overall.constraint == "client"
+
+
+def test_a_cut_off_run_is_analyzed_and_says_so():
+    records, samples = loaded_run(gauges=KV_BOUND)
+    analysis = analyze_run(run_of(records, [closed(4, T, math.nan)], samples, status="running",
+                                  config={"duration": 60}))
+    assert analysis.cut_off and analysis.steps[0].constraint == "kv_capacity"
+    assert analysis.notes[-1].startswith("concurrency=4 cut off mid-step: 19 s of 60 analyzed")
+
+
+def test_analysis_json_holds_the_contract(tmp_path):
+    write_run(tmp_path, lambda t0: loaded_run(start=t0, gauges=KV_BOUND, users=2))
+    write_analysis(load_run(tmp_path))
+    data = json.loads((tmp_path / ANALYSIS_JSON).read_text())
+    assert data["format"] == 1 and data["cut_off"] is False and isinstance(data["notes"], list)
+    step = data["steps"][0]
+    for key in ("index", "label", "mode", "target", "window", "saturation", "constraint", "score", "confidence",
+                "runner_up", "headline", "evidence", "advice", "missing", "derived"):
+        assert key in step, key
+    assert set(step["window"]) >= {"start", "end", "seconds", "how"}
+    assert set(step["evidence"][0]) >= {"constraint", "name", "value", "unit", "threshold", "direction", "weight",
+                                        "source", "signals", "text"}
+    assert set(step["derived"]["kv_usage_p90"]) >= {"value", "unit", "signals"}
+    assert set(data["overall"]) >= {"constraint", "saturation", "knee_step", "client_limited", "confidence",
+                                    "headline", "advice"}
+    assert "NaN" not in (tmp_path / ANALYSIS_JSON).read_text()
+
+
+def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
+    gpu = [Sample(T + t / 2, "gpu", name, value, {"gpu": str(g)}) for t in range(40) for g in (0, 1)
+           for name, value in (("gpu_util", 1.0), ("gpu_sm_active", 0.3), ("gpu_dram_active", 0.7),
+                               ("gpu_tensor_active", 0.1), ("gpu_clock_slowdown", float(t % 4 == 0)))]
+    host = [Sample(T + t, "host", "process_cpu", 1.5, {"role": "server", "pid": "9"}) for t in range(20)]
+    # vLLM's prefix-cache counters keep their raw names: 1000 tokens queried and 250 hit per second.
+    counters = {"step_time_sum": 0.8, "collective_time_sum": 0.2,
+                "vllm:prefix_cache_queries_total": 1000, "vllm:prefix_cache_hits_total": 250}
+    records, samples = loaded_run(gauges={"kv_usage": 0.3, "requests_waiting": 0, "requests_running": 4},
+                                  counters=counters, extra=gpu + host)
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    d = step.derived
+    assert d["gpu_dram_active"].value == pytest.approx(0.7) and d["gpu_dram_active"].source == "gpu"
+    assert d["gpu_clock_slowdown_share"].value == pytest.approx(10 / 39)   # window T..T+19: 39 half-seconds
+    assert d["server_cpu"].value == 1.5 and d["server_cpu"].source == "host"
+    assert d["engine_busy"].value == pytest.approx(0.8)
+    assert d["collective_share"].value == pytest.approx(0.25)
+    assert d["prefix_cache_hit_rate"].value == pytest.approx(0.25)
+    # DRAM busy, tensor cores idle, decode-heavy: memory bandwidth; GPU clocks slowed in 25 % of samples.
+    assert step.constraint == "memory_bandwidth" and step.saturation == "under_loaded"
+    assert any("GPU clocks were slowed" in a for a in step.advice)
