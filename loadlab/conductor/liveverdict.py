@@ -1,9 +1,10 @@
 """The live verdict: what binds over the last seconds of a run still going, by the analyzer's rules.
 
 `LiveWindow` keeps the records and samples of the last seconds, bounded in time and in count.
-Every EVERY_S seconds the current step is judged over its last WINDOW_S seconds by
-`loadlab.analyze.analysis.analyze_run` on an in-memory run of that window (`LiveRun.judge`): the
-rules, thresholds and figures are the analyzer's; none is made here.
+Every EVERY_S seconds (less often when a verdict would cost more than MAX_CORE_SHARE of a core)
+the current step is judged over its last WINDOW_S seconds by `loadlab.analyze.analysis.analyze_run`
+on an in-memory run of that window (`LiveRun.judge`): the rules, thresholds and figures are the
+analyzer's; none is made here. Costs: bench/results/live.md.
 
 The judging runs in a process of its own (`main()`, niced):
 pandas holds the GIL for tens of milliseconds at a time, and in the load generator's process
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import pyarrow as pa
 
 from loadlab.analyze.analysis import StepVerdict, analyze_run
 from loadlab.analyze.window import Window
@@ -44,17 +46,19 @@ from loadlab.report.verdict import verdict_line
 from loadlab.store.meta import FINISHED, RunMeta
 from loadlab.store.reader import RunData
 from loadlab.store.schema import RequestRecord, Sample, StepInfo
-from loadlab.store.tables import requests_table, samples_table
+from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
 
 log = logging.getLogger("loadlab")
 
 WINDOW_S = 30.0           # the live verdict judges this many recent seconds (issue 10.9)
-EVERY_S = 5.0             # ... this often
+EVERY_S = 5.0             # ... this often, or less often when a verdict costs more than:
+MAX_CORE_SHARE = 0.02     # the judge process's CPU / the time between verdicts
 MIN_WINDOW_S = 5.0        # a step younger than this has no verdict yet
 SAMPLE_MARGIN_S = 10.0    # samples kept before the window: a counter's increase needs the scrape before it
 MAX_RECORDS = 50_000      # the buffers' bounds whatever the rate (older entries go first)
 MAX_SAMPLES = 200_000
 UNAVAILABLE = "verdict: unavailable"
+SampleRow = tuple[float, str, str, str, float]   # a row of the samples table (SAMPLE_SCHEMA's order)
 MAX_UNSENT = 16 << 20     # bytes waiting for the judge process: more and it is given up as stuck
 _LENGTH = struct.Struct("<I")   # each message: its length, then its pickle
 # Not `-m` this module: its answers would be __main__'s classes, which the run's process cannot unpickle.
@@ -70,7 +74,7 @@ class LiveWindow:
     def __init__(self, seconds: float = WINDOW_S) -> None:
         self.seconds = seconds
         self._records: deque[RequestRecord] = deque(maxlen=MAX_RECORDS)
-        self._samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
+        self._samples: deque[SampleRow] = deque(maxlen=MAX_SAMPLES)
 
     def add_record(self, record: RequestRecord) -> None:
         """Keep one finished request (warm-up ones are left out, as in the analysis)."""
@@ -78,8 +82,9 @@ class LiveWindow:
             self._records.append(record)
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
-        """Keep a batch of samples (any source)."""
-        self._samples.extend(samples)
+        """Keep a batch of samples (any source), as rows of the samples table: their labels are
+        encoded once here, not at each of the dozen verdicts a sample stays for."""
+        self._samples.extend((s.time, s.source, s.signal, label_text(s.labels), float(s.value)) for s in samples)
 
     def prune(self, now: float) -> None:
         """Forget what ended before the longest window still needed (arrival order is roughly
@@ -87,7 +92,7 @@ class LiveWindow:
         horizon = now - 2 * self.seconds - SAMPLE_MARGIN_S   # the window ends up to seconds/2 before now
         while self._records and self._records[0].end_time < horizon:
             self._records.popleft()
-        while self._samples and self._samples[0].time < horizon:
+        while self._samples and self._samples[0][0] < horizon:
             self._samples.popleft()
 
     def window(self, step: StepInfo, now: float) -> LiveRun | None:
@@ -104,7 +109,7 @@ class LiveWindow:
             chosen = [r for r in records if r.end_time >= start and r.send_time <= end]
         else:                       # the window's arrivals
             chosen = [r for r in records if start <= r.send_time <= end]
-        samples = [s for s in self._samples if start - SAMPLE_MARGIN_S <= s.time <= end]
+        samples = [s for s in self._samples if start - SAMPLE_MARGIN_S <= s[0] <= end]
         return LiveRun(StepInfo(step.index, step.label, step.mode, step.target, start, end), chosen, samples)
 
 
@@ -114,7 +119,7 @@ class LiveRun:
 
     step: StepInfo
     records: list[RequestRecord]
-    samples: list[Sample]
+    samples: list[SampleRow]
 
     def judge(self, config: dict) -> StepVerdict:
         """The analyzer's verdict of this window."""
@@ -123,7 +128,10 @@ class LiveRun:
                        started_at=step.start_time, ended_at=step.end_time, steps=[step])
         requests = requests_table(self.records).to_pandas()
         requests["token_times"] = None   # as load_run(without=("token_times",)): the analysis needs no token times
-        run = RunData(Path("live"), meta, requests, samples_table(self.samples).to_pandas())
+        columns = dict(zip(SAMPLE_SCHEMA.names, zip(*self.samples))) if self.samples else \
+            {name: [] for name in SAMPLE_SCHEMA.names}
+        samples = pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA).to_pandas()
+        run = RunData(Path("live"), meta, requests, samples)
         seconds = step.end_time - step.start_time
         window = Window(step.start_time, step.end_time, seconds, f"the last {seconds:.0f} s (live)")
         return analyze_run(run, window).steps[0]
@@ -203,6 +211,7 @@ class LiveVerdict:
         self._unsent = bytearray()
         self._received = bytearray()
         self._asked = False
+        self._asked_at = -math.inf
         self._next = -math.inf
         self._step: int | None = None
         self._failed = False
@@ -260,7 +269,7 @@ class LiveVerdict:
             self._records, self._samples = [], []
         now = self._clock()
         if step is not None and not self._asked and now >= self._next:
-            self._next = now + self._every
+            self._next, self._asked_at = now + self._every, now
             self._asked = True
             self._send(("judge", step, now))
         self._flush()
@@ -300,6 +309,8 @@ class LiveVerdict:
     def _take(self, taken: Answer) -> None:
         self._asked = False
         self.cpu_s += taken.cpu_s
+        # A slow machine or a busy window: the verdicts come less often, the cost stays bounded.
+        self._next = max(self._next, self._asked_at + taken.cpu_s / MAX_CORE_SHARE)
         if taken.error:
             self._fail(f"the analysis failed: {taken.error}")
         elif taken.step == self._step and taken.line:

@@ -93,8 +93,10 @@ def verdict_line(step: StepVerdict) -> str:
     if step.constraint == INSUFFICIENT_DATA:
         return f"{name}: {step.headline}"
     if step.constraint == CLIENT:
-        return f"{name} limits this window: " + ", ".join(
+        line = f"{name} limits this window: " + ", ".join(
             e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for")
+        side = step.server_side
+        return line + (f" (server-side evidence alone: {NAMES[side.constraint]})" if side else "")
     figures = ", ".join(_SHORT[e.name].format(_short(e.value, e.unit))
                         for e in step.evidence if e.constraint == step.constraint and e.name in _SHORT)
     what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"

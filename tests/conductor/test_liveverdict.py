@@ -23,7 +23,9 @@ from loadlab.conductor.liveverdict import (
     write_message,
 )
 from loadlab.store.schema import StepInfo
+from tests.support.procs import loadlab
 from tests.support.records import T, closed
+from tests.support.reference_server import start_server
 from tests.support.runs import loaded_run, run_of
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4}
@@ -88,7 +90,7 @@ def test_buffers_keep_only_the_recent_window():
     window.add_samples(light[1] + bound[1])
     window.prune(T + 100)   # a window ends up to 15 s before now and counters need 10 s before it
     assert min(r.end_time for r in window._records) >= T + 30 and len(window._records) >= len(bound[0])
-    assert min(s.time for s in window._samples) >= T + 30
+    assert min(row[0] for row in window._samples) >= T + 30
     window.prune(T + 200)
     assert not window._records and not window._samples
 
@@ -159,5 +161,43 @@ def test_a_new_step_clears_the_last_steps_verdict():
         assert live.line
         step[0] = StepInfo(1, "concurrency=8", "closed", 8, T + 61)
         assert live.poll() == ""
+    finally:
+        live.close()
+
+
+def test_a_run_against_a_tiny_kv_pool_shows_the_kv_verdict_appearing(tmp_path):
+    # 16 blocks of 16 tokens, each request ~8 blocks (100 prompt + 20 output tokens): two run at
+    # once, the other 14 users wait for KV (as tests/cli/test_analyze.py). The server runs niced
+    # so that the load generator is not the one starved on a busy 2-core machine.
+    with start_server(tmp_path / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
+        result = loadlab("run", "--url", server.url, "--concurrency", "16", "--duration", "30",
+                         "--input-len", "100", "--output-len", "20", "--no-gpu", "--out", str(tmp_path / "run"),
+                         timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = result.stderr[:result.stderr.find("[finished]")]   # the status lines (not a terminal: plain)
+    verdicts = [line.strip() for line in status.splitlines() if line.startswith("          ")]
+    assert verdicts, status
+    # The busy machine may starve the client's event loop: then the line rightly says so first.
+    assert any(v.startswith("KV capacity binds: KV") and "waiting" in v for v in verdicts) or \
+        any(v.startswith("The load generator limits") and v.endswith("server-side evidence alone: KV capacity)")
+            for v in verdicts), status
+    assert UNAVAILABLE not in status
+
+
+def test_a_costly_verdict_comes_less_often(monkeypatch):
+    monkeypatch.setattr("loadlab.conductor.liveverdict.MAX_CORE_SHARE", 0.001)   # any verdict is costly
+    _, bound = light_then_kv_bound()
+    clock = [T + 61]
+    live = LiveVerdict({}, lambda: STEP, lambda: clock[0], every=0.01)
+    try:
+        for r in bound[0]:
+            live.add_record(r)
+        live.add_samples(bound[1])
+        poll_until(live, lambda: live.line)
+        clock[0] += 1.0   # past `every`, not past cpu_s / MAX_CORE_SHARE
+        for _ in range(20):
+            live.poll()
+            time.sleep(0.05)
+        assert live.updates == 1 and live.cpu_s / 0.001 > 1.0
     finally:
         live.close()
