@@ -1,7 +1,8 @@
 """The "LLM" tab of Locust's web UI: a table of exact live numbers, live charts and the live verdict.
 
 GET /loadlab/stats answers LiveStats.snapshot() as JSON, plus `verdict` (the live verdict's line)
-and `history` (a point every HISTORY_EVERY_S seconds: output tokens/s, TTFT and ITL p50/p99,
+and `history` (a point every HISTORY_EVERY_S seconds: output tokens/s, TTFT and ITL p50/p99 of the
+requests that ended in the last 10 s,
 requests in flight, and the server's running/waiting requests and KV usage when scraped). The
 tab uses Locust's extension points: `template_args["extended_tabs"/"extended_tables"]` declare it,
 each /stats/requests answer (which the UI polls) carries its rows under `extended_stats`, and the
@@ -78,7 +79,7 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
         while True:
             if verdict is not None:
                 verdict.poll()
-            history.append(history_point(live.snapshot(), gauges.values()))
+            history.append(history_point(live.snapshot(), live.recent_latencies(), gauges.values()))
             gevent.sleep(HISTORY_EVERY_S)
 
     @web_ui.app.route(ROUTE)
@@ -107,9 +108,9 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
     gevent.spawn(record_history)
 
 
-def history_point(snapshot: dict, server: dict[str, float | None]) -> dict:
-    """One point of the charts: the time (epoch s) and each series' value (None: not measured)."""
-    latency = snapshot["latency_ms"]
+def history_point(snapshot: dict, latency: dict[str, dict], server: dict[str, float | None]) -> dict:
+    """One point of the charts: the time (epoch s) and each series' value (None: not measured);
+    `latency`: the recent TTFT and ITL percentiles (LiveStats.recent_latencies)."""
     return {"t": time.time(), "tokens_per_s": snapshot["output_tokens_per_s"],
             "ttft_p50": latency["ttft"]["p50"], "ttft_p99": latency["ttft"]["p99"],
             "itl_p50": latency["itl"]["p50"], "itl_p99": latency["itl"]["p99"],
