@@ -328,6 +328,7 @@ class LiveVerdict:
 
 
 def main() -> None:
-    """The judge process (`JUDGE_COMMAND`), niced: the load generator comes first."""
-    os.nice(10)
+    """The judge process (`JUDGE_COMMAND`), at the lowest priority: the load generator, and a
+    server on the same machine, come first."""
+    os.nice(19)
     serve(sys.stdin.buffer, sys.stdout.buffer)
