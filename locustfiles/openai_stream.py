@@ -31,7 +31,9 @@ from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import MasterShipper, WorkerShipper, in_flight_total, worker_id
 from loadlab.client.users import ClosedLoopUser, OpenLoopUser  # Locust finds both; init keeps one
 from loadlab.clock import now
+from loadlab.collect import build_collectors
 from loadlab.conductor.livestats import LiveStats
+from loadlab.conductor.liveverdict import LiveVerdict
 from loadlab.conductor.recording import attach_writer
 from loadlab.conductor.webui import install_llm_tab
 from loadlab.config import RunConfig
@@ -64,6 +66,9 @@ def add_options(parser) -> None:
     parser.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
     parser.add_argument("--loadlab-out", default="", include_in_web_ui=False,
                         help="run folder for every request record (on the master / single process)")
+    parser.add_argument("--loadlab-server-metrics", default="", include_in_web_ui=False,
+                        help="scrape the server's Prometheus metrics (a URL, or a path such as /metrics on "
+                             "--host): the LLM tab charts running/waiting/KV and the live verdict reads them")
 
 
 def run_config(environment: Environment) -> RunConfig:
@@ -77,7 +82,7 @@ def run_config(environment: Environment) -> RunConfig:
         RunConfig(), url=url, model=model, api=o.loadlab_api,
         api_key=api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
         rate=[rate] if rate > 0 else [], concurrency=[], arrival=o.loadlab_arrival,
-        timeout=o.loadlab_timeout, out=o.loadlab_out)
+        timeout=o.loadlab_timeout, out=o.loadlab_out, server_metrics=o.loadlab_server_metrics or None, gpu=False)
 
 
 @events.init.add_listener
@@ -104,10 +109,11 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
             lambda samples: loadlab_events.llm_samples.fire(samples=samples))
     if options.loadlab_out:
         _write_run_folder(environment, Path(options.loadlab_out))
+    _start_collectors(environment)
     live = LiveStats(open_loop, in_flight=lambda: in_flight_total(environment))
     loadlab_events.llm_request.add_listener(lambda record, **_: live.add(record))
     if web_ui:
-        install_llm_tab(environment, live)
+        install_llm_tab(environment, live, _live_verdict(environment))
 
     @events.test_start.add_listener
     def begin_step(environment: Environment, **_) -> None:
@@ -128,6 +134,30 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
         live.reset()   # like Locust's own statistics, the LLM tab shows the current test
         context.step = step
         loadlab_events.llm_step.fire(step=step)
+
+
+def _start_collectors(environment: Environment) -> None:
+    """The server-metrics scraper (--loadlab-server-metrics), on the master or single process;
+    its samples go where the workers' go (`llm_samples`: the run folder, the LLM tab)."""
+    try:
+        collectors = build_collectors(environment.loadlab.config)
+    except UserError as e:
+        log.error("error: %s", e)
+        sys.exit(2)
+    hooks = environment.events
+    for c in collectors:
+        c.start(lambda samples: hooks.llm_samples.fire(samples=samples))
+        hooks.quitting.add_listener(lambda c=c, **_: c.stop())
+
+
+def _live_verdict(environment: Environment) -> LiveVerdict:
+    """The live verdict of the last 30 s for the LLM tab, fed by the same events as the run folder."""
+    verdict = LiveVerdict(environment.loadlab.config.to_dict(), lambda: environment.loadlab.step, now)
+    hooks = environment.events
+    hooks.llm_request.add_listener(lambda record, **_: verdict.add_record(record))
+    hooks.llm_samples.add_listener(lambda samples, **_: verdict.add_samples(samples))
+    hooks.quitting.add_listener(lambda **_: verdict.close())
+    return verdict
 
 
 def _write_run_folder(environment: Environment, folder: Path) -> None:

@@ -121,15 +121,19 @@ def write_analysis(run: RunData) -> Analysis:
     return analysis
 
 
-def analyze_run(run: RunData) -> Analysis:
-    """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed)."""
+def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
+    """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed).
+
+    `window`: judge every step over it instead of the step's steady state (the live verdict
+    judges the last seconds of a run still going, loadlab.conductor.liveverdict).
+    """
     steps = steps_of(run)
     summary = summarize(run)
     requests = per_request(run.requests, {s.index: s.mode for s in steps})
     # Only the columns the analysis reads: filtering a million rows then moves no strings it ignores.
     measured = requests.loc[~requests["warmup"].astype(bool), list(REQUEST_COLUMNS)]
     samples = SampleIndex(run.samples)
-    data = [_step_data(step, measured, samples, summary.steps[i]) for i, step in enumerate(steps)]
+    data = [_step_data(step, measured, samples, summary.steps[i], window) for i, step in enumerate(steps)]
     fit = fit_step_time(samples, [d.window for d in data])
     for d in data:
         derive(d)
@@ -148,9 +152,10 @@ def analyze_run(run: RunData) -> Analysis:
                     steps=verdicts, overall=_overall(verdicts, knee, kind, fit))
 
 
-def _step_data(step: StepInfo, measured: pd.DataFrame, samples: SampleIndex, summary: StepSummary) -> StepData:
+def _step_data(step: StepInfo, measured: pd.DataFrame, samples: SampleIndex, summary: StepSummary,
+               window: Window | None) -> StepData:
     in_step = measured[measured["step"] == step.index]
-    return StepData(step=step, requests=in_step, window=steady_window(step, in_step), samples=samples,
+    return StepData(step=step, requests=in_step, window=window or steady_window(step, in_step), samples=samples,
                     summary=summary)
 
 

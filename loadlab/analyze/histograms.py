@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.intervals import SERVER_SOURCES, Bins, interval_totals, pick_source
+from loadlab.analyze.intervals import (
+    SERVER_SOURCES,
+    Bins,
+    grouped_interval_totals,
+    interval_totals,
+    pick_source,
+)
 
 
 class SampleIndex:
@@ -87,11 +93,9 @@ def window_histogram(index: SampleIndex, signal: str, bins: Bins) -> WindowHisto
     le = buckets["labels"].map(le_of)
     buckets = buckets[le.notna()]
     bound_of = {text: float(text) for text in set(le_of.values()) if text is not None}
-    bounds, cumulative = [], []
-    for text, group in buckets.groupby(le[le.notna()]):
-        total = interval_totals(group, bins)[0]
-        bounds.append(bound_of[str(text)])
-        cumulative.append(0.0 if math.isnan(total) else total)
+    totals = grouped_interval_totals(buckets, bins, le[le.notna()].to_numpy())
+    bounds = [bound_of[str(text)] for text in totals]
+    cumulative = [0.0 if math.isnan(total[0]) else float(total[0]) for total in totals.values()]
     if not bounds or all(c == 0 for c in cumulative):
         return None
     order = np.argsort(bounds)

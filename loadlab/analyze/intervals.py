@@ -80,23 +80,39 @@ def interval_totals(series: pd.DataFrame, bins: Bins, cumulative: bool = True) -
     (NCCL Inspector's `collective_seconds`). Series are summed within a rank (label `rank`) and
     ranks averaged: they run their steps and collectives side by side.
     """
-    df = series.sort_values("time", kind="stable")
-    values = df["value"].to_numpy(float)
+    return grouped_interval_totals(series, bins, np.zeros(len(series)), cumulative).get(0.0, np.full(bins.count, np.nan))
+
+
+def grouped_interval_totals(series: pd.DataFrame, bins: Bins, groups: np.ndarray,
+                            cumulative: bool = True) -> dict[object, np.ndarray]:
+    """`interval_totals` of each group of rows at once (`groups`: one key per row, e.g. a
+    histogram's bucket bound), in numpy: pandas' per-call cost, paid once per bucket, made the
+    live verdict (loadlab.conductor.liveverdict) cost a third of a core."""
+    order = np.argsort(series["time"].to_numpy(float), kind="stable")
+    values = series["value"].to_numpy(float)[order]
+    key_codes, keys = pd.factorize(np.asarray(groups)[order])
+    # The writer stores labels as JSON with sorted keys: equal label sets are equal strings.
+    label_codes, labels = pd.factorize(series["labels"].to_numpy(object)[order])
     amounts = values
     if cumulative:
-        # The writer stores labels as JSON with sorted keys: equal label sets are equal strings.
-        previous = df.groupby("labels")["value"].shift().to_numpy(float)
+        # Each series' previous sample: rows of one label set are consecutive in a stable sort.
+        by_series = np.argsort(label_codes, kind="stable")
+        previous = np.full(len(values), np.nan)
+        same = label_codes[by_series][1:] == label_codes[by_series][:-1]
+        previous[by_series[1:][same]] = values[by_series[:-1][same]]
         increase = values - previous
         amounts = np.where(np.isnan(previous), 0.0, np.where(increase < 0, values, increase))
-    i = bins.index(df["time"])
+    rank_codes, ranks = pd.factorize(np.asarray([json.loads(text).get("rank", "") for text in labels],
+                                                dtype=object)[label_codes] if len(labels) else np.empty(0, object))
+    i = bins.index(series["time"].to_numpy(float)[order])
     keep = i >= 0
-    rank_of = {labels: json.loads(labels).get("rank", "") for labels in df["labels"].unique()}
-    ranks = df["labels"].map(rank_of).to_numpy()
-    per_rank = pd.DataFrame({"bin": i[keep], "rank": ranks[keep], "amount": amounts[keep]})
-    means = per_rank.groupby(["bin", "rank"])["amount"].sum().groupby(level="bin").mean()
-    out = np.full(bins.count, np.nan)
-    out[means.index.to_numpy()] = means.to_numpy()
-    return out
+    shape = (len(keys), bins.count, max(len(ranks), 1))
+    flat = np.ravel_multi_index((key_codes[keep], i[keep], rank_codes[keep]), shape)
+    sums = np.bincount(flat, weights=amounts[keep], minlength=int(np.prod(shape))).reshape(shape)
+    ranks_seen = (np.bincount(flat, minlength=int(np.prod(shape))).reshape(shape) > 0).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_key = np.where(ranks_seen > 0, sums.sum(axis=2) / ranks_seen, np.nan)   # ranks averaged
+    return {key: per_key[k] for k, key in enumerate(keys)}
 
 
 def collective_share(samples: pd.DataFrame, bins: Bins) -> np.ndarray:

@@ -71,7 +71,8 @@ class LiveStats:
             self._ok = 0
             self._aborted = 0
             self._output_tokens = 0
-            self._recent: list[tuple[float, int]] = []   # heap of (end_time, output tokens)
+            # heap of (end_time, arrival number, output tokens, TTFT, ITLs): what ended recently
+            self._recent: list[tuple[float, int, int, float, list[float]]] = []
             self._start_delays: deque[float] = deque(maxlen=_RECENT_DELAYS)
 
     def add(self, record: RequestRecord) -> None:
@@ -90,7 +91,8 @@ class LiveStats:
             self._ok += 1
             lat = request_latencies(record, self.open_loop)
             self._output_tokens += lat.output_tokens
-            heapq.heappush(self._recent, (record.end_time, lat.output_tokens))
+            recent = (lat.ttft, lat.itls) if self.keep_latencies else (math.nan, [])
+            heapq.heappush(self._recent, (record.end_time, self._ok, lat.output_tokens, *recent))
             if self.keep_latencies:
                 for name, value in (("ttft", lat.ttft), ("e2e", lat.e2e), ("tpot", lat.tpot)):
                     if not math.isnan(value):
@@ -121,10 +123,22 @@ class LiveStats:
         """(output tokens/s, requests/s) of the successful requests that ended in the last
         RATE_WINDOW_S seconds (a request's tokens count when it ends): in steady state, the rates."""
         with self._lock:
-            cutoff = now() - RATE_WINDOW_S
-            while self._recent and self._recent[0][0] < cutoff:
-                heapq.heappop(self._recent)
-            return sum(t for _, t in self._recent) / RATE_WINDOW_S, len(self._recent) / RATE_WINDOW_S
+            self._drop_old()
+            return sum(r[2] for r in self._recent) / RATE_WINDOW_S, len(self._recent) / RATE_WINDOW_S
+
+    def recent_latencies(self) -> dict[str, dict]:
+        """TTFT and ITL percentiles in ms (as `snapshot()`'s) of the successful requests that ended in
+        the last RATE_WINDOW_S seconds: the live charts' points (all-time percentiles hardly move)."""
+        with self._lock:
+            self._drop_old()
+            ttft = [r[3] for r in self._recent if not math.isnan(r[3])]
+            itl = [gap for r in self._recent for gap in r[4]]
+        return {"ttft": _percentiles_ms(ttft), "itl": _percentiles_ms(itl)}
+
+    def _drop_old(self) -> None:
+        cutoff = now() - RATE_WINDOW_S
+        while self._recent and self._recent[0][0] < cutoff:
+            heapq.heappop(self._recent)
 
     def snapshot(self) -> dict:
         """Latency percentiles in ms, recent throughput, requests in flight, errors by category

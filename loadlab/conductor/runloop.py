@@ -44,6 +44,7 @@ from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.conductor.budget import Breach, ErrorBudget
 from loadlab.conductor.livestats import LiveStats
+from loadlab.conductor.liveverdict import LiveVerdict
 from loadlab.conductor.recording import attach_writer
 from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
@@ -52,7 +53,7 @@ from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
-from loadlab.store.schema import RequestRecord, StepInfo
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 DEFAULT_STEP_SECONDS = 60.0
 READY_WAIT_S = 10.0      # a step waits at most this long for its users' connections
@@ -126,13 +127,16 @@ class Conductor:
         self.budget = ErrorBudget(config.max_error_rate)
         self._finished: Counter[int] = Counter()   # requests finished per step, warm-up included
         self._users = 0                            # users the last step asked for (open loop: schedulers)
+        # The live verdict of the last seconds, judged in a process of its own (liveverdict.py).
+        self.verdict = LiveVerdict(config.to_dict(), lambda: self.env.loadlab.step, now)
         events = self.env.events
         self.losses = attach_writer(events, self.writer)
         events.llm_request.add_listener(self._on_record)
+        events.llm_samples.add_listener(lambda samples, **_: self.verdict.add_samples(samples))
         self.selfcheck = SelfCheck(self.env.loadlab.worker)
-        self.selfcheck.start(self.writer.add_samples)
+        self.selfcheck.start(self._add_samples)
         for c in self.collectors:
-            c.start(self.writer.add_samples)
+            c.start(self._add_samples)
         self._started = time.perf_counter()
         self._display = ExitStack()
         self._screen = self._display.enter_context(LiveDisplay(console))
@@ -195,6 +199,7 @@ class Conductor:
         runner.quit()
         self.show("done")
         self._display.close()
+        self.verdict.close()
         for c in self.collectors:
             c.stop()
         if self.status == FINISHED:   # judged on all its requests now, however few
@@ -220,12 +225,18 @@ class Conductor:
         self._screen.update(LiveStatus(
             elapsed=time.perf_counter() - self._started, step_label=label, in_flight=in_flight_total(self.env),
             done=live.done, errors=live.failed, output_tokens=live.output_tokens, tokens_per_s=tokens_per_s,
-            warning=self._warning()))
+            warning=self._warning(), verdict=self.verdict.poll()))
 
     def _on_record(self, record: RequestRecord, **_: object) -> None:
         self._finished[record.step] += 1
         self.live.add(record)
+        self.verdict.add_record(record)
         self.budget.add(record)
+
+    def _add_samples(self, samples: list[Sample]) -> None:
+        """This process's collectors' samples: to the run folder and the live verdict's window."""
+        self.writer.add_samples(samples)
+        self.verdict.add_samples(samples)
 
     def _begin(self, plan: StepPlan) -> None:
         """Start the step's users; its clock starts once their connections are open."""

@@ -27,13 +27,15 @@ class LiveStatus:
     output_tokens: int
     tokens_per_s: float
     warning: str = ""
+    verdict: str = ""            # the live verdict of the last window ("" before the first)
 
 
 def format_status(stats: LiveStatus) -> str:
-    """One line of text for `stats`."""
+    """One line of text for `stats`, and the live verdict on a second line when there is one."""
     line = (f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
             f"errors {stats.errors}  out tokens {stats.output_tokens}  {stats.tokens_per_s:.1f} tok/s")
-    return line + (f"  ! {stats.warning}" if stats.warning else "")
+    line += f"  ! {stats.warning}" if stats.warning else ""
+    return line + (f"\n          {stats.verdict}" if stats.verdict else "")
 
 
 class LiveDisplay:

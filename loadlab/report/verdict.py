@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from loadlab.analyze.analysis import NAMES, Analysis, StepVerdict
-from loadlab.analyze.rules import format_value
+from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, format_value
+from loadlab.analyze.saturation import UNDER_LOADED
 
 DASH = "–"
 MAX_EVIDENCE = 6   # rows of evidence shown in the panel (analysis.json has them all)
@@ -77,3 +78,32 @@ def _focus_step(analysis: Analysis) -> StepVerdict | None:
             return s
     same = [s for s in analysis.steps if s.constraint == overall.constraint]
     return same[-1] if same else (analysis.steps[-1] if analysis.steps else None)
+
+
+# The live line's figures: the chosen class's evidence, in the rule table's order, each short.
+_SHORT = {"kv_usage_p90": "KV {}", "waiting_mean": "{} waiting", "preemptions_per_min": "{} preemptions/min",
+          "queue_share": "queue {} of TTFT", "collective_share": "collectives {} of step time",
+          "step_time_fixed_share": "fixed step {}", "decode_share": "decode {} of E2E", "gpu_sm_active": "SM {}",
+          "gpu_dram_active": "DRAM {}", "gpu_tensor_active": "tensor {}", "mfu": "MFU {}", "mbu": "MBU {}",
+          "intensity_over_ridge": "intensity {} of ridge"}
+
+
+def verdict_line(step: StepVerdict) -> str:
+    """One line for a live display: "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"."""
+    name = NAMES.get(step.constraint, step.constraint)
+    name = name[0].upper() + name[1:]
+    if step.constraint == INSUFFICIENT_DATA:
+        return f"{name}: {step.headline}"
+    if step.constraint == CLIENT:
+        line = f"{name} limits this window: " + ", ".join(
+            e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for")
+        side = step.server_side
+        return line + (f" (server-side evidence alone: {NAMES[side.constraint]})" if side else "")
+    figures = ", ".join(_SHORT[e.name].format(_short(e.value, e.unit))
+                        for e in step.evidence if e.constraint == step.constraint and e.name in _SHORT)
+    what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"
+    return f"{name} {what}" + (f": {figures}" if figures else "")
+
+
+def _short(value: float, unit: str) -> str:
+    return f"{value * 100:.0f} %" if unit == "fraction" else f"{value:.3g}"

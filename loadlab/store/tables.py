@@ -39,12 +39,17 @@ def requests_table(records: list[RequestRecord]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=REQUEST_SCHEMA)
 
 
+def label_text(labels: dict[str, str]) -> str:
+    """A label set as the samples table stores it: JSON with sorted keys (equal sets, equal strings)."""
+    return json.dumps(labels, sort_keys=True)
+
+
 def samples_table(samples: list[Sample]) -> pa.Table:
     """One row per sample; labels are stored as a JSON string so any label set fits one column."""
     return pa.Table.from_pydict({
         "time": [s.time for s in samples],
         "source": [s.source for s in samples],
         "signal": [s.signal for s in samples],
-        "labels": [json.dumps(s.labels, sort_keys=True) for s in samples],
+        "labels": [label_text(s.labels) for s in samples],
         "value": [float(s.value) for s in samples],
     }, schema=SAMPLE_SCHEMA)

@@ -118,3 +118,15 @@ def test_records_out_of_order_count_once_in_the_rate_window():
     live.add(record(2, t - 3, 0.1, [0.1] * 4))                     # 5 tokens
     assert math.isclose(live.recent_rates()[0], 15 / RATE_WINDOW_S)
     assert math.isclose(live.snapshot()["output_tokens_per_s"], 15 / RATE_WINDOW_S)
+
+
+def test_recent_latencies_are_those_of_the_requests_that_ended_in_the_window():
+    t = now()
+    live = LiveStats(open_loop=False)
+    live.add(record(0, t - RATE_WINDOW_S - 5, 2.0, [0.5] * 3))   # slow, but long ago
+    live.add(record(1, t - 2, 0.1, [0.02] * 3))
+    live.add(record(2, t - 3, 0.3, [0.04] * 3))
+    recent = live.recent_latencies()
+    assert recent["ttft"]["count"] == 2 and math.isclose(recent["ttft"]["p50"], 200.0, rel_tol=1e-6)
+    assert recent["itl"]["count"] == 6 and math.isclose(recent["itl"]["p50"], 30.0, rel_tol=1e-6)
+    assert live.snapshot()["latency_ms"]["ttft"]["count"] == 3   # the table keeps every request

@@ -14,6 +14,7 @@ import re
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 
@@ -36,12 +37,18 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def render(url: str) -> str:
-    """The page's DOM after its scripts ran, from headless Chromium (ended by its timeout if stuck)."""
-    res = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--virtual-time-budget=8000", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=90)
-    return res.stdout
+def render(url: str, net_log: Path | None = None) -> str:
+    """The page's DOM after its scripts ran, from headless Chromium (ended by its timeout if stuck);
+    with `net_log`, every request the page made is logged there (Chromium's net log)."""
+    return chromium(url, net_log).stdout
+
+
+def chromium(url: str, net_log: Path | None = None) -> subprocess.CompletedProcess:
+    """Headless Chromium's run of the page: its DOM on stdout, its console messages on stderr."""
+    logging = ["--enable-logging=stderr", "--v=0"] + ([f"--log-net-log={net_log}"] if net_log else [])
+    return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           "--virtual-time-budget=8000", *logging, "--dump-dom", url],
+                          capture_output=True, text=True, timeout=90, check=False)
 
 
 def test_llm_tab_shows_exact_live_numbers(tmp_path):
@@ -91,3 +98,37 @@ def test_llm_tab_shows_exact_live_numbers(tmp_path):
     for q in (50, 90, 99):
         assert math.isclose(final["latency_ms"]["ttft"][f"p{q}"], np.percentile(ttft, q) * 1000, rel_tol=1e-9)
         assert math.isclose(final["latency_ms"]["itl"][f"p{q}"], np.percentile(itl, q) * 1000, rel_tol=1e-9)
+
+
+def test_llm_tab_draws_live_charts_and_the_verdict_offline(tmp_path):
+    mock_port, web_port = free_port(), free_port()
+    web = f"http://127.0.0.1:{web_port}"
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(mock_port), "--ttft", "0.05", "--itl", "0.02"],
+              ready_url=f"http://127.0.0.1:{mock_port}/health"), \
+         Proc([str(BIN / "locust"), "-f", "locustfiles/openai_stream.py", "--host", f"http://127.0.0.1:{mock_port}",
+               "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "10",
+               "--loadlab-model", "mock", "--loadlab-output-len", "16", "--loadlab-server-metrics", "/metrics"],
+              ready_url=web + "/loadlab/stats", timeout=90, log=tmp_path / "locust.log"):
+        stats = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["verdict"] and len(s["history"]) >= 3
+                         and s, 60, "a live verdict and three points of history")
+        points = stats["history"]
+        assert points[-1]["kv_usage"] is not None and points[-1]["running"] is not None   # scraped from the mock
+        assert points[-1]["tokens_per_s"] > 0 and points[-1]["ttft_p50"] >= 45
+        net_log = tmp_path / "net.json"
+        page = chromium(web + "/?tab=llm", net_log)
+    dom = html.unescape(page.stdout)
+    assert 'id="loadlab-charts"' in dom, dom[-3000:]
+    # Five charts, each with a line of at least two points (the server's scraped too).
+    lines = re.findall(r'<polyline points="([^"]+)"', dom)
+    assert len(lines) >= 6 and all(len(points.split()) >= 2 for points in lines), lines
+    assert dom.count('class="loadlab-chart"') == 5 and 'class="loadlab-empty"' not in dom
+    verdict = re.search(r'<div id="loadlab-verdict">([^<]+)<', dom)
+    assert verdict and verdict.group(1).startswith("Live verdict (last 30 s): "), dom[-2000:]
+    errors = [line for line in page.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not errors, errors
+    # Every request the page made went to the local web UI (no CDN, nothing outside). The browser's
+    # own (update checks and the like) have no page as their initiator.
+    events = json.loads(net_log.read_text())["events"]
+    urls = {e["params"]["url"] for e in events
+            if "url" in e.get("params", {}) and e["params"].get("initiator", "not an origin") != "not an origin"}
+    assert web + "/loadlab/stats" in urls and all(u.startswith(web + "/") for u in urls), urls

@@ -1,4 +1,4 @@
-"""print_analysis: the per-step table and the verdict panel in the terminal."""
+"""print_analysis: the per-step table and the verdict panel in the terminal; the live one-line verdict."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from loadlab.analyze.analysis import analyze_run
-from loadlab.report.verdict import print_analysis
+from loadlab.report.verdict import print_analysis, verdict_line
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed
 from tests.support.runs import loaded_run, run_of
@@ -37,3 +37,12 @@ def test_insufficient_data_says_what_would_decide_it():
     text = render(analyze_run(run_of(records, [closed(4, T, T + 20)])))
     assert "verdict: insufficient data" in text and "would decide it better:" in text
     assert "--server-metrics" in text
+
+
+def test_the_live_line_names_the_class_and_its_figures():
+    records, samples = loaded_run(gauges={"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4},
+                                  counters={"preemptions": 0.0})
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    assert verdict_line(step) == "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"
+    lonely = analyze_run(run_of(records, [closed(4, T, T + 20)])).steps[0]
+    assert verdict_line(lonely).startswith("Insufficient data: no server metrics")

@@ -1,0 +1,334 @@
+"""The live verdict: what binds over the last seconds of a run still going, by the analyzer's rules.
+
+`LiveWindow` keeps the records and samples of the last seconds, bounded in time and in count.
+Every EVERY_S seconds (less often when a verdict would cost more than MAX_CORE_SHARE of a core)
+the current step is judged over its last WINDOW_S seconds by `loadlab.analyze.analysis.analyze_run`
+on an in-memory run of that window (`LiveRun.judge`): the rules, thresholds and figures are the
+analyzer's; none is made here. Costs: bench/results/live.md.
+
+The judging runs in a process of its own (`main()`, niced):
+pandas holds the GIL for tens of milliseconds at a time, and in the load generator's process
+(even in a native thread) that delays the users and reads as event-loop lag (measured: p99
+68-107 ms). `LiveVerdict`, in the run's process, forwards each record (without its token times)
+and sample batch through a pipe as the run writer gets them, asks for a verdict when one is due
+and picks up the answer without ever waiting. A failure (in the analysis, or of the process) is
+logged once and the line says "verdict: unavailable"; it never ends a run.
+
+The window ends SETTLE (the recent requests' E2E p90, at most half the window) before now: a
+request is recorded only when it ends, so the last seconds would otherwise lack the long
+requests still in flight, and the client check would read that as a load never reached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from loadlab.analyze.analysis import StepVerdict, analyze_run
+from loadlab.analyze.window import Window
+from loadlab.clock import ClockAnchor
+from loadlab.report.verdict import verdict_line
+from loadlab.store.meta import FINISHED, RunMeta
+from loadlab.store.reader import RunData
+from loadlab.store.schema import RequestRecord, Sample, StepInfo
+from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
+
+log = logging.getLogger("loadlab")
+
+WINDOW_S = 30.0           # the live verdict judges this many recent seconds (issue 10.9)
+EVERY_S = 5.0             # ... this often, or less often when a verdict costs more than:
+MAX_CORE_SHARE = 0.02     # the judge process's CPU / the time between verdicts
+MIN_WINDOW_S = 5.0        # a step younger than this has no verdict yet
+SAMPLE_MARGIN_S = 10.0    # samples kept before the window: a counter's increase needs the scrape before it
+MAX_RECORDS = 50_000      # the buffers' bounds whatever the rate (older entries go first)
+MAX_SAMPLES = 200_000
+UNAVAILABLE = "verdict: unavailable"
+SampleRow = tuple[float, str, str, str, float]   # a row of the samples table (SAMPLE_SCHEMA's order)
+MAX_UNSENT = 16 << 20     # bytes waiting for the judge process: more and it is given up as stuck
+_LENGTH = struct.Struct("<I")   # each message: its length, then its pickle
+# Not `-m` this module: its answers would be __main__'s classes, which the run's process cannot unpickle.
+JUDGE_COMMAND = (sys.executable, "-c", "from loadlab.conductor.liveverdict import main; main()")
+
+
+class LiveWindow:
+    """The records and samples of the last `seconds` (+ SAMPLE_MARGIN_S of samples), in memory.
+
+    Fed from the event loop's thread (the writer's events); `window()` copies what a verdict
+    reads, so the thread that judges it shares nothing that changes."""
+
+    def __init__(self, seconds: float = WINDOW_S) -> None:
+        self.seconds = seconds
+        self._records: deque[RequestRecord] = deque(maxlen=MAX_RECORDS)
+        self._samples: deque[SampleRow] = deque(maxlen=MAX_SAMPLES)
+
+    def add_record(self, record: RequestRecord) -> None:
+        """Keep one finished request (warm-up ones are left out, as in the analysis)."""
+        if not record.warmup:
+            self._records.append(record)
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        """Keep a batch of samples (any source), as rows of the samples table: their labels are
+        encoded once here, not at each of the dozen verdicts a sample stays for."""
+        self._samples.extend((s.time, s.source, s.signal, label_text(s.labels), float(s.value)) for s in samples)
+
+    def prune(self, now: float) -> None:
+        """Forget what ended before the longest window still needed (arrival order is roughly
+        time order; a late straggler is filtered out when a window is taken)."""
+        horizon = now - 2 * self.seconds - SAMPLE_MARGIN_S   # the window ends up to seconds/2 before now
+        while self._records and self._records[0].end_time < horizon:
+            self._records.popleft()
+        while self._samples and self._samples[0][0] < horizon:
+            self._samples.popleft()
+
+    def window(self, step: StepInfo, now: float) -> LiveRun | None:
+        """The step's last `seconds`, ending SETTLE before `now`; None while it is too young."""
+        records = [r for r in self._records if r.step == step.index]
+        ended = np.array([r.end_time - r.send_time for r in records if r.ok and r.end_time >= now - self.seconds])
+        settle = min(float(np.percentile(ended, 90)), self.seconds / 2) if ended.size else 0.0
+        end = now - settle
+        begin = step.ramp_end if math.isfinite(step.ramp_end) else step.start_time
+        start = max(end - self.seconds, begin)
+        if end - start < MIN_WINDOW_S:
+            return None
+        if step.mode == "closed":   # requests that straddle an edge count their time inside (Little's law)
+            chosen = [r for r in records if r.end_time >= start and r.send_time <= end]
+        else:                       # the window's arrivals
+            chosen = [r for r in records if start <= r.send_time <= end]
+        samples = [s for s in self._samples if start - SAMPLE_MARGIN_S <= s[0] <= end]
+        return LiveRun(StepInfo(step.index, step.label, step.mode, step.target, start, end), chosen, samples)
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """One window to judge: the step cut to it, its records and samples (copies)."""
+
+    step: StepInfo
+    records: list[RequestRecord]
+    samples: list[SampleRow]
+
+    def judge(self, config: dict) -> StepVerdict:
+        """The analyzer's verdict of this window."""
+        step = self.step
+        meta = RunMeta(status=FINISHED, config=config, versions={}, host={}, anchor=ClockAnchor(step.start_time, 0.0),
+                       started_at=step.start_time, ended_at=step.end_time, steps=[step])
+        requests = requests_table(self.records).to_pandas()
+        requests["token_times"] = None   # as load_run(without=("token_times",)): the analysis needs no token times
+        columns = dict(zip(SAMPLE_SCHEMA.names, zip(*self.samples))) if self.samples else \
+            {name: [] for name in SAMPLE_SCHEMA.names}
+        samples = pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA).to_pandas()
+        run = RunData(Path("live"), meta, requests, samples)
+        seconds = step.end_time - step.start_time
+        window = Window(step.start_time, step.end_time, seconds, f"the last {seconds:.0f} s (live)")
+        return analyze_run(run, window).steps[0]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The judge process's answer: the step it judged, the line ("" while the step is too young),
+    the constraint named, the error text ("" when none) and the CPU seconds the judging took."""
+
+    step: int
+    line: str
+    constraint: str
+    error: str
+    cpu_s: float
+
+
+def answer(window: LiveWindow, step: StepInfo, now: float, config: dict[str, Any]) -> Answer:
+    """Judge the step's last window, catching every fault of the analysis."""
+    cpu = time.process_time()
+    try:
+        window.prune(now)
+        live = window.window(step, now)
+        if live is None:
+            return Answer(step.index, "", "", "", time.process_time() - cpu)
+        verdict = live.judge(config)
+        return Answer(step.index, verdict_line(verdict), verdict.constraint, "", time.process_time() - cpu)
+    except Exception as e:   # any fault of the analysis: the run goes on, the line says so
+        return Answer(step.index, UNAVAILABLE, "", f"{type(e).__name__}: {e}", time.process_time() - cpu)
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """The judge process's loop: ("config", dict), ("add", records, samples) and ("judge", step,
+    now) messages in; one Answer out per "judge". Ends when its input ends (the run is over)."""
+    window, config = LiveWindow(), {}
+    while (message := _read_message(inp)) is not None:
+        if message[0] == "config":
+            config = message[1]
+        elif message[0] == "add":
+            for record in message[1]:
+                window.add_record(record)
+            window.add_samples(message[2])
+        elif message[0] == "judge":
+            write_message(out, answer(window, message[1], message[2], config))
+            out.flush()
+
+
+def write_message(out: BinaryIO, message: object) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LENGTH.pack(len(data)) + data)
+
+
+def _read_message(inp: BinaryIO) -> Any:
+    head = inp.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    return pickle.loads(inp.read(_LENGTH.unpack(head)[0]))
+
+
+class LiveVerdict:
+    """The run's side of the live verdict: feed it with `add_record`/`add_samples`, call `poll()`
+    each tick of the run's loop (it never waits), `close()` at the end. `line` is the last verdict
+    in words ("" before the first of a step, UNAVAILABLE after a failure)."""
+
+    def __init__(self, config: dict[str, Any], current_step: Callable[[], StepInfo | None],
+                 clock: Callable[[], float], every: float = EVERY_S,
+                 command: tuple[str, ...] = JUDGE_COMMAND) -> None:
+        self.line = ""
+        self.constraint = ""
+        self.updates = 0
+        self.cpu_s = 0.0                # the judge process's CPU seconds, all updates together
+        self._current_step = current_step
+        self._clock = clock
+        self._every = every
+        self._records: list[RequestRecord] = []
+        self._samples: list[Sample] = []
+        self._unsent = bytearray()
+        self._received = bytearray()
+        self._asked = False
+        self._asked_at = -math.inf
+        self._next = -math.inf
+        self._step: int | None = None
+        self._failed = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL)
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            os.set_blocking(self._proc.stdin.fileno(), False)
+            os.set_blocking(self._proc.stdout.fileno(), False)
+            self._send(("config", config))
+        except Exception as e:
+            self._fail(f"the judge process did not start: {type(e).__name__}: {e}")
+
+    def add_record(self, record: RequestRecord) -> None:
+        """A finished request, as the run writer gets it (its token times are not needed)."""
+        if not record.warmup and not self._failed:
+            self._records.append(dataclasses.replace(record, token_times=[]))
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        """A batch of samples, as the run writer gets it."""
+        if not self._failed:
+            self._samples.extend(samples)
+
+    def poll(self) -> str:
+        """Send what came in, take an answer, ask for the next verdict when due; the line to show."""
+        try:
+            self._poll()
+        except Exception as e:   # the live verdict never ends a run
+            self._fail(f"{type(e).__name__}: {e}")
+        return self.line
+
+    def close(self) -> None:
+        """End the judge process (it ends by itself when its input closes)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=2)
+        except Exception:   # stuck or gone: it must not outlive the run
+            proc.kill()
+            proc.wait()
+
+    def _poll(self) -> None:
+        if self._failed or self._proc is None:
+            return
+        self._receive()
+        step = self._current_step()
+        if step is not None and step.index != self._step:   # a new step: the last verdict no longer holds
+            self._step, self.line, self.constraint = step.index, "", ""
+        if self._records or self._samples:
+            self._send(("add", self._records, self._samples))
+            self._records, self._samples = [], []
+        now = self._clock()
+        if step is not None and not self._asked and now >= self._next:
+            self._next, self._asked_at = now + self._every, now
+            self._asked = True
+            self._send(("judge", step, now))
+        self._flush()
+
+    def _send(self, message: object) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self._unsent += _LENGTH.pack(len(data)) + data
+        if len(self._unsent) > MAX_UNSENT:
+            raise RuntimeError(f"the judge process does not keep up ({len(self._unsent)} bytes unsent)")
+        self._flush()
+
+    def _flush(self) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            while self._unsent:
+                n = os.write(self._proc.stdin.fileno(), self._unsent)
+                del self._unsent[:n]
+        except BlockingIOError:   # the pipe is full: the rest goes at the next tick
+            pass
+
+    def _receive(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        try:
+            while chunk := os.read(self._proc.stdout.fileno(), 1 << 16):
+                self._received += chunk
+            raise RuntimeError(f"the judge process ended (exit code {self._proc.poll()})")
+        except BlockingIOError:
+            pass
+        while len(self._received) >= _LENGTH.size:
+            length = _LENGTH.unpack_from(self._received)[0]
+            if len(self._received) < _LENGTH.size + length:
+                break
+            taken: Answer = pickle.loads(bytes(self._received[_LENGTH.size:_LENGTH.size + length]))
+            del self._received[:_LENGTH.size + length]
+            self._take(taken)
+
+    def _take(self, taken: Answer) -> None:
+        self._asked = False
+        self.cpu_s += taken.cpu_s
+        # A slow machine or a busy window: the verdicts come less often, the cost stays bounded.
+        self._next = max(self._next, self._asked_at + taken.cpu_s / MAX_CORE_SHARE)
+        if taken.error:
+            self._fail(f"the analysis failed: {taken.error}")
+        elif taken.step == self._step and taken.line:
+            self.updates += 1
+            self.line, self.constraint = taken.line, taken.constraint
+        elif not taken.line:   # the step is too young: look again soon, not after a whole period
+            self._next = min(self._next, self._clock() + 1.0)
+
+    def _fail(self, why: str) -> None:
+        if not self._failed:   # once: a fault that repeats every few seconds would flood the log
+            log.warning("the live verdict is unavailable (the run goes on): %s", why)
+        self._failed = True
+        self.line, self.constraint = UNAVAILABLE, ""
+        self._records, self._samples = [], []
+
+
+def main() -> None:
+    """The judge process (`JUDGE_COMMAND`), at the lowest priority: the load generator, and a
+    server on the same machine, come first."""
+    os.nice(19)
+    serve(sys.stdin.buffer, sys.stdout.buffer)
