@@ -332,6 +332,7 @@ class OpenLoopUser(LLMUser):
                     continue
                 requests.spawn(self._arrival, slots, due, step.index, warmup)
                 due += next(gaps)
+                gevent.sleep(0)   # behind schedule, still let the step loop and the streams run
             requests.join()   # drain: each request is bounded by the per-request timeout
         finally:
             requests.kill()

@@ -80,6 +80,12 @@ def apply_overrides(cfg: RunConfig, **flags: Any) -> RunConfig:
     return cfg
 
 
+# Beyond these one process cannot keep its promise (judgement, from bench/results/client.md: ~20 µs
+# of CPU per token, one socket per user): refuse rather than start a run that can never keep up.
+MAX_USERS_PER_PROCESS = 20_000
+MAX_RATE_PER_PROCESS = 5_000
+
+
 def check(cfg: RunConfig, complete: bool = True) -> None:
     """Cross-field checks; with `complete`, also that the config is ready to run (url, load shape)."""
     if cfg.api not in APIS:
@@ -94,6 +100,13 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         raise UserError("concurrency values must be >= 1")
     if any(not (r > 0 and math.isfinite(r)) for r in cfg.rate):
         raise UserError("rate values must be > 0")
+    processes = max(cfg.processes, 1)
+    if max(cfg.concurrency, default=0) > MAX_USERS_PER_PROCESS * processes:
+        raise UserError(f"concurrency {max(cfg.concurrency)} is more than {processes} load-generator process(es) "
+                        f"can hold ({MAX_USERS_PER_PROCESS} users each): add --processes or hosts")
+    if max(cfg.rate, default=0) > MAX_RATE_PER_PROCESS * processes:
+        raise UserError(f"rate {max(cfg.rate):g}/s is more than {processes} load-generator process(es) can send "
+                        f"({MAX_RATE_PER_PROCESS} requests/s each): add --processes or hosts")
     if cfg.burstiness <= 0:
         raise UserError("burstiness must be > 0")
     for name in ("duration", "requests", "step_duration", "warmup_requests", "ramp_up"):

@@ -152,3 +152,14 @@ def test_an_slo_table_is_kept_as_the_inline_text_and_checked_by_the_slo_parser(t
         load_scenario(write(tmp_path, SCENARIO + '\n[slo]\nttft_p99 = "fast"\n'))
     with pytest.raises(UserError, match="bad SLO 'speed=1'"):
         apply_overrides(cfg, slo="speed=1")
+
+
+def test_a_load_no_process_could_keep_up_with_is_refused_per_process():
+    """--rate 1e6 once kept a run from ever ending (the scheduler never yielded) and
+    --concurrency 1e9 tried to spawn a billion users: past a bound per process, a clear error."""
+    with pytest.raises(UserError, match="add --processes"):
+        check(RunConfig(url="http://x", rate=[1e6]))
+    with pytest.raises(UserError, match="add --processes"):
+        check(RunConfig(url="http://x", concurrency=[10**9]))
+    check(RunConfig(url="http://x", rate=[8000.0], processes=2))        # 4000/s each: fine
+    check(RunConfig(url="http://x", concurrency=[30000], processes=2))
