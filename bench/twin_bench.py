@@ -98,7 +98,7 @@ def loadlab_run(url: str, *args: str) -> list[StepFigures]:
         run = load_run(out)
         samples = run.samples
         figures = []
-        for step, meta in zip(summary["steps"], run.meta.steps):
+        for step, meta in zip(summary["steps"], run.meta.steps, strict=True):
             window = samples[(samples["time"] >= meta.start_time) & (samples["time"] <= (meta.end_time or 1e18))]
             figures.append(_step_figures(step, window))
         return figures

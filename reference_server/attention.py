@@ -41,13 +41,20 @@ class AttentionMetadata:
     decode_first_slab: int = -1                # contiguous KV: decodes own slabs first.. in order (-1: not so)
     prefills: list[PrefillChunk] = field(default_factory=list)
 
-    def to(self, device: torch.device) -> "AttentionMetadata":
+    def to(self, device: torch.device) -> AttentionMetadata:
         """The same metadata with its tensors on device."""
-        move = (lambda t: None if t is None else t.to(device, non_blocking=True))
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
+        def move_optional(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else move(t)
+
         return AttentionMetadata(
-            move(self.slot_mapping), self.num_decodes, move(self.decode_tables), self.decode_len,
-            move(self.decode_mask), self.decode_first_slab,
-            [PrefillChunk(p.offset, p.length, p.start, move(p.block_table), move(p.mask)) for p in self.prefills])
+            move(self.slot_mapping), self.num_decodes, move_optional(self.decode_tables), self.decode_len,
+            move_optional(self.decode_mask), self.decode_first_slab,
+            [PrefillChunk(p.offset, p.length, p.start, move(p.block_table), move_optional(p.mask))
+             for p in self.prefills])
 
 
 class KVCache:
@@ -93,6 +100,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, met
     out = torch.empty_like(q)
     nd = meta.num_decodes
     if nd:
+        assert meta.decode_tables is not None, "a step with decodes carries their block tables"
         keys, values = cache.gather(layer, meta.decode_tables, meta.decode_len, meta.decode_first_slab)
         o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2),
                                            attn_mask=meta.decode_mask, enable_gqa=True)

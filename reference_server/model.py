@@ -79,6 +79,9 @@ class ParallelLinear(nn.Linear):
 
 
 class RotaryEmbedding(nn.Module):
+    cos: torch.Tensor   # buffers [max_position, head_dim], registered in __init__
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_position: int, theta: float) -> None:
         super().__init__()
         # Explicitly on CPU, also while the model is built on the meta device; moved with the model.

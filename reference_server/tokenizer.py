@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
 
@@ -32,7 +33,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return dict(zip(printable, map(chr, chars)))
+    return dict(zip(printable, map(chr, chars), strict=True))
 
 
 class ByteTokenizer:
@@ -88,7 +89,7 @@ class ByteTokenizer:
         byte_chars = _bytes_to_unicode()
         added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
                   "normalized": False, "special": True} for t, i in self.special_ids.items()]
-        tokenizer_json = {
+        tokenizer_json: dict[str, Any] = {
             "version": "1.0",
             "truncation": None,
             "padding": None,

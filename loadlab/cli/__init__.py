@@ -27,8 +27,22 @@ def version() -> None:
 
 def _register_commands() -> None:
     # Imported here so `loadlab --help` stays fast and each command owns its imports.
-    from loadlab.cli import (analyze, compare, diagnose, gate, gpu_exporter, lab, mock, plan, report, run, serve,
-                             summary, sweep, timeline)
+    from loadlab.cli import (
+        analyze,
+        compare,
+        diagnose,
+        gate,
+        gpu_exporter,
+        lab,
+        mock,
+        plan,
+        report,
+        run,
+        serve,
+        summary,
+        sweep,
+        timeline,
+    )
 
     for module in (run, sweep, summary, analyze, plan, diagnose, timeline, report, compare, gate, mock, serve,
                    gpu_exporter, lab):

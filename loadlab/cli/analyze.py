@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from loadlab.analyze.analysis import Analysis
 
 
 def analyze(
@@ -28,7 +32,7 @@ def analyze(
         print_analysis(analysis, table_console())
 
 
-def analyze_folder(folder: Path):  # -> loadlab.analyze.analysis.Analysis (imported lazily)
+def analyze_folder(folder: Path) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
     write analysis.json; a folder that cannot be written to only costs a warning line."""
     from loadlab.analyze.analysis import analyze_run, write_analysis

@@ -10,9 +10,16 @@ import typer
 
 
 def compare(
-    folders: list[Path] = typer.Argument(..., help="Run folders: the first is the baseline, each other is compared with it."),
+    folders: list[Path] = typer.Argument(
+        ...,
+        help="Run folders: the first is the baseline, each other is compared with it.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the same seed gives the same intervals)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparisons as JSON (a list, one per run after the first)."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the comparisons as JSON (a list, one per run after the first).",
+    ),
 ) -> None:
     """Compare runs per step and metric: change, 95 % interval, noise, and regression/improvement."""
     from loadlab.analyze.compare import compare_runs

@@ -6,27 +6,42 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from loadlab.cli.sweep import DEFAULT_STEP_SECONDS
 from loadlab.client.discovery import API_KEY_ENV
 
+if TYPE_CHECKING:
+    from loadlab.store.reader import RunData
+
 
 def diagnose(
     url: str = typer.Argument(..., help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Stop the sweep at the first step that breaches these SLOs (docs/slo.md)."),
-    max_load: Optional[float] = typer.Option(None, "--max", help="Highest concurrency to try (default 512)."),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="Stop the sweep at the first step that breaches these SLOs (docs/slo.md).",
+    ),
+    max_load: float | None = typer.Option(None, "--max", help="Highest concurrency to try (default 512)."),
     step_duration: float = typer.Option(DEFAULT_STEP_SECONDS, "--step-duration", help="Seconds per step."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
-    report_file: Optional[Path] = typer.Option(None, "--report", help="HTML report to write (default reports/<run name>.html)."),
-    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
-    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
-    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
+    report_file: Path | None = typer.Option(
+        None,
+        "--report",
+        help="HTML report to write (default reports/<run name>.html).",
+    ),
+    input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
+    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
+    processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
+    ),
 ) -> None:
     """Sweep the concurrency to the knee (as `loadlab sweep`) with the server's metrics (probed at
     /metrics, then /prometheus/metrics) and the GPUs when NVML answers; analyze the run, write
@@ -62,7 +77,7 @@ def diagnose(
     exit_on_outcome(outcome.run)
 
 
-def _write_report(run, out: Path) -> Path | None:  # noqa: ANN001
+def _write_report(run: RunData, out: Path) -> Path | None:
     """The HTML report, or None with one line when it cannot be written."""
     from loadlab.errors import UserError
     from loadlab.report.html import write_report

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,11 +19,27 @@ if TYPE_CHECKING:
 
 def gate(
     folder: Path = typer.Argument(..., help="Run folder to check."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs inline (ttft_p99=2s,error_rate=1%) or a TOML file (docs/slo.md)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Run folder to compare with: a regression beyond the noise fails."),
-    max_regression: str = typer.Option("5%", "--max-regression", help="Regression allowed against --baseline (e.g. 5% or 0.05)."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to this file."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the result as Markdown (CI step summary)."),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="SLOs inline (ttft_p99=2s,error_rate=1%) or a TOML file (docs/slo.md).",
+    ),
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="Run folder to compare with: a regression beyond the noise fails.",
+    ),
+    max_regression: str = typer.Option(
+        "5%",
+        "--max-regression",
+        help="Regression allowed against --baseline (e.g. 5% or 0.05).",
+    ),
+    junit: Path | None = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to this file."),
+    markdown: Path | None = typer.Option(
+        None,
+        "--markdown",
+        help="Also write the result as Markdown (CI step summary).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed of the baseline comparison."),
 ) -> None:
     """Check a run against SLOs and a baseline: exit 0 pass, 1 fail, 2 invalid run or bad usage."""

@@ -12,11 +12,17 @@ import math
 import signal
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import typer
 
 from loadlab.collect.signals import GPU_EXPORTER_PREFIX
 from loadlab.errors import UserError
+
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
+
+    from loadlab.collect.gpu import GpuCollector
 
 
 def metric_name(signal_name: str) -> str:
@@ -27,10 +33,10 @@ def metric_name(signal_name: str) -> str:
 class LatestGpuSamples:
     """A prometheus_client collector that reports the collector's latest tick on every scrape."""
 
-    def __init__(self, collector) -> None:  # a GpuCollector
+    def __init__(self, collector: GpuCollector) -> None:
         self.collector = collector
 
-    def collect(self) -> Iterator:
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         from prometheus_client.core import GaugeMetricFamily
 
         families: dict[str, GaugeMetricFamily] = {}
@@ -56,7 +62,9 @@ def serve(host: str, port: int, interval: float, replay: str) -> None:
     try:  # opened here so a machine without GPUs gets one clear line (the collector's open is then a no-op)
         backend.open()
     except Exception as e:
-        raise UserError(f"GPU signals unavailable: {type(e).__name__}: {e} (use --replay FILE to serve a recording)") from None
+        raise UserError(
+            f"GPU signals unavailable: {type(e).__name__}: {e} (use --replay FILE to serve a recording)"
+        ) from None
     collector = GpuCollector(interval=interval, backend=backend)
     collector.start(lambda samples: None)  # the collector keeps its latest tick itself
     registry = CollectorRegistry(auto_describe=False)

@@ -13,18 +13,21 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from loadlab.lab.scenarios import Scenario
 
 EXIT_DIFFERS = 1
 EXIT_INTERRUPTED = 130
 
 
 def lab(
-    only: Optional[str] = typer.Option(None, "--only", help="Run only these scenarios (comma-separated names)."),
+    only: str | None = typer.Option(None, "--only", help="Run only these scenarios (comma-separated names)."),
     short: bool = typer.Option(False, "--short", help="12 s per load step instead of 30 (the tests' length)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
+    out: Path | None = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: where the reference server runs."),
     list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
 ) -> None:
@@ -51,7 +54,7 @@ def lab(
     _run(scenarios, folder, short, device)
 
 
-def _run(scenarios, folder: Path, short: bool, device: str) -> None:
+def _run(scenarios: list[Scenario], folder: Path, short: bool, device: str) -> None:
     from loadlab.lab.runner import FAILED, FULL_SECONDS, MISMATCH, SHORT_SECONDS
     from loadlab.lab.suite import resolve_device, run_lab
     from loadlab.lab.table import LabRun, print_lab, to_markdown

@@ -6,20 +6,34 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from loadlab.analyze.capacity import CapacityPlan, CurvePoint, Reading
-    from loadlab.metrics.slo import Objective
+    from loadlab.metrics.slo import Objective, SloSpec
 
 
 def plan(
-    folder: Path = typer.Argument(..., help="Run folder of a concurrency sweep (loadlab sweep, or loadlab run --concurrency 1,2,4,...)."),
+    folder: Path = typer.Argument(
+        ...,
+        help="Run folder of a concurrency sweep (loadlab sweep, or loadlab run --concurrency 1,2,4,...).",
+    ),
     users: int = typer.Option(..., "--users", help="Users to plan for."),
-    think_time: str = typer.Option("0", "--think-time", help="Seconds a user pauses between requests: a number or a distribution such as uniform:2:8 (its mean is used)."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs a replica must meet (inline or a TOML file, docs/slo.md), e.g. ttft_p99=2s,tps_user_p50=10."),
+    think_time: str = typer.Option(
+        "0",
+        "--think-time",
+        help="Seconds a user pauses between requests: a number or a distribution such as uniform:2:8 (its mean is "
+        "used).",
+    ),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="SLOs a replica must meet (inline or a TOML file, docs/slo.md), e.g. ttft_p99=2s,tps_user_p50=10.",
+    ),
 ) -> None:
     """Active streams = users x E2E / (E2E + think time) (Little's law); one replica's capacity is
     the highest measured concurrency meeting the SLOs (interpolated between steps); replicas =
@@ -44,7 +58,9 @@ def plan(
     if note:
         print(f"note: {note}", file=sys.stderr)
     for text in skipped:
-        print(f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr)
+        print(
+            f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr
+        )
     points = curve_points(folder, objectives, spec)
     result = plan_capacity(points, users, think, objectives)
     console = table_console()
@@ -52,7 +68,7 @@ def plan(
     console.print(plan_sentence(result, points), highlight=False, markup=False)
 
 
-def curve_points(folder: Path, objectives: "tuple[Objective, ...]", spec) -> "list[CurvePoint]":  # noqa: ANN001
+def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None) -> list[CurvePoint]:
     """The measured curve of the run's closed-loop steps (one point per concurrency, the later
     step when one was run twice); UserError when there is none to plan from."""
     from loadlab.analyze.capacity import CurvePoint
@@ -84,14 +100,14 @@ def curve_points(folder: Path, objectives: "tuple[Objective, ...]", spec) -> "li
     return [by_load[k] for k in sorted(by_load)]
 
 
-def _usable(objectives: "tuple[Objective, ...]") -> "tuple[tuple[Objective, ...], list[str]]":
+def _usable(objectives: tuple[Objective, ...]) -> tuple[tuple[Objective, ...], list[str]]:
     """The objectives a curve point can be judged on: statistics of each step (not verdicts,
     not items for one named step or the whole run)."""
     usable = tuple(o for o in objectives if o.metric not in ("verdict", "saturation") and o.step is None)
     return usable, [o.text for o in objectives if o not in usable]
 
 
-def _curve_table(points: "list[CurvePoint]", objectives: "tuple[Objective, ...]"):  # noqa: ANN202
+def _curve_table(points: list[CurvePoint], objectives: tuple[Objective, ...]) -> Table:
     from rich.table import Table
 
     table = Table(title="measured curve (one replica)", title_justify="left")
@@ -103,7 +119,7 @@ def _curve_table(points: "list[CurvePoint]", objectives: "tuple[Objective, ...]"
     return table
 
 
-def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
+def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
     """The plan in plain words, saying where a value was interpolated or is out of range."""
     lo, hi = plan.measured_range
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
@@ -111,7 +127,8 @@ def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
              f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."]
     peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
     lines.append(f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
-                 f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says {peak.output_tps / plan.streams:.1f} "
+                 f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says "
+                 f"{peak.output_tps / plan.streams:.1f} "
                  f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
                  f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
                  f"{last.concurrency:g} as batches grew.")
@@ -137,7 +154,7 @@ def plan_sentence(plan: "CapacityPlan", points: "list[CurvePoint]") -> str:
     return "\n".join(lines)
 
 
-def _tps(reading: "Reading", lo: float, hi: float) -> str:
+def _tps(reading: Reading, lo: float, hi: float) -> str:
     if math.isnan(reading.value):
         return f"an unknown speed: {reading.how} ({lo:g}-{hi:g} streams), not extrapolated"
     note = " (interpolated)" if reading.how == "interpolated" else ""

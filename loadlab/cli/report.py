@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ DEFAULT_FOLDER = Path("reports")
 
 def report(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output",
+    output: Path | None = typer.Option(None, "-o", "--output",
                                           help="HTML file to write (default: reports/<run name>.html)."),
 ) -> None:
     """Write the run's report: verdict, per-step table, load curve, latency CDFs, time series,

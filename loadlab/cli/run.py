@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -43,38 +43,89 @@ EXIT_DEGRADED = 6
 
 
 def run(
-    url: Optional[str] = typer.Option(None, "--url", help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: Optional[str] = typer.Option(None, "--api", help="chat | completions (default chat)."),
-    scenario: Optional[Path] = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests/s, or steps such as 1,5,10."),
-    arrival: Optional[str] = typer.Option(None, "--arrival", help="Open-loop arrivals: poisson | constant | gamma."),
-    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
-    think_time: Optional[str] = typer.Option(None, "--think-time", help="Closed-loop pause between a user's requests, seconds (a distribution, e.g. uniform:0:2)."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Seconds to run (per step when there are several and no --step-duration). Without it or --requests a step lasts 60 s."),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
-    step_duration: Optional[float] = typer.Option(None, "--step-duration", help="Seconds per step."),
-    warmup_requests: Optional[int] = typer.Option(None, "--warmup-requests", help="First N requests of each step, excluded from results."),
-    ramp_up: Optional[float] = typer.Option(None, "--ramp-up", help="Closed loop: a step's new users start their first requests spread over this many seconds (default 1; 0: all at once). Their connections open before the step begins."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (covers stalled streams; default 300)."),
-    max_error_rate: Optional[str] = typer.Option(None, "--max-error-rate", help="End the run when a step's measured requests fail more often than this (0-1, default 0.5, judged after 20 requests); off for a deliberate fault test."),
-    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host."),
-    workload: Optional[str] = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
-    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64."),
-    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed."),
-    server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="Server /metrics URL or path (default <url>/metrics)."),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1).",
+    ),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
+    api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    scenario: Path | None = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
+    concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
+    rate: str | None = typer.Option(None, "--rate", help="Open loop: requests/s, or steps such as 1,5,10."),
+    arrival: str | None = typer.Option(None, "--arrival", help="Open-loop arrivals: poisson | constant | gamma."),
+    burstiness: float | None = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
+    think_time: str | None = typer.Option(
+        None,
+        "--think-time",
+        help="Closed-loop pause between a user's requests, seconds (a distribution, e.g. uniform:0:2).",
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Seconds to run (per step when there are several and no --step-duration). Without it or --requests a "
+        "step lasts 60 s.",
+    ),
+    requests: int | None = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
+    step_duration: float | None = typer.Option(None, "--step-duration", help="Seconds per step."),
+    warmup_requests: int | None = typer.Option(
+        None,
+        "--warmup-requests",
+        help="First N requests of each step, excluded from results.",
+    ),
+    ramp_up: float | None = typer.Option(
+        None,
+        "--ramp-up",
+        help="Closed loop: a step's new users start their first requests spread over this many seconds (default 1; 0:"
+        " all at once). Their connections open before the step begins.",
+    ),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        help="Per-request timeout in seconds (covers stalled streams; default 300).",
+    ),
+    max_error_rate: str | None = typer.Option(
+        None,
+        "--max-error-rate",
+        help="End the run when a step's measured requests fail more often than this (0-1, default 0.5, judged after "
+        "20 requests); off for a deliberate fault test.",
+    ),
+    processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
+    workload: str | None = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
+    input_len: str | None = typer.Option(
+        None,
+        "--input-len",
+        help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64.",
+    ),
+    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
+    seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
+    server_metrics: str | None = typer.Option(
+        None,
+        "--server-metrics",
+        help="Server /metrics URL or path (default <url>/metrics).",
+    ),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
-    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus server URL to query during the run."),
-    selector: Optional[str] = typer.Option(None, "--selector", help="Prometheus label selector, e.g. job=\"vllm\"."),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus server URL to query during the run."),
+    selector: str | None = typer.Option(None, "--selector", help="Prometheus label selector, e.g. job=\"vllm\"."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
-    nccl_inspector_dir: Optional[str] = typer.Option(None, "--nccl-inspector-dir", help="Folder the NCCL Inspector plugin writes to."),
-    server_pid: Optional[int] = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Gate the run on these SLOs (inline or a TOML file, docs/slo.md): exit 0 pass, 1 fail, 2 invalid run."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
+    nccl_inspector_dir: str | None = typer.Option(
+        None,
+        "--nccl-inspector-dir",
+        help="Folder the NCCL Inspector plugin writes to.",
+    ),
+    server_pid: int | None = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="Gate the run on these SLOs (inline or a TOML file, docs/slo.md): exit 0 pass, 1 fail, 2 invalid run.",
+    ),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
+    ),
 ) -> None:
     """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value.
 
@@ -122,7 +173,9 @@ def run(
     sys.exit(gate_code)
 
 
-def prepare_run(cfg: RunConfig, out: Path | None, api_key: str | None, streams: int, command: str) -> tuple[Path, Console]:
+def prepare_run(
+    cfg: RunConfig, out: Path | None, api_key: str | None, streams: int, command: str
+) -> tuple[Path, Console]:
     """Check a complete config, choose and check the run folder, find the model and the API key,
     raise the open-file limit for `streams` connections (0: open loop's cap) and make Ctrl-C and
     SIGTERM end the run cleanly; prints the first line. Shared by `run`, `sweep` and `diagnose`."""
@@ -143,6 +196,7 @@ def prepare_run(cfg: RunConfig, out: Path | None, api_key: str | None, streams: 
     cfg.out = str(folder)
     # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
     import locust  # noqa: F401
+
     from rich.console import Console
 
     from loadlab.client.discovery import api_key_from_env, discover_model

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,12 @@ import typer
 def summary(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Per-request SLOs for goodput, e.g. ttft=500,itl=50ms,tpot=40,e2e=5s (docs/slo.md; inline or a TOML file)."),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="Per-request SLOs for goodput, e.g. ttft=500,itl=50ms,tpot=40,e2e=5s (docs/slo.md; inline or a TOML "
+        "file).",
+    ),
     write: bool = typer.Option(False, "--write", help="Also rewrite DIR/summary.json with this summary."),
 ) -> None:
     """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -25,25 +25,50 @@ DEFAULT_STEP_SECONDS = 20.0
 
 def sweep(
     url: str = typer.Option(..., "--url", help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Stop at the first step that breaches these SLOs (inline or a TOML file, docs/slo.md), e.g. ttft_p99=2s,itl_p99=100ms."),
-    max_load: Optional[float] = typer.Option(None, "--max", help=f"Highest concurrency (or rate) to try (default {DEFAULT_MAX})."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="auto: sweep the open-loop request rate instead of the concurrency."),
+    slo: str | None = typer.Option(
+        None,
+        "--slo",
+        help="Stop at the first step that breaches these SLOs (inline or a TOML file, docs/slo.md), e.g. "
+        "ttft_p99=2s,itl_p99=100ms.",
+    ),
+    max_load: float | None = typer.Option(
+        None,
+        "--max",
+        help=f"Highest concurrency (or rate) to try (default {DEFAULT_MAX}).",
+    ),
+    rate: str | None = typer.Option(
+        None,
+        "--rate",
+        help="auto: sweep the open-loop request rate instead of the concurrency.",
+    ),
     start: float = typer.Option(1.0, "--start", help="First step's concurrency (or requests/s)."),
     step_duration: float = typer.Option(DEFAULT_STEP_SECONDS, "--step-duration", help="Seconds per step."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: Optional[str] = typer.Option(None, "--api", help="chat | completions (default chat)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
-    input_len: Optional[str] = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
-    output_len: Optional[str] = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
-    workload: Optional[str] = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Per-request timeout in seconds (default 300)."),
-    processes: Optional[int] = typer.Option(None, "--processes", help="Load-generator processes on this host (when a step comes out client-limited)."),
-    server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="Server /metrics URL or path (default <url>/metrics, then /prometheus/metrics)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
+    api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
+    input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
+    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
+    workload: str | None = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
+    dataset: str | None = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Per-request timeout in seconds (default 300)."),
+    processes: int | None = typer.Option(
+        None,
+        "--processes",
+        help="Load-generator processes on this host (when a step comes out client-limited).",
+    ),
+    server_metrics: str | None = typer.Option(
+        None,
+        "--server-metrics",
+        help="Server /metrics URL or path (default <url>/metrics, then /prometheus/metrics).",
+    ),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk."),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
+    ),
 ) -> None:
     """Find the server's knee: concurrency 1, 2, 4, ... (or a rising rate with --rate auto), then
     bisect between the last good and the first bad step. A step is bad when the load generator
@@ -67,7 +92,7 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
                 step_duration: float, max_steps: int | None, model: str | None, api: str | None,
                 out: Path | None, input_len: str | None, output_len: str | None, workload: str | None,
                 dataset: str | None, timeout: float | None, processes: int | None, server_metrics: str | None,
-                no_server_metrics: bool, no_gpu: bool, api_key: str | None, command: str) -> "SweepOutcome":
+                no_server_metrics: bool, no_gpu: bool, api_key: str | None, command: str) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
     from loadlab.cli.run import prepare_run
     from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
@@ -82,9 +107,11 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
     top = DEFAULT_MAX if max_load is None else max_load
     steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
     if not (math.isfinite(start) and start > 0) or (mode == "closed" and not float(start).is_integer()):
-        raise UserError(f"--start must be {'a whole number of users' if mode == 'closed' else 'a rate'} > 0, got {start:g}")
+        what = "a whole number of users" if mode == "closed" else "a rate"
+        raise UserError(f"--start must be {what} > 0, got {start:g}")
     if not (math.isfinite(top) and top >= start) or (mode == "closed" and not float(top).is_integer()):
-        raise UserError(f"--max must be {'a whole number' if mode == 'closed' else 'a number'} >= --start ({start:g}), got {top:g}")
+        what = "a whole number" if mode == "closed" else "a number"
+        raise UserError(f"--max must be {what} >= --start ({start:g}), got {top:g}")
     if not (math.isfinite(step_duration) and step_duration > 0):
         raise UserError(f"--step-duration must be a number of seconds > 0, got {step_duration:g}")
     if steps < 1:
@@ -95,7 +122,8 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
         print(f"note: {note}", file=sys.stderr)
     cfg = apply_overrides(
         RunConfig(), url=url, model=model, api=api, concurrency=None if rate else str(int(start)),
-        rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, processes=processes, kind=workload,
+        rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, processes=processes,
+        kind=workload,
         input_len=input_len, output_len=output_len, dataset=dataset, server_metrics=server_metrics,
         slo=spec.text if spec else None)
     if no_server_metrics:
@@ -109,7 +137,7 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
     return run_sweep(cfg, folder, console, limits, spec, step_duration)
 
 
-def goodput_note(spec: "SloSpec | None") -> str:
+def goodput_note(spec: SloSpec | None) -> str:
     """What to add when the SLO's per-request objectives would otherwise judge nothing ("" if fine)."""
     if spec is None or spec.per_request is None or any(o.metric == "goodput" for o in spec.objectives):
         return ""
@@ -117,7 +145,7 @@ def goodput_note(spec: "SloSpec | None") -> str:
             "to judge steps by them")
 
 
-def print_sweep(outcome: "SweepOutcome") -> None:
+def print_sweep(outcome: SweepOutcome) -> None:
     """The sweep's steps as judged (load order) and the line saying why it stopped."""
     from rich.table import Table
 

@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import generate_latest
 
 from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, ConnectionGuard
 from reference_server.api.errors import APIError, bad_request
 from reference_server.api.generation import respond
-from reference_server.api.requests import (ServedModel, parse_chat, parse_completion, parse_detokenize,
-                                           parse_tokenize)
+from reference_server.api.requests import ServedModel, parse_chat, parse_completion, parse_detokenize, parse_tokenize
 from reference_server.interface import Engine
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return APIError(500, "Internal server error.").response()
 
 
-def _api_key_check(api_key: str | None) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def _api_key_check(api_key: str | None) -> Middleware:
     expected = f"Bearer {api_key}".encode("utf-8", "surrogatepass") if api_key else None
 
     @web.middleware

@@ -61,7 +61,7 @@ class ConnectionGuard:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """The headers have come: the connection's first deadline is met."""
-        timer = self._awaiting_headers.pop(request.protocol, None)  # type: ignore[arg-type]
+        timer = self._awaiting_headers.pop(request.protocol, None)
         if timer is not None:
             timer.cancel()
         return await handler(request)

@@ -26,7 +26,7 @@ class Generation:
     def __init__(self, engine: Engine, request_id: str, request: GenerationRequest) -> None:
         ids = [request_id] if len(request.prompts) == 1 else [f"{request_id}-{i}" for i in range(len(request.prompts))]
         try:  # all prompts or none
-            self._streams = engine.add_requests(list(zip(ids, request.prompts)), request.params)
+            self._streams = engine.add_requests(list(zip(ids, request.prompts, strict=True)), request.params)
         except QueueFull:
             raise APIError(429, "The server's waiting queue is full; retry later.", code="queue_full") from None
         except EngineDead:

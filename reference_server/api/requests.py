@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from reference_server.api.errors import APIError, bad_request
 from reference_server.interface import SamplingParams
@@ -60,6 +60,11 @@ class _Fields:
     def present(self, name: str) -> bool:
         return self.raw.get(name) is not None
 
+    # A field with an int default is always an int; only a None default can come back as None.
+    @overload
+    def integer(self, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int: ...
+    @overload
+    def integer(self, name: str, default: None, lo: int | None = None, hi: int | None = None) -> int | None: ...
     def integer(self, name: str, default: int | None, lo: int | None = None, hi: int | None = None) -> int | None:
         value = self.raw.get(name)
         if value is None:
@@ -78,7 +83,8 @@ class _Fields:
         if value is None:
             return default
         # (an int is always finite; math.isfinite would overflow on a 400-digit one)
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))):
+        finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+        if isinstance(value, bool) or not finite:
             raise bad_request(f"'{name}' must be a finite number", name)
         if value < lo or value > hi or (lo_open and value == lo):
             low = f"> {lo}" if lo_open else f">= {lo}"

@@ -90,7 +90,7 @@ class ResponseBuilder:
     def response(self) -> dict[str, Any]:
         """The whole non-streaming response."""
         choices = []
-        for index, (texts, reason) in enumerate(zip(self.texts, self.finish_reasons)):
+        for index, (texts, reason) in enumerate(zip(self.texts, self.finish_reasons, strict=True)):
             text = "".join(texts)
             if self.chat:
                 choices.append({"index": index, "message": {"role": "assistant", "content": text},

@@ -27,7 +27,7 @@ STATIC_POLL = 0.005      # static batching: how often to re-check whether a batc
 class RequestStream:
     """Async iterator of one request's TokenOutputs; the last one carries finish_reason."""
 
-    def __init__(self, request_id: str, engine: "AsyncEngine") -> None:
+    def __init__(self, request_id: str, engine: AsyncEngine) -> None:
         self.request_id = request_id
         self._engine = engine
         self._queue: asyncio.Queue[TokenOutput | Exception] = asyncio.Queue()
@@ -36,7 +36,7 @@ class RequestStream:
     def _put(self, item: TokenOutput | Exception) -> None:
         self._queue.put_nowait(item)
 
-    def __aiter__(self) -> "RequestStream":
+    def __aiter__(self) -> RequestStream:
         return self
 
     async def __anext__(self) -> TokenOutput:
@@ -147,7 +147,7 @@ class AsyncEngine:
                 raise QueueFull(f"{self._num_waiting} requests are already waiting")
             self._num_waiting += len(seqs)
             self._inbox += seqs
-            self._streams.update(zip(ids, streams))
+            self._streams.update(zip(ids, streams, strict=True))
             self._lock.notify()
         return streams
 

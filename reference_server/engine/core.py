@@ -161,7 +161,8 @@ class EngineCore:
         for c in chunks:
             self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
             c.seq.num_computed += c.num_tokens
-        for seq, token in zip(executed.sampled, executed.tokens):  # one by one: a later failure keeps these
+        # one by one: a later failure keeps these
+        for seq, token in zip(executed.sampled, executed.tokens, strict=True):
             outputs.append(self._append(seq, token, now))
         self._record_step(chunks, elapsed, executed.collective, len(executed.tokens))
         self.metrics.record_work(work)

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.process import BaseProcess
 from typing import Protocol
 
 import torch
@@ -217,10 +218,11 @@ def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int, t
         while True:
             box: list[StepInput | str | None] = [None]
             dist.broadcast_object_list(box, src=0)
-            if box[0] is None:
+            step = box[0]
+            if step is None:
                 break
-            if box[0] != KEEPALIVE:
-                worker.execute(box[0])
+            if isinstance(step, StepInput):   # else KEEPALIVE, sent only to keep the group's connections alive
+                worker.execute(step)
     except RuntimeError as e:   # rank 0 died: the connection closed under a collective
         print(f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})",
               file=sys.stderr)
@@ -235,7 +237,7 @@ class ModelRunner:
         self.layout = layout
         self.sampler = Sampler(ByteTokenizer().eos_token_id, config.seed)
         self.world_size = config.tensor_parallel
-        self.processes: list[mp.Process] = []
+        self.processes: list[BaseProcess] = []
         _set_threads(config)
         if self.world_size > 1:
             port = _free_port()

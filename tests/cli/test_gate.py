@@ -50,7 +50,7 @@ def test_exit_2_on_bad_usage_or_an_uncheckable_run(runs: Path, args: list[str], 
     result = loadlab("gate", str(runs / "base"), *args)
     assert result.returncode == 2
     if says:
-        assert result.stderr.strip().splitlines() == [next(l for l in result.stderr.splitlines() if says in l)]
+        assert result.stderr.strip().splitlines() == [next(line for line in result.stderr.splitlines() if says in line)]
     else:
         assert "not checkable" in result.stdout and "gate: INVALID (exit 2)" in result.stdout
 

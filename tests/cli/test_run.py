@@ -254,7 +254,8 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     (["--url", "http://127.0.0.1:1", "--concurrency", "1"], "--model"),       # cannot discover it
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
     (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"], "max_error_rate"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"], "max_error_rate"),
+    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"],
+     "max_error_rate"),
     (["--url", "http://[::1", "--model", "m", "--concurrency", "1"], "url"),
     (["--url", "http://user:pw-77@[::1", "--model", "m", "--concurrency", "1"], "url"),
     (["--url", "http://127.0.0.1:99999", "--model", "m", "--concurrency", "1"], "url"),

@@ -13,8 +13,8 @@ from loadlab.config import RunConfig
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
-from tests.support.records import record
 from tests.support.procs import loadlab
+from tests.support.records import record
 
 
 def write_run(folder: Path, finish: bool) -> None:

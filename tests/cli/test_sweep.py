@@ -30,7 +30,8 @@ def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     assert [s["label"] for s in read(out, "run.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
     sweep = read(out, "sweep.json")
     assert sweep["stop"] == "max" and sweep["good_step"] == 2 and all(s["bad"] == "" for s in sweep["steps"])
-    assert [s["label"] for s in read(out, "analysis.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
+    labels = [s["label"] for s in read(out, "analysis.json")["steps"]]
+    assert labels == ["concurrency=1", "concurrency=2", "concurrency=4"]
     assert "sweep stopped (max): reached --max 4" in result.stdout
     assert "bottleneck analysis" in result.stdout
     # Between steps the sweep pauses: nothing is sent after a step's end while it decides, and

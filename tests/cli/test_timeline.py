@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support.runs import fill_run
 from tests.support.procs import loadlab
+from tests.support.runs import fill_run
 
 
 def test_prints_one_row_per_second_with_the_columns_that_have_data(tmp_path):

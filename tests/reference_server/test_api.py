@@ -115,7 +115,8 @@ def test_every_prompt_form_is_accepted(server, prompt, prompt_tokens, choices):
 
 def test_chat_completion_counts_the_templated_prompt(server):
     messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]
+                {"role": "user", "name": "ann",
+                 "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]
     response = server.post("/v1/chat/completions", {"model": MODEL, "messages": messages,
                                                      "max_completion_tokens": 4, "ignore_eos": True})
     body = response.json()
@@ -188,7 +189,8 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(server):
 
 
 def test_streaming_errors_before_the_stream_are_plain_http_errors(server):
-    assert_error(server.post("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 10**6}), 400, "max_tokens")
+    response = server.post("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 10**6})
+    assert_error(response, 400, "max_tokens")
 
 
 # ---- errors ------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from reference_server.engine import AsyncEngine, EngineCore
 from reference_server.engine.runner import EngineFault, ModelRunner, Worker
 from reference_server.engine.sampler import Sampler
 from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed
-
 from tests.support.engine import Result, collect, run_engine
 
 # Seeded sampling rather than greedy: batches of different sizes round differently, which can flip
@@ -234,7 +233,8 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     # vLLM's --enable-mfu-metrics counters from the engine's shapes: every step reads all weights.
     weight_bytes = ModelCost(engine.core.shape, 1, 4).read_weight_bytes_per_gpu
     assert metric(engine, "vllm:estimated_read_bytes_per_gpu_total") >= steps * weight_bytes
-    assert metric(engine, "vllm:estimated_flops_per_gpu_total") > 0 and metric(engine, "vllm:estimated_write_bytes_per_gpu_total") > 0
+    assert metric(engine, "vllm:estimated_flops_per_gpu_total") > 0
+    assert metric(engine, "vllm:estimated_write_bytes_per_gpu_total") > 0
 
 
 def test_no_value_is_exported_twice_under_two_names() -> None:
@@ -366,7 +366,8 @@ def test_random_configurations_finish_every_request_and_return_every_block(trial
     rng = random.Random(trial)
     block_size = rng.choice([4, 8, 16])
     cfg = config(block_size=block_size, num_kv_blocks=rng.randint(128 // block_size, 512 // block_size),
-                 max_num_batched_tokens=rng.choice([8, 16, 64, 256]), long_prefill_token_threshold=rng.choice([0, 4, 16]),
+                 max_num_batched_tokens=rng.choice([8, 16, 64, 256]),
+                 long_prefill_token_threshold=rng.choice([0, 4, 16]),
                  max_num_seqs=rng.choice([1, 3, 8]), batching=rng.choice(["continuous", "static"]),
                  kv=rng.choice(["paged", "contiguous"]), static_batch_timeout=0.01)
     requests = [([rng.randint(0, 255) for _ in range(rng.randint(1, 127))],

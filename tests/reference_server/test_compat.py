@@ -150,7 +150,8 @@ def test_exported_tokenizer_counts_the_same_tokens_as_usage(server, client, tmp_
     assert len(tokenizer.encode(completion.choices[0].text)) == completion.usage.completion_tokens
 
     messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}]
+                {"role": "user", "name": "ann",
+                 "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}]
     chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids

@@ -10,8 +10,7 @@ import time
 
 import pytest
 import requests
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from tests.support.reference_server import MAX_MODEL_LEN, MODEL, sse_data, start_server
 

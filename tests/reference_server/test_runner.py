@@ -13,7 +13,6 @@ from reference_server.engine.runner import DTYPES, EngineFault, ModelRunner, Wor
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
 from reference_server.interface import SamplingParams
-
 from tests.support.engine import collect, run_engine
 
 PROMPTS = ["tensor parallel ", "two ranks, one answer: ", "x"]

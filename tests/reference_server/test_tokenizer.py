@@ -1,8 +1,7 @@
 """ByteTokenizer: bytes are ids 0..255, specials follow, and the HF export encodes identically."""
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reference_server.tokenizer import ByteTokenizer
 
