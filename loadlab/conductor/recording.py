@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from locust.event import Events
-
+from loadlab.client.context import LoadlabEvents
 from loadlab.client.shipping import WorkerLoss
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import RequestRecord
 
 
-def attach_writer(events: Events, writer: RunWriter) -> list[WorkerLoss]:
+def attach_writer(events: LoadlabEvents, writer: RunWriter) -> list[WorkerLoss]:
     """Send what loadlab's events carry to `writer`; returns the list that collects the worker
     processes lost during the run (a run with any ends `degraded`)."""
     losses: list[WorkerLoss] = []

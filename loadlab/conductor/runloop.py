@@ -1,7 +1,7 @@
 """Conduct one run: load steps, stop conditions, the run folder, the live display and the self-check.
 
 The same Conductor drives a LocalRunner (one process) or a MasterRunner (`--processes N`): it
-only calls runner.start/stop/quit, sets `environment.loadlab` and listens to `llm_request`.
+only calls runner.start/stop/quit, sets the run's context (client/context.py) and listens to `llm_request`.
 
 A closed-loop step first starts its new users and waits until each has its connection open
 (they hold until the step begins); then the step's clock starts, and the new users send their
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import gevent
 from locust.env import Environment
-from locust.runners import LocalRunner
+from locust.runners import LocalRunner, Runner
 from rich.console import Console
 
 from loadlab.analyze.summary import write_summary
-from loadlab.client.context import ClientContext, add_loadlab_events
+from loadlab.client.context import ClientContext, add_loadlab_events, context_of, set_context
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import in_flight_total, publish_context, ready_total, worker_id
 from loadlab.client.stream import Endpoint
@@ -115,7 +115,7 @@ class Conductor:
         self.collectors = build_collectors(config)
         self.env, self.runner = _start_environment(config, endpoint.base_url, mode, process_anchor())
         try:
-            self.writer = RunWriter(self.folder, config, self.env.loadlab.anchor)
+            self.writer = RunWriter(self.folder, config, context_of(self.env).anchor)
         except BaseException:
             self.runner.quit()   # e.g. the folder already holds a run: end the workers too
             raise
@@ -128,12 +128,12 @@ class Conductor:
         self._finished: Counter[int] = Counter()   # requests finished per step, warm-up included
         self._users = 0                            # users the last step asked for (open loop: schedulers)
         # The live verdict of the last seconds, judged in a process of its own (liveverdict.py).
-        self.verdict = LiveVerdict(config.to_dict(), lambda: self.env.loadlab.step, now)
-        events = self.env.events
+        self.verdict = LiveVerdict(config.to_dict(), lambda: context_of(self.env).step, now)
+        events = add_loadlab_events(self.env.events)
         self.losses = attach_writer(events, self.writer)
         events.llm_request.add_listener(self._on_record)
         events.llm_samples.add_listener(lambda samples, **_: self.verdict.add_samples(samples))
-        self.selfcheck = SelfCheck(self.env.loadlab.worker)
+        self.selfcheck = SelfCheck(context_of(self.env).worker)
         self.selfcheck.start(self._add_samples)
         for c in self.collectors:
             c.start(self._add_samples)
@@ -167,7 +167,7 @@ class Conductor:
         finish (at most the per-request timeout) and the run folder is brought up to date, so
         the step just run can be read whole and nothing is sent meanwhile. False when the
         folder could not be written (the run then ends `failed`)."""
-        self.env.loadlab.step = None
+        context_of(self.env).step = None
         publish_context(self.env)
         self._drain()
         try:
@@ -187,7 +187,7 @@ class Conductor:
         env, runner = self.env, self.runner
         # No new requests from here (users idle without a step); those in flight get the
         # per-request timeout to finish (none on Ctrl-C or when the run stopped itself).
-        env.loadlab.step = None
+        context_of(env).step = None
         try:
             if self.status == FINISHED and isinstance(runner, LocalRunner):
                 self._drain()   # (a master's stop drains its workers)
@@ -240,7 +240,7 @@ class Conductor:
 
     def _begin(self, plan: StepPlan) -> None:
         """Start the step's users; its clock starts once their connections are open."""
-        env, ctx = self.env, self.env.loadlab
+        env, ctx = self.env, context_of(self.env)
         if plan.mode == "closed":
             users = int(plan.target)
             new_users, self._users = max(0, users - self._users), users
@@ -260,7 +260,7 @@ class Conductor:
         ctx.step = info
         ctx.hold_new_users = False
         self.writer.begin_step(info)
-        env.events.llm_step.fire(step=info)
+        add_loadlab_events(env.events).llm_step.fire(step=info)
         if plan.mode == "open" and not self._users:
             # One scheduler per process; it keeps running across steps.
             self._users = ctx.worker_count
@@ -330,13 +330,13 @@ class _NoSpawnRateWarning(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
-def _start_environment(config: RunConfig, host: str, mode: str, anchor: ClockAnchor):
+def _start_environment(config: RunConfig, host: str, mode: str, anchor: ClockAnchor) -> tuple[Environment, Runner]:
     logging.getLogger("locust.runners").addFilter(_NoSpawnRateWarning())
     user = ClosedLoopUser if mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user], host=host)
     add_loadlab_events(env.events)
-    env.loadlab = ClientContext(config=config, worker=worker_id(),
-                                worker_count=config.processes, anchor=anchor)
+    set_context(env, ClientContext(config=config, worker=worker_id(), worker_count=config.processes, anchor=anchor))
+    runner: Runner
     if config.processes > 1:
         from loadlab.client.distributed import start_master_with_workers
 

@@ -119,9 +119,10 @@ def next_step(results: list[StepResult], limits: SweepLimits) -> Decision:
         return Decision(None, bad.bad, f"{bad.reason} (the lowest load tried)", None, bad)
     else:
         resolution = KNEE_LOAD_GROWTH if bad.bad == KNEE else BISECT_RESOLUTION
-        target = _between(good.target, bad.step.target, limits.mode, resolution)
-        if target is None:
+        between = _between(good.target, bad.step.target, limits.mode, resolution)
+        if between is None:
             return Decision(None, bad.bad, f"{bad.reason}; highest good load: {good.label}", good, bad)
+        target = between
     if len(results) >= limits.max_steps:
         where = f"; highest good load: {good.label}" if good else ""
         return Decision(None, MAX_STEPS, f"step limit ({limits.max_steps}) reached{where}", good, bad)

@@ -24,6 +24,7 @@ import gevent
 from flask import Response, jsonify, request
 from locust.env import Environment
 
+from loadlab.client.context import add_loadlab_events
 from loadlab.collect import signals as sig
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
@@ -70,7 +71,7 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
     assert web_ui is not None, "install_llm_tab needs Locust's web UI"
     gauges = ServerGauges()
     history: deque[dict] = deque(maxlen=HISTORY_POINTS)
-    environment.events.llm_samples.add_listener(lambda samples, **_: gauges.add(samples))
+    add_loadlab_events(environment.events).llm_samples.add_listener(lambda samples, **_: gauges.add(samples))
 
     def line() -> str:
         return verdict.line if verdict is not None else ""
@@ -82,12 +83,15 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
             history.append(history_point(live.snapshot(), live.recent_latencies(), gauges.values()))
             gevent.sleep(HISTORY_EVERY_S)
 
-    @web_ui.app.route(ROUTE)
+    app = web_ui.app
+    assert app is not None, "Locust's web UI has its Flask app once it exists"
+
+    @app.route(ROUTE)
     @web_ui.auth_required_if_enabled
     def loadlab_stats() -> Response:
         return jsonify({**live.snapshot(), "verdict": line(), "history": list(history)})
 
-    @web_ui.app.after_request
+    @app.after_request
     def extend_pages(response: Response) -> Response:
         if response.status_code != 200:
             return response

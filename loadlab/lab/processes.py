@@ -37,9 +37,9 @@ def start_child(args: list[str], log: IO[bytes] | None = None, nice: int = 0,
                 pass
         if cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cpus)
-    output = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else {}
     return subprocess.Popen(args, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=limit if nice or cpus else None, **output)
+                            preexec_fn=limit if nice or cpus else None,
+                            stdout=log, stderr=subprocess.STDOUT if log is not None else None)
 
 
 def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:
