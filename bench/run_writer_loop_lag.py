@@ -29,7 +29,7 @@ def main() -> None:
     per_flush = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 256
     if mode == "plain":
-        run_folder._off_the_event_loop = lambda work: work()
+        run_folder.off_the_event_loop = lambda work: work()
     writer = run_folder.RunWriter(Path(tempfile.mkdtemp()) / "run", RunConfig(), process_anchor())
     base = 1e9
     records = [RequestRecord(str(i), "w", 0, False, "chat", base, base, base + 0.1, base + 3,

@@ -29,7 +29,7 @@ PACKAGES = ("loadlab", "locustfiles", "reference_server")
 # Which part a module belongs to: the longest matching prefix wins.
 PARTS = {
     "loadlab": "helpers", "loadlab.clock": "helpers", "loadlab.errors": "helpers", "loadlab.config": "helpers",
-    "loadlab.urls": "helpers",
+    "loadlab.urls": "helpers", "loadlab.offload": "helpers",
     "loadlab.store": "store", "loadlab.workload": "workload", "loadlab.metrics": "metrics",
     "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
     "loadlab.client": "client",

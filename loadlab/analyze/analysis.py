@@ -35,6 +35,8 @@ REQUEST_COLUMNS = ("step", "ok", "error", "send_time", "end_time", "ttft", "e2e"
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5         # fewer successful requests in a step: no verdict (judgement)
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
+STRAIN_CONFIDENCE = 0.8     # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
+GPU_SIGNALS = (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.GPU_TENSOR_ACTIVE)
 NAMES = {
     CLIENT: "the load generator", rules.KV_CAPACITY: "KV capacity", rules.MEMORY_BANDWIDTH: "memory bandwidth",
     rules.COMPUTE: "compute", rules.SCHEDULING: "scheduling (admission)", rules.NETWORK: "network (collectives)",
@@ -140,12 +142,16 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
         _add_roofline(d, fit)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
+    # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters and
+    # MFU/MBU (which need the GPU's peak figures) cannot exist; the step-time fit carries
+    # compute vs memory bandwidth.
+    impossible = frozenset() if any(samples.has(name) for name in GPU_SIGNALS) else frozenset({rules.G, rules.F})
     # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
     by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
     sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
     state_of = {d.step.index: state for d, state in zip(by_load, sorted_states)}
     states = [state_of[d.step.index] for d in data]
-    verdicts = [_verdict(d, state, kind, has_server, fit) for d, state in zip(data, states)]
+    verdicts = [_verdict(d, state, kind, has_server, fit, impossible) for d, state in zip(data, states)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
     return Analysis(path=str(run.path), generated_at=time.time(), cut_off=cut_off, notes=notes,
@@ -178,8 +184,9 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
         d.put("intensity_over_ridge", rates.intensity / rates.ridge, "ratio", est, "server_metrics")
 
 
-def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: StepTimeFit | None) -> StepVerdict:
-    scores = score_all(d.derived)
+def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: StepTimeFit | None,
+             impossible: frozenset[str] = frozenset()) -> StepVerdict:
+    scores = score_all(d.derived, impossible)
     ok = int(d.requests["ok"].sum())
 
     def verdict(constraint: str, headline: str, chosen: ClassScore | None = None,
@@ -226,7 +233,11 @@ def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: S
     second = next((s for s in ranked if s is not best), None)
     runner_up = (RunnerUp(second.constraint, second.score, second.confidence)
                  if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN else None)
-    return verdict(best.constraint, _headline(best, state), best, runner_up)
+    chosen = verdict(best.constraint, _headline(best, state), best, runner_up)
+    if client.strain:   # the load was delivered, but the client's timings are less sure
+        chosen.confidence *= STRAIN_CONFIDENCE
+        chosen.headline += f" (client under strain: {'; '.join(client.strain)})"
+    return chosen
 
 
 def _clock_advice(d: StepData) -> list[str]:

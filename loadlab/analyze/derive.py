@@ -119,6 +119,10 @@ def _server_side(d: StepData) -> None:
     if running.size:
         d.put("running_mean", running.mean(), "requests", [sig.REQUESTS_RUNNING], SERVER)
         d.put("running_max", running.max(), "requests", [sig.REQUESTS_RUNNING], SERVER)
+        # Running pinned at its cap = admission binds. No server exports its max_num_seqs, so
+        # the highest count seen in the window stands for the cap.
+        if running.max() >= 1:
+            d.put("running_at_cap", running.mean() / running.max(), "fraction", [sig.REQUESTS_RUNNING], SERVER)
     if waiting.size:
         d.put("waiting_mean", waiting.mean(), "requests", [sig.REQUESTS_WAITING], SERVER)
         d.put("waiting_p95", percentile(waiting, 95), "requests", [sig.REQUESTS_WAITING], SERVER)
@@ -140,8 +144,10 @@ def _server_side(d: StepData) -> None:
         d.put("server_ttft_mean", ttft.mean, "s", [sig.TTFT], SERVER)
         client_ttft = d.requests.loc[d.requests["ok"] & d.window.contains(d.requests["end_time"]), "ttft"]
         if len(client_ttft):
-            d.put("ttft_outside_server", float(client_ttft.mean()) - ttft.mean, "s",
-                  ["client.ttft", sig.TTFT], SERVER)
+            outside = float(client_ttft.mean()) - ttft.mean
+            d.put("ttft_outside_server", outside, "s", ["client.ttft", sig.TTFT], SERVER)
+            if ttft.mean > 0:
+                d.put("ttft_outside_share", outside / ttft.mean, "ratio", ["client.ttft", sig.TTFT], SERVER)
     if queue is not None:
         d.put("queue_time_mean", queue.mean, "s", [sig.QUEUE_TIME], SERVER)
         client_ttft = d.derived.get("ttft_p50")

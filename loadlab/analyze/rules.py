@@ -4,16 +4,20 @@ Each term reads one derived quantity (loadlab.analyze.derive) and scores 0..1 on
 around its threshold (0.5 at the threshold, 0 or 1 at `ramp` either side), so a value just past
 a threshold counts a little, not all or nothing. A class's score is the weighted mean of its
 terms' scores over the terms whose quantity was measured, capped by its `key` terms (a class
-cannot bind without them: no KV pressure, no kv_capacity); its coverage is the share of its
-weight that was measured; confidence = score x coverage. `client` is judged first and on its
-own: any one of its terms past the threshold invalidates the step (combine = "any").
+cannot bind without them: no KV pressure, no kv_capacity) and by the strongest of each `any_of`
+group (one of several signs is needed: running pinned at the admission cap, or an idle engine);
+its coverage is the share of its weight that was measured, over the terms that could be
+measured on this server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence =
+score x coverage. `client` is judged first and on its own: any one of its EFFECT terms past the
+threshold (load not delivered, requests leaving late, TTFT lost outside the server) invalidates
+the step (combine = "any"); its `strain` terms (CPU, event-loop lag) alone only warn.
 Every threshold and its source is in docs/diagnosis.md; change both together.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loadlab.analyze.derive import Derived
 from loadlab.analyze.summary import MIN_CONCURRENCY_RATIO, MIN_RATE_RATIO
@@ -37,6 +41,8 @@ class Term:
     weight: float
     needs: str               # which collector measures it (a key of NEEDS)
     key: bool = False        # the class cannot bind without this evidence
+    any_of: str = ""         # the class cannot bind without one term of this group
+    strain: bool = False     # client only: a warning sign, not an effect that decides the class
 
     def score(self, value: float) -> float:
         """0..1: how far `value` is on the class's side of the threshold."""
@@ -54,11 +60,12 @@ class Rule:
 S, G, C, W, F = "server", "gpu", "client", "steps", "mfu"
 RULES: tuple[Rule, ...] = (
     Rule(CLIENT, "any", (
-        Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C),
-        Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C),
+        Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C, strain=True),
+        Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C, strain=True),
         Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
         Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
         Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
+        Term("ttft_outside_share", ">=", 1.0, 0.25, 1, C),
     )),
     Rule(KV_CAPACITY, "mean", (
         Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
@@ -70,6 +77,8 @@ RULES: tuple[Rule, ...] = (
         Term("queue_share", ">=", 0.5, 0.1, 1, S),
         Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
         Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
+        Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
+        Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
         Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
     )),
     Rule(NETWORK, "mean", (
@@ -127,24 +136,28 @@ class ClassScore:
     coverage: float
     evidence: list[Evidence]
     missing: list[str]
+    strain: list[str] = field(default_factory=list)   # client only: strain terms past their threshold
 
     @property
     def confidence(self) -> float:
         return self.score * self.coverage
 
 
-def score_all(derived: dict[str, Derived]) -> dict[str, ClassScore]:
-    """Every class of RULES scored on one step's derived quantities."""
-    return {rule.constraint: _score(rule, derived) for rule in RULES}
+def score_all(derived: dict[str, Derived], impossible: frozenset[str] = frozenset()) -> dict[str, ClassScore]:
+    """Every class of RULES scored on one step's derived quantities. `impossible` names the
+    collectors (keys of NEEDS) whose terms cannot exist for this server (GPU counters on a CPU
+    server): they leave the class's coverage and appear in `missing` only as a hint."""
+    return {rule.constraint: _score(rule, derived, impossible) for rule in RULES}
 
 
-def _score(rule: Rule, derived: dict[str, Derived]) -> ClassScore:
+def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) -> ClassScore:
     evidence, missing = [], []
     scored: list[tuple[Term, float]] = []
+    possible = [t for t in rule.terms if t.needs not in impossible]
     for term in rule.terms:
         d = derived.get(term.quantity)
         if d is None:
-            missing.append(NEEDS[term.needs])
+            missing.append(NEEDS[term.needs] if term.needs not in impossible else f"(hint) {NEEDS[term.needs]}")
             continue
         s = term.score(d.value)
         scored.append((term, s))
@@ -153,21 +166,25 @@ def _score(rule: Rule, derived: dict[str, Derived]) -> ClassScore:
             direction="for" if s >= 0.5 else "against", weight=term.weight, source=d.source, signals=d.signals,
             text=f"{term.quantity.replace('_', ' ')} {format_value(d.value, d.unit)} "
                  f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}"))
-    total = sum(t.weight for t in rule.terms)
+    total = sum(t.weight for t in possible) or 1.0
     measured = sum(t.weight for t, _ in scored)
     if not scored:
         return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
     if rule.combine == "any":
-        score = max(s for _, s in scored)
+        effects = [(t, s) for t, s in scored if not t.strain]
+        strain = [e.text for (t, s), e in zip(scored, evidence) if t.strain and s >= 0.5]
+        score = max((s for _, s in effects), default=0.0)
         coverage = 1.0 if score >= 0.5 else measured / total
-    else:
-        score = sum(t.weight * s for t, s in scored) / measured
-        for t, s in scored:
-            if t.key:
-                score = min(score, s)
-        coverage = measured / total
-        if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
-            coverage /= 2   # the deciding evidence is missing
+        return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing), strain)
+    score = sum(t.weight * s for t, s in scored) / measured
+    for t, s in scored:
+        if t.key:
+            score = min(score, s)
+    for group in {t.any_of for t in rule.terms if t.any_of}:
+        score = min(score, max((s for t, s in scored if t.any_of == group), default=0.0))
+    coverage = min(measured / total, 1.0)
+    if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
+        coverage /= 2   # the deciding evidence is missing
     return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
 
 

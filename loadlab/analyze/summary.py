@@ -383,18 +383,20 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
     # Closed-loop users pause after a failure (by design): a failing endpoint, not the client,
     # then keeps the load below target.
     failed = int((~measured["error"].isin(["", ErrorCategory.ABORTED.value])).sum())
-    if (finished >= MIN_REQUESTS_FOR_LOAD_CHECK and seconds > 0 and step.target > 0
-            and failed <= MAX_FAILED_SHARE_FOR_LOAD_CHECK * len(measured)):
+    # The ratio is recorded for any step (a short step of long requests has few of them: the
+    # analyzer still needs the figure); it flags the step only over enough requests.
+    judged = finished >= MIN_REQUESTS_FOR_LOAD_CHECK
+    if finished and seconds > 0 and step.target > 0 and failed <= MAX_FAILED_SHARE_FOR_LOAD_CHECK * len(measured):
         achieved = _achieved(measured, step.mode, window, step.ramp_end)
         if step.mode == "open":
             check.values["achieved_rate_ratio"] = achieved / step.target
-            if achieved < MIN_RATE_RATIO * step.target:
+            if judged and achieved < MIN_RATE_RATIO * step.target:
                 check.limited = True
                 check.reasons.append(f"achieved {achieved:.2f} req/s < {MIN_RATE_RATIO} × requested "
                                      f"{step.target:g} req/s")
         elif not think_time:  # with think time, users are idle by design
             check.values["achieved_concurrency_ratio"] = achieved / step.target
-            if achieved < MIN_CONCURRENCY_RATIO * step.target:
+            if judged and achieved < MIN_CONCURRENCY_RATIO * step.target:
                 check.limited = True
                 check.reasons.append(f"achieved concurrency {achieved:.2f} < {MIN_CONCURRENCY_RATIO} × "
                                      f"{step.target:g} users")

@@ -19,7 +19,6 @@ import math
 import os
 import platform
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from loadlab import __version__
 from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.offload import off_the_event_loop
 from loadlab.store.meta import FAILED, FINISHED, RUNNING, RunMeta, write_json_atomic
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
@@ -238,7 +238,7 @@ class RunWriter:
         name = f"part-{self._parts:06d}.parquet"
         tmp = self.folder / sub / f".{name}.tmp"   # not matched by the readers' part-*.parquet
         try:
-            _off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
+            off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
             os.replace(tmp, self.folder / sub / name)
         except BaseException:
             tmp.unlink(missing_ok=True)   # a half-written part would hold on to the space left
@@ -257,7 +257,7 @@ class RunWriter:
             raise OSError("; ".join(warnings))
         name = f"part-{parts[0][0]:06d}-{parts[-1][1]:06d}.parquet"
         tmp = folder / f".{name}.tmp"
-        _off_the_event_loop(lambda: pq.write_table(table, tmp))
+        off_the_event_loop(lambda: pq.write_table(table, tmp))
         os.replace(tmp, folder / name)
         for _, _, path in parts:
             path.unlink()
@@ -268,31 +268,6 @@ class RunWriter:
                 self.flush()
             except Exception as e:  # the rows stay buffered; the run loop sees `failure` and stops
                 self._fail(e)
-
-
-def _off_the_event_loop(work: Callable[[], object]) -> None:
-    """Run `work`; under gevent's monkey-patching, in a real OS thread while this greenlet waits.
-
-    Building and encoding a part takes tens of ms for a busy second: on the event loop's own
-    thread it would delay every token timestamp taken meanwhile. Elsewhere a plain call is right.
-    """
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("threading"):
-        from gevent import get_hub
-
-        def guarded() -> Exception | None:
-            # Raised inside the pool, an error would also be printed with a traceback by gevent.
-            try:
-                work()
-            except Exception as e:
-                return e
-            return None
-
-        error = get_hub().threadpool.apply(guarded)
-        if error is not None:
-            raise error
-    else:
-        work()
 
 
 def _versions() -> dict[str, str]:

@@ -137,6 +137,10 @@ class EngineCore:
         """Schedule, run, sample, append, finish, record. A failing step fails its own requests only;
         EngineFault (a broken device, a lost rank) propagates."""
         chunks = self.scheduler.schedule(time.monotonic())
+        # The gauges show the batch this step runs: updated only at the step's end, a scrape during
+        # a long step would read the state before its admissions (0 running when the last batch
+        # finished together, while the new one prefills).
+        self._update_gauges()
         outputs: list[RequestOutput] = []
         if chunks:
             try:

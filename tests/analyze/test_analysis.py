@@ -73,12 +73,42 @@ def test_a_run_without_any_request_is_insufficient_data():
 
 
 def test_a_client_limited_step_is_client_and_nothing_else_is_trusted():
-    records, samples = loaded_run(gauges=KV_BOUND)
+    records, samples = loaded_run(users=2, gauges=KV_BOUND)   # 2 of 4 users kept in flight
     samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
     assert step.constraint == "client" and step.server_side.constraint == "kv_capacity"
     assert analysis.overall.client_limited and analysis.overall.constraint == "client"
+
+
+def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
+    records, samples = loaded_run(gauges=KV_BOUND, counters={"preemptions": 0.0})
+    lagged = samples + [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    calm = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], lagged)).steps[0]
+    assert step.constraint == "kv_capacity" and step.derived["achieved_concurrency_ratio"].value > 0.95
+    assert "client under strain: client loop lag p99 50.0 ms >= 10.0 ms" in step.headline
+    assert step.confidence == pytest.approx(calm.confidence * 0.8)
+
+
+def test_a_queue_before_a_busy_engine_below_its_cap_is_compute_not_scheduling():
+    # Prefill-heavy at 3 users: 1.33 waiting, running 0..2 (of a 32-seat cap), KV 3 %, engine
+    # busy 100 %.
+    running = [Sample(T + t, "server", "requests_running", float(t % 3), {"engine": "0"}) for t in range(21)]
+    records, samples = loaded_run(users=3, gauges={"kv_usage": 0.03, "requests_waiting": 1.33},
+                                  counters={"preemptions": 0.0, "step_time_sum": 1.0}, extra=running)
+    step = analyze_run(run_of(records, [closed(3, T, T + 20)], samples)).steps[0]
+    assert step.derived["engine_busy"].value == pytest.approx(1.0)
+    assert step.derived["running_at_cap"].value == pytest.approx(1 / 2, abs=0.05)
+    assert step.constraint != "scheduling"
+
+
+def test_a_step_of_few_long_requests_keeps_its_achieved_concurrency():
+    # Two steps of 2 users x 5 requests of 4 s: fewer than the 20 the summary's client flag needs.
+    first, _ = loaded_run(users=2, e2e=4.0)
+    second, _ = loaded_run(users=2, e2e=4.0, step=1, start=T + 20)
+    analysis = analyze_run(run_of(first + second, [closed(2, T, T + 20), closed(2, T + 20, T + 40, index=1)]))
+    assert [s.derived["achieved_concurrency_ratio"].value for s in analysis.steps] == pytest.approx([1, 1], abs=0.05)
 
 
 def test_a_cut_off_run_is_analyzed_and_says_so():

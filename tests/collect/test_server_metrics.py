@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -250,3 +252,27 @@ def test_a_server_without_metrics_gets_a_hint_not_just_a_404():
         run_collector(collector, 0.05)
     assert state.hits == {"/metrics": 1, "/prometheus/metrics": 2}   # start and stop; fallback kept
     assert "404" in collector.coverage().error and "--enable-metrics" in collector.coverage().error
+
+
+PARSED_WHERE = """
+from gevent import monkey; monkey.patch_all()
+import sys
+from gevent.monkey import get_original
+from loadlab.collect import server_metrics
+native = get_original("threading", "get_native_id")
+where = []
+parse = server_metrics.parse_metrics_text
+server_metrics.parse_metrics_text = lambda *a: where.append(native()) or parse(*a)
+collector = server_metrics.ServerMetricsCollector(sys.argv[1])
+collector.poll()
+print("loop" if where == [native()] else "thread")
+"""
+
+
+def test_a_scrape_is_parsed_off_the_gevent_event_loop():
+    # Inside `loadlab run` (gevent-patched) parsing a large page on the loop delays token timestamps.
+    page = (FIXTURES / "reference.txt").read_text()
+    with metrics_server({"/metrics": (200, page)}) as (url, _):
+        done = subprocess.run([sys.executable, "-c", PARSED_WHERE, url + "/metrics"], capture_output=True,
+                              text=True, timeout=60, check=False)
+    assert done.stdout.strip() == "thread", done.stderr[-2000:]

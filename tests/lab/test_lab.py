@@ -2,10 +2,10 @@
 the analyzer's verdict on the last step. They take minutes together (about 40 s each on a busy
 2-core machine).
 
-A scenario about the server may come out client-limited on a machine whose other work starves the
-load generator's event loop: then the server-side verdict must still be the expected class (the
-provocation worked; the host did not). The client scenario must be client-limited for a reason
-beyond event-loop lag, which any busy host shows: users the client could not keep in flight.
+Each must come out as its class: event-loop lag alone (which any busy host shows) no longer
+makes a step client-limited, only an effect on the load does (docs/diagnosis.md). The client
+scenario must be client-limited for such an effect: users the client could not keep in flight,
+requests leaving late, or TTFT lost outside the server.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import importlib.util
 
 import pytest
 
-from loadlab.lab.runner import CLIENT_LIMITED, MATCH, SHORT_SECONDS, run_scenario
+from loadlab.lab.runner import MATCH, SHORT_SECONDS, run_scenario
 from loadlab.lab.scenarios import CLIENT, SCENARIOS
 from loadlab.lab.suite import server_has_twin
 
@@ -26,13 +26,12 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("loadlab.analyze.analys
 CPU_PHYSICS = {
     "memory_bandwidth": "on a CPU the reference server's per-token work (sampling, streaming) weighs as much as "
                         "the small preset's weight reads: the step-time fit may find decode steps growing with tokens",
+    "under_loaded": "1-2 thinking users of the tiny preset: step time 4 ms + 1.2 ms x tokens (R² 0.19) puts the "
+                    "fixed share (43-56 %) between the compute and bandwidth lines: saturation is under_loaded, "
+                    "but no class may be strong enough to say what sets per-token latency",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
-RULE_GAPS = {
-    "compute-twin": "scheduling outscores compute: requests that arrive during 40 ms prefill steps wait "
-                    "(2.4 waiting, running 0.9 of a 32-seat cap), and the scheduling rule does not ask "
-                    "whether running is pinned at a cap",
-}
+RULE_GAPS: dict[str, str] = {}
 NO_TWIN = "the reference server has no --twin (branch twin not merged)"
 
 
@@ -54,9 +53,7 @@ def test_each_scenario_provokes_its_class(scenario, tmp_path):
     result = run_scenario(scenario, tmp_path / scenario.name, SHORT_SECONDS, "cpu")
     summary = f"{result.status}: {result.constraint} (server side {result.server_side or '-'}), " \
               f"{result.saturation}; {result.reason or result.headline}; evidence {result.evidence}"
+    assert result.status == MATCH, summary
     if scenario.expect == CLIENT:
-        assert result.status == MATCH, summary
-        assert any(text.startswith(("achieved concurrency", "client cpu", "start delay", "achieved rate"))
+        assert any(text.startswith(("achieved concurrency", "start delay", "achieved rate", "ttft outside"))
                    for text in result.evidence), summary
-    else:
-        assert result.status in (MATCH, CLIENT_LIMITED), summary

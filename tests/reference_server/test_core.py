@@ -199,3 +199,27 @@ def test_the_real_engine_counts_each_steps_estimated_work_as_vllm_does() -> None
         sum(s.read_bytes for s in steps)
     assert registry.get_sample_value("vllm:estimated_write_bytes_per_gpu_total", labels) == \
         sum(s.write_bytes for s in steps)
+
+
+def test_the_gauges_show_the_batch_a_step_runs_not_the_one_that_just_finished() -> None:
+    # A pool of 4 blocks holds two 12-token sequences (2 blocks each); they finish in the same
+    # step and the next two are admitted. A scrape during that next (prefill) step must see them
+    # running, not "0 running, 2 waiting" left over from the previous step's end.
+    core = EngineCore(config(num_kv_blocks=4, max_model_len=16))
+    seen: list[tuple[float, float, float]] = []
+    execute = core.runner.execute
+
+    def observed(step):
+        seen.append((metric(core, "vllm:num_requests_running"), metric(core, "vllm:num_requests_waiting"),
+                     metric(core, "vllm:kv_cache_usage_perc")))
+        return execute(step)
+
+    core.runner.execute = observed
+    try:
+        for i in range(4):
+            core.add(core.new_sequence(f"r{i}", [65 + i] * 10, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)))
+        run_to_end(core)
+        assert seen and all(running > 0 and kv > 0 for running, _, kv in seen), seen
+        assert seen[0][:2] == (2, 2)
+    finally:
+        core.shutdown()
