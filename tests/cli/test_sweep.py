@@ -45,6 +45,9 @@ def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     assert (run.requests["error"].fillna("") != "aborted").all()
 
 
+CONTEXT_DELAY_MAX_S = 1.0
+
+
 def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
@@ -56,7 +59,9 @@ def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp
 
     run = load_run(out)
     ends = {s.index: s.end_time for s in run.meta.steps}
-    assert (run.requests["send_time"] <= run.requests["step"].map(ends)).all()
+    # A worker learns of the pause from the master's next message (docs/distributed.md): tens of
+    # ms, a few hundred on a loaded host; never the whole pause between steps.
+    assert (run.requests["send_time"] <= run.requests["step"].map(ends) + CONTEXT_DELAY_MAX_S).all()
     assert run.requests["worker"].nunique() == 2
 
 
