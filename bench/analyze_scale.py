@@ -30,11 +30,22 @@ from loadlab.store.schema import Coverage, StepInfo
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 T0 = 1_800_000_000.0
-STEPS = (64, 128, 256, 512)   # closed-loop users per step; the hour is split evenly
-GPU_SIGNALS = ("gpu_util", "gpu_mem_util", "gpu_sm_active", "gpu_sm_occupancy", "gpu_tensor_active",
-               "gpu_dram_active", "gpu_power", "gpu_sm_clock", "gpu_clock_power_cap", "gpu_clock_thermal",
-               "gpu_clock_hw_slowdown", "gpu_clock_slowdown")
-HISTOGRAMS = {   # signal -> bucket bounds (vLLM's)
+STEPS = (64, 128, 256, 512)  # closed-loop users per step; the hour is split evenly
+GPU_SIGNALS = (
+    "gpu_util",
+    "gpu_mem_util",
+    "gpu_sm_active",
+    "gpu_sm_occupancy",
+    "gpu_tensor_active",
+    "gpu_dram_active",
+    "gpu_power",
+    "gpu_sm_clock",
+    "gpu_clock_power_cap",
+    "gpu_clock_thermal",
+    "gpu_clock_hw_slowdown",
+    "gpu_clock_slowdown",
+)
+HISTOGRAMS = {  # signal -> bucket bounds (vLLM's)
     "ttft": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0],
     "itl": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0],
     "e2e": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0],
@@ -56,22 +67,33 @@ def write_requests(folder: Path, n: int, tokens: int, seconds: float, rng: np.ra
             ttft = rng.gamma(2.0, 0.05, m)
             gap = rng.gamma(4.0, 0.005, (m, tokens))
             times = send[:, None] + ttft[:, None] + np.cumsum(gap, axis=1) - gap[:, :1]
-            token_times = pa.ListArray.from_arrays(pa.array(np.arange(m + 1) * tokens, pa.int32()),
-                                                   pa.array(times.ravel()))
+            token_times = pa.ListArray.from_arrays(
+                pa.array(np.arange(m + 1) * tokens, pa.int32()), pa.array(times.ravel())
+            )
             end = times[:, -1]
             columns = {
-                "request_id": pa.array([f"r{i}" for i in index]), "worker": pa.array(["host:1"] * m),
-                "step": pa.array(step, pa.int64()), "warmup": pa.array(np.zeros(m, bool)),
-                "api": pa.array(["chat"] * m), "scheduled_time": pa.array(send), "send_time": pa.array(send),
-                "first_token_time": pa.array(times[:, 0]), "end_time": pa.array(end), "token_times": token_times,
-                "token_clock": pa.array(["kernel"] * m), "prompt_tokens": pa.array(np.full(m, 512), pa.int64()),
+                "request_id": pa.array([f"r{i}" for i in index]),
+                "worker": pa.array(["host:1"] * m),
+                "step": pa.array(step, pa.int64()),
+                "warmup": pa.array(np.zeros(m, bool)),
+                "api": pa.array(["chat"] * m),
+                "scheduled_time": pa.array(send),
+                "send_time": pa.array(send),
+                "first_token_time": pa.array(times[:, 0]),
+                "end_time": pa.array(end),
+                "token_times": token_times,
+                "token_clock": pa.array(["kernel"] * m),
+                "prompt_tokens": pa.array(np.full(m, 512), pa.int64()),
                 "completion_tokens": pa.array(np.full(m, tokens), pa.int64()),
                 "client_tokens": pa.array(np.full(m, tokens), pa.int64()),
                 "input_tokens": pa.array(np.full(m, 512), pa.int64()),
                 "max_tokens": pa.array(np.full(m, tokens), pa.int64()),
-                "finish_reason": pa.array(["length"] * m), "status": pa.array(np.full(m, 200), pa.int64()),
-                "error": pa.array([""] * m), "error_detail": pa.array([""] * m),
-                "conversation": pa.array([""] * m), "turn": pa.array(np.full(m, -1), pa.int64()),
+                "finish_reason": pa.array(["length"] * m),
+                "status": pa.array(np.full(m, 200), pa.int64()),
+                "error": pa.array([""] * m),
+                "error_detail": pa.array([""] * m),
+                "conversation": pa.array([""] * m),
+                "turn": pa.array(np.full(m, -1), pa.int64()),
             }
             writer.write_table(pa.table([columns[f.name] for f in REQUEST_SCHEMA], schema=REQUEST_SCHEMA))
 
@@ -105,20 +127,37 @@ def write_samples(folder: Path, seconds: int, gpus: int, rng: np.random.Generato
             add("server", name, json.dumps({"engine": "0", "le": le}), cumulative[:, i])
         add("server", name + "_count", engine, cumulative[:, -1])
         add("server", name + "_sum", engine, cumulative[:, -1] * float(np.median(bounds)))
-    table = pa.table({"time": np.concatenate(times), "source": np.concatenate(sources),
-                      "signal": np.concatenate(signals), "labels": np.concatenate(labels),
-                      "value": np.concatenate(values)}, schema=SAMPLE_SCHEMA)
+    table = pa.table(
+        {
+            "time": np.concatenate(times),
+            "source": np.concatenate(sources),
+            "signal": np.concatenate(signals),
+            "labels": np.concatenate(labels),
+            "value": np.concatenate(values),
+        },
+        schema=SAMPLE_SCHEMA,
+    )
     pq.write_table(table, folder / "samples" / "part-000002.parquet")
     return table.num_rows
 
 
 def write_meta(folder: Path, seconds: float) -> None:
     per_step = seconds / len(STEPS)
-    steps = [StepInfo(i, f"concurrency={u}", "closed", float(u), T0 + i * per_step, T0 + (i + 1) * per_step)
-             for i, u in enumerate(STEPS)]
-    meta = RunMeta(status="finished", config={"concurrency": list(STEPS)}, versions={}, host={},
-                   anchor=ClockAnchor(T0, 0.0), started_at=T0, ended_at=T0 + seconds, steps=steps,
-                   coverage=[Coverage("server", True, ok_samples=int(seconds))])
+    steps = [
+        StepInfo(i, f"concurrency={u}", "closed", float(u), T0 + i * per_step, T0 + (i + 1) * per_step)
+        for i, u in enumerate(STEPS)
+    ]
+    meta = RunMeta(
+        status="finished",
+        config={"concurrency": list(STEPS)},
+        versions={},
+        host={},
+        anchor=ClockAnchor(T0, 0.0),
+        started_at=T0,
+        ended_at=T0 + seconds,
+        steps=steps,
+        coverage=[Coverage("server", True, ok_samples=int(seconds))],
+    )
     write_json_atomic(folder / "run.json", meta.to_dict())
 
 
@@ -140,8 +179,10 @@ def main() -> None:
         write_requests(folder, args.requests, args.tokens, seconds, rng)
         rows = write_samples(folder, seconds, args.gpus, rng)
         size = sum(p.stat().st_size for p in folder.rglob("*.parquet")) / 2**20
-        print(f"synthetic run: {args.requests} requests x {args.tokens} tokens, {rows} samples, "
-              f"{size:.0f} MiB of parquet, written in {time.monotonic() - began:.0f} s")
+        print(
+            f"synthetic run: {args.requests} requests x {args.tokens} tokens, {rows} samples, "
+            f"{size:.0f} MiB of parquet, written in {time.monotonic() - began:.0f} s"
+        )
         command = ["/usr/bin/time", "-v", sys.executable, "-m", "loadlab.cli", "analyze", str(folder), "--json"]
         began = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
@@ -149,11 +190,14 @@ def main() -> None:
         if result.returncode != 0:
             sys.exit(f"analyze failed: {result.stderr[-2000:]}")
         rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr)[1])
-        cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", result.stderr)[1])
-                  for kind in ("User", "System"))
+        cpu = sum(
+            float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", result.stderr)[1]) for kind in ("User", "System")
+        )
         overall = json.loads(result.stdout)["overall"]
-        print(f"loadlab analyze: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss_kib / 2**20:.2f} GiB; "
-              f"verdict {overall['constraint']} / {overall['saturation']}, knee step {overall['knee_step']}")
+        print(
+            f"loadlab analyze: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss_kib / 2**20:.2f} GiB; "
+            f"verdict {overall['constraint']} / {overall['saturation']}, knee step {overall['knee_step']}"
+        )
 
 
 if __name__ == "__main__":

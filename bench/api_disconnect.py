@@ -61,8 +61,10 @@ def main() -> None:
             start = time.perf_counter()
             kv_usage(server.url)
             scrapes.append(time.perf_counter() - start)
-    print(f"rounds {len(times)}: close -> KV pool whole: median {statistics.median(times) * 1e3:.1f} ms, "
-          f"max {times[-1] * 1e3:.1f} ms; one /metrics scrape: median {statistics.median(scrapes) * 1e3:.1f} ms")
+    print(
+        f"rounds {len(times)}: close -> KV pool whole: median {statistics.median(times) * 1e3:.1f} ms, "
+        f"max {times[-1] * 1e3:.1f} ms; one /metrics scrape: median {statistics.median(scrapes) * 1e3:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

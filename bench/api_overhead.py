@@ -61,8 +61,9 @@ def serve_instant_engine(port: int) -> None:
         def add_request(self, request_id, prompt_ids, params):
             return InstantStream(prompt_ids, params.max_tokens)
 
-    web.run_app(build_app(InstantEngine()), host="127.0.0.1", port=port, print=None, access_log=None,
-                handler_cancellation=True)
+    web.run_app(
+        build_app(InstantEngine()), host="127.0.0.1", port=port, print=None, access_log=None, handler_cancellation=True
+    )
 
 
 async def load(url: str, streams: int, tokens: int, requests: int, stream: bool) -> int:
@@ -96,8 +97,10 @@ def measure(url: str, server: psutil.Process, streams: int, tokens: int, request
     after = server.cpu_times()
     used = (after.user - cpu.user) + (after.system - cpu.system)
     kind = "stream" if stream else "whole"
-    return (f"| {kind} | {streams} | {tokens} | {requests} | {events / wall:,.0f} | "
-            f"{used / events * 1e6:.1f} | {used / requests * 1e3:.2f} |")
+    return (
+        f"| {kind} | {streams} | {tokens} | {requests} | {events / wall:,.0f} | "
+        f"{used / events * 1e6:.1f} | {used / requests * 1e3:.2f} |"
+    )
 
 
 def main() -> None:
@@ -116,8 +119,10 @@ def main() -> None:
     try:
         wait_http(url + "/health", timeout=60, proc=proc)
         server = psutil.Process(proc.pid)
-        print("| response | concurrent | tokens/request | requests | events/s | server CPU µs/event "
-              "| server CPU ms/request |")
+        print(
+            "| response | concurrent | tokens/request | requests | events/s | server CPU µs/event "
+            "| server CPU ms/request |"
+        )
         print("|---|---|---|---|---|---|---|")
         for streams in map(int, args.streams.split(",")):
             print(measure(url, server, streams, args.tokens, args.requests, stream=True), flush=True)

@@ -45,8 +45,8 @@ TTFT, ITL, TOKENS = 0.05, 0.02, 128
 @dataclass
 class Scenario:
     name: str
-    load: list[str]          # loadlab run flags choosing the load
-    requested: float         # users or requests/s
+    load: list[str]  # loadlab run flags choosing the load
+    requested: float  # users or requests/s
     mode: str
 
 
@@ -66,12 +66,41 @@ def pinned(core: int, nice: int) -> list[str]:
 def run_scenario(s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    mock = [*pinned(1, nice), str(BIN / "loadlab"), "mock", "--port", str(port), "--ttft", str(TTFT),
-            "--itl", str(ITL), "--output-len", str(TOKENS)]
+    mock = [
+        *pinned(1, nice),
+        str(BIN / "loadlab"),
+        "mock",
+        "--port",
+        str(port),
+        "--ttft",
+        str(TTFT),
+        "--itl",
+        str(ITL),
+        "--output-len",
+        str(TOKENS),
+    ]
     with Proc(mock, ready_url=f"{url}/health"):
-        cmd = [*pinned(0, nice), str(BIN / "loadlab"), "run", "--url", url, *s.load, "--duration", str(seconds),
-               "--output-len", str(TOKENS), "--input-len", "128", "--no-server-metrics", "--no-gpu",
-               "--timeout", "60", "--out", str(folder), *(["--ramp-up", ramp_up] if ramp_up else [])]
+        cmd = [
+            *pinned(0, nice),
+            str(BIN / "loadlab"),
+            "run",
+            "--url",
+            url,
+            *s.load,
+            "--duration",
+            str(seconds),
+            "--output-len",
+            str(TOKENS),
+            "--input-len",
+            "128",
+            "--no-server-metrics",
+            "--no-gpu",
+            "--timeout",
+            "60",
+            "--out",
+            str(folder),
+            *(["--ramp-up", ramp_up] if ramp_up else []),
+        ]
         subprocess.run(cmd, check=True, capture_output=True, timeout=seconds + 180)
         with urllib.request.urlopen(f"{url}/truth", timeout=30) as r:
             truth = {t["request_id"]: t for t in json.loads(r.read())["requests"]}
@@ -84,7 +113,7 @@ def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
     req = run.requests
     ok = req[req["error"] == ""]
     ttft_err, itl_err = [], []
-    first_wave = set(ok.sort_values("send_time")["request_id"][:int(s.requested)]) if s.mode == "closed" else set()
+    first_wave = set(ok.sort_values("send_time")["request_id"][: int(s.requested)]) if s.mode == "closed" else set()
     first_err = []
     for rec in ok.itertuples():
         served = truth[rec.request_id]
@@ -102,10 +131,11 @@ def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
     cpu = samples[(samples["signal"] == "client_cpu") & samples["time"].between(step.start_time, step.end_time + 1)]
     lag = samples[(samples["signal"] == "client_loop_lag") & samples["time"].between(step.start_time, step.end_time)]
     # Tokens received during the step window (drained requests stream on past it).
-    tokens = sum(int(((np.asarray(t) >= step.start_time) & (np.asarray(t) <= step.end_time)).sum())
-                 for t in req["token_times"])
+    tokens = sum(
+        int(((np.asarray(t) >= step.start_time) & (np.asarray(t) <= step.end_time)).sum()) for t in req["token_times"]
+    )
     cores = float(cpu["value"].mean()) if len(cpu) else float("nan")
-    if s.mode == "closed":   # Little's law from the ramp-up's end: mean requests in flight
+    if s.mode == "closed":  # Little's law from the ramp-up's end: mean requests in flight
         start = step.ramp_end if np.isfinite(step.ramp_end) else step.start_time
         inside = req[(req["end_time"] > start) & (req["send_time"] < step.end_time)]
         busy = (np.minimum(inside["end_time"], step.end_time) - np.maximum(inside["send_time"], start)).sum()
@@ -115,12 +145,17 @@ def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
     delay = (req["send_time"] - req["scheduled_time"]).to_numpy()
     ms = lambda v, q: float(np.percentile(np.asarray(v) * 1000, q)) if len(v) else float("nan")  # noqa: E731
     return {
-        "requests": len(req), "failed": int((req["error"] != "").sum()),
-        "client cores": cores, "µs CPU/token": cores * window / max(tokens, 1) * 1e6,
-        "tokens/s": tokens / window, "achieved %": 100 * achieved / s.requested,
-        "TTFT err p50 ms": ms(ttft_err, 50), "TTFT err p99 ms": ms(ttft_err, 99),
+        "requests": len(req),
+        "failed": int((req["error"] != "").sum()),
+        "client cores": cores,
+        "µs CPU/token": cores * window / max(tokens, 1) * 1e6,
+        "tokens/s": tokens / window,
+        "achieved %": 100 * achieved / s.requested,
+        "TTFT err p50 ms": ms(ttft_err, 50),
+        "TTFT err p99 ms": ms(ttft_err, 99),
         "first wave TTFT err p99 ms": ms(first_err, 99),
-        "ITL err p50 ms": ms(np.abs(itl_err), 50), "ITL err p99 ms": ms(np.abs(itl_err), 99),
+        "ITL err p50 ms": ms(np.abs(itl_err), 50),
+        "ITL err p99 ms": ms(np.abs(itl_err), 99),
         "start delay p99 ms": ms(delay, 99) if s.mode == "open" else float("nan"),
         "loop lag p99 ms": ms(lag["value"], 99),
     }
@@ -137,8 +172,8 @@ def main() -> None:
     before = group.read_text().split()[-1] if args.nice > 0 and group.exists() else ""
     if before:
         try:
-            os.setsid()   # an autogroup of its own: the caller's other processes keep their share
-        except PermissionError:   # already a process group leader: the caller's group changes too
+            os.setsid()  # an autogroup of its own: the caller's other processes keep their share
+        except PermissionError:  # already a process group leader: the caller's group changes too
             pass
     if before:
         group.write_text(str(-args.nice))
@@ -158,6 +193,7 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, dict[str, float]]]:
             print(f"running {s.name} for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             rows.append((s.name, run_scenario(s, args.seconds, Path(tmp) / f"run{i}", args.ramp_up, args.nice)))
     return rows
+
 
 if __name__ == "__main__":
     main()

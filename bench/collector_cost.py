@@ -49,8 +49,10 @@ def cost(name: str, collector, seconds: float) -> None:
     if not ticks:
         print(f"{name:<48} {1000 * cpu:6.2f} ms CPU in all (disabled at start, no ticks)")
         return
-    print(f"{name:<48} {100 * cpu / wall:5.2f}% of a core  {1000 * cpu / len(ticks):5.2f} ms CPU/tick  "
-          f"{len(ticks)} ticks  {sum(ticks) / len(ticks):.0f} samples/tick")
+    print(
+        f"{name:<48} {100 * cpu / wall:5.2f}% of a core  {1000 * cpu / len(ticks):5.2f} ms CPU/tick  "
+        f"{len(ticks)} ticks  {sum(ticks) / len(ticks):.0f} samples/tick"
+    )
 
 
 def server_metrics_costs(seconds: float, tmp_path: Path) -> None:
@@ -74,12 +76,17 @@ def server_metrics_costs(seconds: float, tmp_path: Path) -> None:
             cpu0 = time.process_time()
             samples = pull.pull(end - seconds, end)
             cpu = time.process_time() - cpu0
-            print(f"{'prometheus: one pull of the window, step 1 s':<48} {1000 * cpu:6.1f} ms CPU once  "
-                  f"{len(samples)} samples over {seconds:.0f} s")
+            print(
+                f"{'prometheus: one pull of the window, step 1 s':<48} {1000 * cpu:6.1f} ms CPU once  "
+                f"{len(samples)} samples over {seconds:.0f} s"
+            )
     port = free_port()
     ref = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
-              ready_url=f"{ref}/metrics", timeout=120):
+    with Proc(
+        [str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+        ready_url=f"{ref}/metrics",
+        timeout=120,
+    ):
         cost("server: reference server /metrics, 1 s", ServerMetricsCollector(f"{ref}/metrics", 1.0), seconds)
 
 
@@ -92,11 +99,17 @@ def main() -> None:
         tmp_path = Path(tmp)
         cost("gpu: replay, 2 GPUs, 250 ms", GpuCollector(0.25, ReplayBackend(TRACE)), args.seconds)
         cost("gpu: replay, 8 GPUs, 250 ms", GpuCollector(0.25, ReplayBackend(eight_gpu_trace(tmp_path))), args.seconds)
-        cost("gpu: NvmlBackend over stand-in, 2 GPUs, 250 ms", GpuCollector(0.25, NvmlBackend(nvml=FakeNvml())),
-             args.seconds)
+        cost(
+            "gpu: NvmlBackend over stand-in, 2 GPUs, 250 ms",
+            GpuCollector(0.25, NvmlBackend(nvml=FakeNvml())),
+            args.seconds,
+        )
         cost("gpu: no NVML (real pynvml, no driver)", GpuCollector(0.25), args.seconds)
-        cost("host: host + 2 processes, 1 s", HostCollector({"self": os.getpid(), "parent": os.getppid()}, 1.0),
-             args.seconds)
+        cost(
+            "host: host + 2 processes, 1 s",
+            HostCollector({"self": os.getpid(), "parent": os.getppid()}, 1.0),
+            args.seconds,
+        )
         dump = tmp_path / "nccl"
         dump.mkdir()
         (dump / "node0-pid1.log").write_text("".join(inspector_line(0, i, 300) for i in range(1, 2001)))

@@ -33,8 +33,10 @@ def main() -> None:
     comparison = compare_runs(base, new)
     done = time.perf_counter()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{n} requests x 2 runs: measure {measured - started:.1f} s, compare {done - measured:.1f} s, "
-          f"peak RSS {peak_mb:.0f} MB")
+    print(
+        f"{n} requests x 2 runs: measure {measured - started:.1f} s, compare {done - measured:.1f} s, "
+        f"peak RSS {peak_mb:.0f} MB"
+    )
     for c in comparison.changes:
         print(f"  {c.metric:13} {c.change:+.3f} [{c.low:+.3f}, {c.high:+.3f}] noise {c.noise:.3f} {c.call}")
 

@@ -62,11 +62,45 @@ def cores_between(trace: list[tuple[float, float, float]], start: float, end: fl
 def run_once(processes: int, users: int, seconds: float, folder: Path) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--ttft", str(TTFT), "--itl", str(ITL),
-               "--output-len", str(TOKENS)], ready_url=f"{url}/health"):
-        cmd = [str(BIN / "loadlab"), "run", "--url", url, "--model", "mock", "--concurrency", str(users),
-               "--duration", str(seconds), "--output-len", str(TOKENS), "--input-len", "64",
-               "--server-metrics", "off", "--timeout", "60", "--processes", str(processes), "--out", str(folder)]
+    with Proc(
+        [
+            str(BIN / "loadlab"),
+            "mock",
+            "--port",
+            str(port),
+            "--ttft",
+            str(TTFT),
+            "--itl",
+            str(ITL),
+            "--output-len",
+            str(TOKENS),
+        ],
+        ready_url=f"{url}/health",
+    ):
+        cmd = [
+            str(BIN / "loadlab"),
+            "run",
+            "--url",
+            url,
+            "--model",
+            "mock",
+            "--concurrency",
+            str(users),
+            "--duration",
+            str(seconds),
+            "--output-len",
+            str(TOKENS),
+            "--input-len",
+            "64",
+            "--server-metrics",
+            "off",
+            "--timeout",
+            "60",
+            "--processes",
+            str(processes),
+            "--out",
+            str(folder),
+        ]
         proc = subprocess.Popen(cmd, cwd=CWD, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         trace = cpu_trace(proc)
         with urllib.request.urlopen(f"{url}/truth", timeout=30) as r:
@@ -79,16 +113,20 @@ def run_once(processes: int, users: int, seconds: float, folder: Path) -> dict[s
         real, mine = np.asarray(truth[rec.request_id]["token_times"]), np.asarray(rec.token_times)
         if len(real) == len(mine) > 1:
             itl_err.extend(np.abs(np.diff(mine) - np.diff(real)))
-    tokens = sum(int(((np.asarray(t) >= step.start_time) & (np.asarray(t) <= step.end_time)).sum())
-                 for t in req["token_times"])
+    tokens = sum(
+        int(((np.asarray(t) >= step.start_time) & (np.asarray(t) <= step.end_time)).sum()) for t in req["token_times"]
+    )
     served = len(truth)
     master_cores, worker_cores = cores_between(trace, step.start_time, step.end_time)
     return {
-        "requests": len(req), "lost": served - len(set(req["request_id"]) & set(truth)),
-        "workers": req["worker"].nunique(), "tokens/s": tokens / window,
+        "requests": len(req),
+        "lost": served - len(set(req["request_id"]) & set(truth)),
+        "workers": req["worker"].nunique(),
+        "tokens/s": tokens / window,
         "ITL err p50 ms": float(np.percentile(itl_err, 50) * 1000),
         "ITL err p99 ms": float(np.percentile(itl_err, 99) * 1000),
-        "master cores": master_cores, "worker cores": worker_cores,
+        "master cores": master_cores,
+        "worker cores": worker_cores,
         "master µs/record": master_cores * window / max(len(req), 1) * 1e6 if processes > 1 else float("nan"),
     }
 
@@ -104,8 +142,13 @@ def main() -> None:
         for n in (int(x) for x in args.processes.split(",")):
             print(f"--processes {n}: {args.users} streams for {args.seconds:g} s ...", file=sys.stderr, flush=True)
             rows.append((n, run_once(n, args.users, args.seconds, Path(tmp) / f"run{n}")))
-    print_results(f"{args.users} closed-loop streams of {TOKENS} tokens (mock TTFT {TTFT * 1000:g} ms, "
-                  f"ITL {ITL * 1000:g} ms), {args.seconds:g} s", "processes", rows)
+    print_results(
+        f"{args.users} closed-loop streams of {TOKENS} tokens (mock TTFT {TTFT * 1000:g} ms, "
+        f"ITL {ITL * 1000:g} ms), {args.seconds:g} s",
+        "processes",
+        rows,
+    )
+
 
 if __name__ == "__main__":
     main()

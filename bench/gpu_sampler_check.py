@@ -72,7 +72,7 @@ def phase_means(samples, start: float, phase: float) -> dict[str, dict[str, dict
     names = ["idle", "matmul", "decode", "idle2"]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for i, name in enumerate(names):
-        lo, hi = start + i * phase + 1.0, start + (i + 1) * phase - 0.5   # skip the edges
+        lo, hi = start + i * phase + 1.0, start + (i + 1) * phase - 0.5  # skip the edges
         acc: dict[tuple[str, str], list[float]] = {}
         for s in samples:
             if lo <= s.time <= hi:
@@ -89,9 +89,15 @@ def main() -> int:
     args = ap.parse_args()
 
     import pynvml
+
     pynvml.nvmlInit()
-    print("driver", pynvml.nvmlSystemGetDriverVersion(), "GPUs", pynvml.nvmlDeviceGetCount(),
-          [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())])
+    print(
+        "driver",
+        pynvml.nvmlSystemGetDriverVersion(),
+        "GPUs",
+        pynvml.nvmlDeviceGetCount(),
+        [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())],
+    )
     pynvml.nvmlShutdown()
 
     load = subprocess.Popen([sys.executable, "-c", LOAD, str(args.phase)], stdout=subprocess.PIPE, text=True)
@@ -100,6 +106,7 @@ def main() -> int:
     collector = GpuCollector(interval=0.25, backend=backend)
     samples = []
     from loadlab.clock import now
+
     start = now()
     cpu0, wall0 = time.process_time(), time.monotonic()
     collector.start(samples.extend)
@@ -110,8 +117,10 @@ def main() -> int:
     print(f"coverage: {cov}")
     print(f"unsupported queries per GPU: {backend.unsupported}")
     ticks = cov.ok_samples
-    print(f"sampler CPU: {100 * cpu / wall:.2f}% of a core over {wall:.1f} s, "
-          f"{1000 * cpu / max(1, ticks):.2f} ms CPU per tick, {ticks} ticks, {len(samples)} samples")
+    print(
+        f"sampler CPU: {100 * cpu / wall:.2f}% of a core over {wall:.1f} s, "
+        f"{1000 * cpu / max(1, ticks):.2f} ms CPU per tick, {ticks} ticks, {len(samples)} samples"
+    )
 
     means = phase_means(samples, start, args.phase)
     for phase, per_gpu in means.items():
@@ -135,10 +144,12 @@ def main() -> int:
     }
     if "gpu_sm_active" in g0["matmul"]:  # GPM (Hopper+)
         checks["matmul tensor_active > 0.3"] = g0["matmul"].get("gpu_tensor_active", 0) > 0.3
-        checks["decode dram_active > decode tensor_active"] = (
-            g0["decode"].get("gpu_dram_active", 0) > g0["decode"].get("gpu_tensor_active", 1))
-        checks["decode dram_active > matmul dram_active"] = (
-            g0["decode"].get("gpu_dram_active", 0) > g0["matmul"].get("gpu_dram_active", 1))
+        checks["decode dram_active > decode tensor_active"] = g0["decode"].get("gpu_dram_active", 0) > g0["decode"].get(
+            "gpu_tensor_active", 1
+        )
+        checks["decode dram_active > matmul dram_active"] = g0["decode"].get("gpu_dram_active", 0) > g0["matmul"].get(
+            "gpu_dram_active", 1
+        )
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'} {name}")
 

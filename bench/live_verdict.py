@@ -31,30 +31,57 @@ GPU_SIGNALS = ("gpu_util", "gpu_sm_active", "gpu_tensor_active", "gpu_dram_activ
 
 def record(i: int, send: float) -> RequestRecord:
     tokens = [send + 0.1 + 0.9 * k / 19 for k in range(20)]
-    return RequestRecord(request_id=f"r{i}", worker="w", step=0, warmup=False, api="chat", scheduled_time=send,
-                         send_time=send, first_token_time=tokens[0], end_time=tokens[-1], token_times=tokens,
-                         token_clock="kernel", completion_tokens=20, client_tokens=20, max_tokens=20, status=200)
+    return RequestRecord(
+        request_id=f"r{i}",
+        worker="w",
+        step=0,
+        warmup=False,
+        api="chat",
+        scheduled_time=send,
+        send_time=send,
+        first_token_time=tokens[0],
+        end_time=tokens[-1],
+        token_times=tokens,
+        token_clock="kernel",
+        completion_tokens=20,
+        client_tokens=20,
+        max_tokens=20,
+        status=200,
+    )
 
 
 def scrape(t: float, k: int, gpus: int) -> list[Sample]:
     """One second of samples: a server scrape, the client self-check, 4 GPU samples per GPU."""
     engine = {"engine": "0"}
-    out = [Sample(t, "server", "kv_usage", 0.97, engine), Sample(t, "server", "requests_waiting", 22, engine),
-           Sample(t, "server", "requests_running", 16, engine), Sample(t, "server", "preemptions", 0.0, engine)]
+    out = [
+        Sample(t, "server", "kv_usage", 0.97, engine),
+        Sample(t, "server", "requests_waiting", 22, engine),
+        Sample(t, "server", "requests_running", 16, engine),
+        Sample(t, "server", "preemptions", 0.0, engine),
+    ]
     for name in HISTOGRAMS:
-        out += [Sample(t, "server", name, 10.0 * k * (i + 1) / len(BUCKETS), {**engine, "le": str(le)})
-                for i, le in enumerate(BUCKETS)]
-        out += [Sample(t, "server", name + "_sum", 0.05 * k, engine), Sample(t, "server", name + "_count", 10.0 * k, engine)]
+        out += [
+            Sample(t, "server", name, 10.0 * k * (i + 1) / len(BUCKETS), {**engine, "le": str(le)})
+            for i, le in enumerate(BUCKETS)
+        ]
+        out += [
+            Sample(t, "server", name + "_sum", 0.05 * k, engine),
+            Sample(t, "server", name + "_count", 10.0 * k, engine),
+        ]
     out += [Sample(t, "client", "client_cpu", 0.2, {"worker": "w"})]
     out += [Sample(t + q / 10, "client", "client_loop_lag", 0.001, {"worker": "w"}) for q in range(10)]
-    out += [Sample(t + q / 4, "gpu", name, 0.5, {"gpu": str(g)})
-            for q in range(4) for g in range(gpus) for name in GPU_SIGNALS]
+    out += [
+        Sample(t + q / 4, "gpu", name, 0.5, {"gpu": str(g)})
+        for q in range(4)
+        for g in range(gpus)
+        for name in GPU_SIGNALS
+    ]
     return out
 
 
 def bench(rate: int, gpus: int, repeat: int) -> dict[str, float]:
-    users = rate   # requests of 1 s back to back: `rate` users make `rate` requests/s
-    seconds = int(2 * WINDOW_S + 10)   # what the buffers hold at most
+    users = rate  # requests of 1 s back to back: `rate` users make `rate` requests/s
+    seconds = int(2 * WINDOW_S + 10)  # what the buffers hold at most
     window = LiveWindow()
     records = [record(u * seconds + k, T0 + k) for k in range(seconds) for u in range(users)]
     samples = [s for k in range(seconds) for s in scrape(T0 + k, k, gpus)]
@@ -62,23 +89,29 @@ def bench(rate: int, gpus: int, repeat: int) -> dict[str, float]:
     # (here one second of traffic at a time, as the run's ticks send it).
     cpu = time.process_time()
     for k in range(seconds):
-        batch = [dataclasses.replace(r, token_times=[]) for r in records[k * users:(k + 1) * users]]
-        pickle.dumps(("add", batch, samples[k * len(samples) // seconds:(k + 1) * len(samples) // seconds]))
+        batch = [dataclasses.replace(r, token_times=[]) for r in records[k * users : (k + 1) * users]]
+        pickle.dumps(("add", batch, samples[k * len(samples) // seconds : (k + 1) * len(samples) // seconds]))
     forward = (time.process_time() - cpu) / seconds
     for r in records:
         window.add_record(dataclasses.replace(r, token_times=[]))
     window.add_samples(samples)
     step = StepInfo(0, f"concurrency={users}", "closed", users, T0)
-    answer(window, step, T0 + seconds, {})   # the first pays for lazy imports, as the judge process does once
+    answer(window, step, T0 + seconds, {})  # the first pays for lazy imports, as the judge process does once
     costs, line = [], ""
     for _ in range(repeat):
         a = answer(window, step, T0 + seconds, {})
         costs.append(a.cpu_s)
         line = a.line or a.error
     per_update = statistics.median(costs)
-    return {"rate": rate, "records": len([r for r in records if r.end_time >= T0 + seconds - 2 * WINDOW_S]),
-            "samples": len(samples), "update_ms": per_update * 1000, "core_share": per_update / EVERY_S,
-            "forward_share": forward, "line": line}
+    return {
+        "rate": rate,
+        "records": len([r for r in records if r.end_time >= T0 + seconds - 2 * WINDOW_S]),
+        "samples": len(samples),
+        "update_ms": per_update * 1000,
+        "core_share": per_update / EVERY_S,
+        "forward_share": forward,
+        "line": line,
+    }
 
 
 def main() -> None:
@@ -87,13 +120,18 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"| req/s | records held | samples held | CPU per update (median of {args.repeat}) | judge: share of a core "
-          f"(every {EVERY_S:g} s) | run's process: forwarding, share of a core |")
+    print(
+        f"| req/s | records held | samples held | CPU per update (median of {args.repeat}) | judge: share of a core "
+        f"(every {EVERY_S:g} s) | run's process: forwarding, share of a core |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for rate in (int(r) for r in args.rates.split(",")):
         b = bench(rate, args.gpus, args.repeat)
-        print(f"| {rate} | {b['records']} | {b['samples']} | {b['update_ms']:.0f} ms | {b['core_share']:.1%} "
-              f"| {b['forward_share']:.2%} |", flush=True)
+        print(
+            f"| {rate} | {b['records']} | {b['samples']} | {b['update_ms']:.0f} ms | {b['core_share']:.1%} "
+            f"| {b['forward_share']:.2%} |",
+            flush=True,
+        )
     print(f"\nlast line: {b['line']}")
 
 

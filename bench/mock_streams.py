@@ -42,8 +42,7 @@ async def drive(port: int, streams: int, tokens: int, spread: float) -> tuple[in
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as s:
         start = time.monotonic()
-        done = await asyncio.gather(*(one_stream(s, url, tokens, i, spread * i / streams)
-                                      for i in range(streams)))
+        done = await asyncio.gather(*(one_stream(s, url, tokens, i, spread * i / streams) for i in range(streams)))
         return sum(done), time.monotonic() - start
 
 
@@ -74,19 +73,30 @@ def main() -> None:
     cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
     ttft_err = [t["token_times"][0] - t["received_time"] - args.ttft for t in truth if t["token_times"]]
     # Token k is due at arrival + TTFT + k * ITL (the mock's absolute schedule).
-    lateness = [tt - (t["received_time"] + args.ttft + k * args.itl)
-                for t in truth for k, tt in enumerate(t["token_times"])]
+    lateness = [
+        tt - (t["received_time"] + args.ttft + k * args.itl) for t in truth for k, tt in enumerate(t["token_times"])
+    ]
     tokens = sum(len(t["token_times"]) for t in truth)
-    print(json.dumps({
-        "streams": args.streams, "spread_s": args.spread, "completed": ok, "tokens": tokens, "wall_s": round(wall, 2),
-        "tokens_per_s": round(tokens / wall), "mock_cpu_s": round(cpu, 2),
-        "mock_cpu_share_of_one_core": round(cpu / wall, 3),
-        "cpu_us_per_token": round(1e6 * cpu / tokens, 1),
-        "ttft_error_ms_p50": round(1e3 * statistics.median(ttft_err), 2),
-        "ttft_error_ms_p99": round(1e3 * percentile(ttft_err, 0.99), 2),
-        "token_lateness_ms_p50": round(1e3 * statistics.median(lateness), 2),
-        "token_lateness_ms_p99": round(1e3 * percentile(lateness, 0.99), 2),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "streams": args.streams,
+                "spread_s": args.spread,
+                "completed": ok,
+                "tokens": tokens,
+                "wall_s": round(wall, 2),
+                "tokens_per_s": round(tokens / wall),
+                "mock_cpu_s": round(cpu, 2),
+                "mock_cpu_share_of_one_core": round(cpu / wall, 3),
+                "cpu_us_per_token": round(1e6 * cpu / tokens, 1),
+                "ttft_error_ms_p50": round(1e3 * statistics.median(ttft_err), 2),
+                "ttft_error_ms_p99": round(1e3 * percentile(ttft_err, 0.99), 2),
+                "token_lateness_ms_p50": round(1e3 * statistics.median(lateness), 2),
+                "token_lateness_ms_p99": round(1e3 * percentile(lateness, 0.99), 2),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def main() -> None:
     keep = Path(args.pop(args.index("--keep") + 1)) if "--keep" in args else None
     if "--keep" in args:
         args.remove("--keep")
-    requests, tokens = (int(a) for a in (args + ["1000000", "64"][len(args):]))
+    requests, tokens = (int(a) for a in (args + ["1000000", "64"][len(args) :]))
     folder = keep or Path(tempfile.mkdtemp()) / "run"
     if not (folder / "run.json").exists():
         t0 = time.perf_counter()
@@ -40,19 +40,24 @@ def main() -> None:
         print(f"synthetic run: {requests:,} requests x {tokens} tokens written in {time.perf_counter() - t0:.0f} s")
     out = folder.parent / f"{folder.name}.html"
     t0 = time.perf_counter()
-    result = subprocess.run([str(BIN / "loadlab"), "report", str(folder), "-o", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(BIN / "loadlab"), "report", str(folder), "-o", str(out)], capture_output=True, text=True
+    )
     seconds = time.perf_counter() - t0
     if result.returncode != 0:
         sys.exit(f"loadlab report failed: {result.stderr}")
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)   # the report process only: chromium starts later
-    print(f"loadlab report: {seconds:.1f} s wall, {usage.ru_utime + usage.ru_stime:.1f} s CPU, "
-          f"peak RSS {usage.ru_maxrss / 1024:,.0f} MB, file {out.stat().st_size / 1e6:.2f} MB")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the report process only: chromium starts later
+    print(
+        f"loadlab report: {seconds:.1f} s wall, {usage.ru_utime + usage.ru_stime:.1f} s CPU, "
+        f"peak RSS {usage.ru_maxrss / 1024:,.0f} MB, file {out.stat().st_size / 1e6:.2f} MB"
+    )
     t0 = time.perf_counter()
     opened = load_page(out.as_uri(), OPENED_JS, settle=0.5)
-    print(f"chromium: load event after {opened.value['load_ms'] / 1000:.1f} s (whole round trip "
-          f"{time.perf_counter() - t0:.1f} s); {opened.value['drawn']}/{opened.value['charts']} charts drawn; "
-          f"{len(opened.errors)} console errors, {len(opened.requests)} requests")
+    print(
+        f"chromium: load event after {opened.value['load_ms'] / 1000:.1f} s (whole round trip "
+        f"{time.perf_counter() - t0:.1f} s); {opened.value['drawn']}/{opened.value['charts']} charts drawn; "
+        f"{len(opened.errors)} console errors, {len(opened.requests)} requests"
+    )
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ import time
 def print_results(heading: str, first_column: str, rows: list[tuple[object, dict[str, object]]]) -> None:
     """Print `heading` after the date, cores and load average, then one table row per (name, metrics)."""
     load = os.getloadavg()
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-          f"load average {load[0]:.1f}/{load[1]:.1f}; {heading}\n")
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+        f"load average {load[0]:.1f}/{load[1]:.1f}; {heading}\n"
+    )
     keys = list(rows[0][1])
     print(f"| {first_column} | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

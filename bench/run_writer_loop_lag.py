@@ -32,8 +32,21 @@ def main() -> None:
         run_folder.off_the_event_loop = lambda work: work()
     writer = run_folder.RunWriter(Path(tempfile.mkdtemp()) / "run", RunConfig(), process_anchor())
     base = 1e9
-    records = [RequestRecord(str(i), "w", 0, False, "chat", base, base, base + 0.1, base + 3,
-                             [base + 0.1 + k * 0.01 for k in range(tokens)]) for i in range(per_flush)]
+    records = [
+        RequestRecord(
+            str(i),
+            "w",
+            0,
+            False,
+            "chat",
+            base,
+            base,
+            base + 0.1,
+            base + 3,
+            [base + 0.1 + k * 0.01 for k in range(tokens)],
+        )
+        for i in range(per_flush)
+    ]
     lags: list[float] = []
     running = True
 
@@ -50,9 +63,11 @@ def main() -> None:
         writer.flush()
     running = False
     greenlet.join()
-    lags = sorted(lags[50:])    # skip the first flushes' warm-up
-    print(f"{mode}: {per_flush} requests x {tokens} tokens per flush: loop lag "
-          f"p99 {lags[int(len(lags) * 0.99)] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms")
+    lags = sorted(lags[50:])  # skip the first flushes' warm-up
+    print(
+        f"{mode}: {per_flush} requests x {tokens} tokens per flush: loop lag "
+        f"p99 {lags[int(len(lags) * 0.99)] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

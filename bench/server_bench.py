@@ -31,22 +31,22 @@ from reference_server.tokenizer import ByteTokenizer
 class Request:
     prompt_len: int
     output_len: int
-    delay: float = 0.0            # seconds after the start at which it is sent
-    prompt: list[int] | None = None   # the prompt's token ids (default: one letter, prompt_len times)
+    delay: float = 0.0  # seconds after the start at which it is sent
+    prompt: list[int] | None = None  # the prompt's token ids (default: one letter, prompt_len times)
 
 
 @dataclass
 class RunStats:
-    wall: float                   # first send to last token
+    wall: float  # first send to last token
     output_tokens: int
-    decode_tokens_per_s: float    # tokens after each request's first, over the common decode window
+    decode_tokens_per_s: float  # tokens after each request's first, over the common decode window
     mean_e2e: float
     mean_ttft: float
-    ttfts: list[float]            # per request, seconds
-    prefill_tokens: float         # prompt tokens the engine computed (not those read from the prefix cache)
-    prefix_hit_rate: float        # prefix-cache hits / queries, in tokens
+    ttfts: list[float]  # per request, seconds
+    prefill_tokens: float  # prompt tokens the engine computed (not those read from the prefix cache)
+    prefix_hit_rate: float  # prefix-cache hits / queries, in tokens
     max_running: int
-    step_ms: dict[str, float]     # mean step time by phase
+    step_ms: dict[str, float]  # mean step time by phase
     collective_ms_per_step: float
     preemptions: float
 
@@ -60,16 +60,25 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
     engine = AsyncEngine(config)
     await engine.start()
     try:
-        if warmup:   # one short request so first-call costs stay out of the figures
+        if warmup:  # one short request so first-call costs stay out of the figures
             async for _ in engine.add_request("warmup", [65] * 8, SamplingParams(max_tokens=4, ignore_eos=True)):
                 pass
-        before = {ph: (_metric(engine, "loadlab_server_step_seconds_sum", phase=ph),
-                       _metric(engine, "loadlab_server_step_seconds_count", phase=ph))
-                  for ph in ("prefill", "decode", "mixed")}
-        coll_before = (_metric(engine, "loadlab_server_collective_seconds_sum"),
-                       _metric(engine, "loadlab_server_collective_seconds_count"))
-        counters = ("vllm:iteration_tokens_total_sum", "vllm:prefix_cache_queries_total",
-                    "vllm:prefix_cache_hits_total")
+        before = {
+            ph: (
+                _metric(engine, "loadlab_server_step_seconds_sum", phase=ph),
+                _metric(engine, "loadlab_server_step_seconds_count", phase=ph),
+            )
+            for ph in ("prefill", "decode", "mixed")
+        }
+        coll_before = (
+            _metric(engine, "loadlab_server_collective_seconds_sum"),
+            _metric(engine, "loadlab_server_collective_seconds_count"),
+        )
+        counters = (
+            "vllm:iteration_tokens_total_sum",
+            "vllm:prefix_cache_queries_total",
+            "vllm:prefix_cache_hits_total",
+        )
         counted_before = [_metric(engine, name) for name in counters]
         max_running = 0
         start = time.monotonic()
@@ -100,22 +109,27 @@ async def _run(config: EngineConfig, requests: list[Request], warmup: bool = Tru
             n = _metric(engine, "loadlab_server_step_seconds_count", phase=ph) - c0
             if n:
                 step_ms[ph] = 1000 * (_metric(engine, "loadlab_server_step_seconds_sum", phase=ph) - s0) / n
-        computed, queries, hits = (_metric(engine, name) - before
-                                   for name, before in zip(counters, counted_before, strict=True))
+        computed, queries, hits = (
+            _metric(engine, name) - before for name, before in zip(counters, counted_before, strict=True)
+        )
         steps = _metric(engine, "loadlab_server_collective_seconds_count") - coll_before[1]
         coll = _metric(engine, "loadlab_server_collective_seconds_sum") - coll_before[0]
         return RunStats(
-            wall=wall, output_tokens=sum(r.output_len for r in requests),
-            decode_tokens_per_s=decoded / window if window > 0 and len(set(r.output_len for r in requests)) == 1
+            wall=wall,
+            output_tokens=sum(r.output_len for r in requests),
+            decode_tokens_per_s=decoded / window
+            if window > 0 and len(set(r.output_len for r in requests)) == 1
             else float("nan"),
             mean_e2e=sum(s[2] - s[0] for s in spans) / len(spans),
             mean_ttft=sum(s[1] - s[0] for s in spans) / len(spans),
             ttfts=[s[1] - s[0] for s in spans],
-            prefill_tokens=computed - sum(r.output_len - 1 for r in requests),   # the rest were decodes
+            prefill_tokens=computed - sum(r.output_len - 1 for r in requests),  # the rest were decodes
             prefix_hit_rate=hits / queries if queries else 0.0,
-            max_running=max_running, step_ms=step_ms,
+            max_running=max_running,
+            step_ms=step_ms,
             collective_ms_per_step=1000 * coll / steps if steps else 0.0,
-            preemptions=_metric(engine, "vllm:num_preemptions_total"))
+            preemptions=_metric(engine, "vllm:num_preemptions_total"),
+        )
     finally:
         await engine.shutdown()
 
@@ -147,8 +161,14 @@ def bench_decode(base: EngineConfig, presets: list[str], batches: list[int], hbm
 def mixed_workload(n: int, seed: int = 0) -> list[Request]:
     """Prompts of 16..128 tokens; most outputs short (8..32), one in eight long (160..256); sent over ~1 s."""
     rng = random.Random(seed)
-    return [Request(rng.randint(16, 128), rng.randint(160, 256) if rng.random() < 0.125 else rng.randint(8, 32),
-                    delay=rng.uniform(0, 1.0)) for _ in range(n)]
+    return [
+        Request(
+            rng.randint(16, 128),
+            rng.randint(160, 256) if rng.random() < 0.125 else rng.randint(8, 32),
+            delay=rng.uniform(0, 1.0),
+        )
+        for _ in range(n)
+    ]
 
 
 def bench_batching(base: EngineConfig) -> None:
@@ -160,8 +180,10 @@ def bench_batching(base: EngineConfig) -> None:
 
 
 def bench_kv(base: EngineConfig) -> None:
-    print("Capacity: 128 KV blocks x 16 tokens (2048 slots), max_model_len 512, max_num_seqs 16, "
-          "32 requests of 48 + 48 tokens.\n")
+    print(
+        "Capacity: 128 KV blocks x 16 tokens (2048 slots), max_model_len 512, max_num_seqs 16, "
+        "32 requests of 48 + 48 tokens.\n"
+    )
     print("| kv | most sequences running at once | output tokens/s | preemptions |\n|---|---|---|---|")
     for kv in ("paged", "contiguous"):
         s = run(replace(base, kv=kv, num_kv_blocks=128, max_model_len=512, max_num_seqs=16), [Request(48, 48)] * 32)
@@ -169,16 +191,24 @@ def bench_kv(base: EngineConfig) -> None:
     print("\nGather cost: batch 32 decoding at ~500-token contexts (ample KV memory for both).\n")
     print("| kv | mean decode step (ms) | decode tokens/s |\n|---|---|---|")
     for kv in ("paged", "contiguous"):
-        s = run(replace(base, kv=kv, num_kv_blocks=32 * 33, max_model_len=528, max_num_seqs=32),
-                [Request(480, 32)] * 32)
+        s = run(
+            replace(base, kv=kv, num_kv_blocks=32 * 33, max_model_len=528, max_num_seqs=32), [Request(480, 32)] * 32
+        )
         print(f"| {kv} | {s.step_ms.get('decode', 0):.1f} | {s.decode_tokens_per_s:.0f} |")
 
 
 def shared_prefix_requests(n: int, rate: float, seed: int = 0) -> list[Request]:
     """loadlab's shared_prefix workload: 4 prefixes of 384 tokens x 8 suffixes of 32; 16 output tokens;
     n requests sent at `rate` per second (Poisson)."""
-    cfg = WorkloadConfig(kind="shared_prefix", num_prefixes=4, prefix_len=384, suffixes_per_prefix=8,
-                         input_len=LengthDist(mean=32), output_len=LengthDist(mean=16), seed=seed)
+    cfg = WorkloadConfig(
+        kind="shared_prefix",
+        num_prefixes=4,
+        prefix_len=384,
+        suffixes_per_prefix=8,
+        input_len=LengthDist(mean=32),
+        output_len=LengthDist(mean=16),
+        seed=seed,
+    )
     workload = make_workload(cfg, "completions")
     tokenizer, rng, at = ByteTokenizer(), random.Random(seed), 0.0
     requests = []
@@ -193,21 +223,28 @@ def shared_prefix_requests(n: int, rate: float, seed: int = 0) -> list[Request]:
 def bench_prefix(base: EngineConfig, n: int, rate: float) -> None:
     requests = shared_prefix_requests(n, rate)
     prompt_tokens = sum(r.prompt_len for r in requests)
-    print(f"{n} requests at {rate:g}/s, {prompt_tokens} prompt tokens (loadlab's shared_prefix workload: "
-          "4 prefixes of 384 tokens x 8 suffixes of 32, 16 output tokens)\n")
-    print("| prefix caching | prefill tokens computed | hit rate (tokens) | TTFT mean (ms) | TTFT p50 (ms) "
-          "| TTFT p90 (ms) | mean E2E (s) |\n|---|---|---|---|---|---|---|")
+    print(
+        f"{n} requests at {rate:g}/s, {prompt_tokens} prompt tokens (loadlab's shared_prefix workload: "
+        "4 prefixes of 384 tokens x 8 suffixes of 32, 16 output tokens)\n"
+    )
+    print(
+        "| prefix caching | prefill tokens computed | hit rate (tokens) | TTFT mean (ms) | TTFT p50 (ms) "
+        "| TTFT p90 (ms) | mean E2E (s) |\n|---|---|---|---|---|---|---|"
+    )
     for caching in (False, True):
         s = run(replace(base, prefix_caching=caching, max_num_seqs=16), requests)
         ttft = sorted(s.ttfts)
         p50, p90 = ttft[len(ttft) // 2], ttft[int(0.9 * len(ttft))]
-        print(f"| {'on' if caching else 'off'} | {s.prefill_tokens:.0f} | {s.prefix_hit_rate:.0%} "
-              f"| {1000 * s.mean_ttft:.0f} | {1000 * p50:.0f} | {1000 * p90:.0f} | {s.mean_e2e:.2f} |")
+        print(
+            f"| {'on' if caching else 'off'} | {s.prefill_tokens:.0f} | {s.prefix_hit_rate:.0%} "
+            f"| {1000 * s.mean_ttft:.0f} | {1000 * p50:.0f} | {1000 * p90:.0f} | {s.mean_e2e:.2f} |"
+        )
 
 
 def bench_tp(base: EngineConfig, preset: str, batch: int) -> None:
-    print("| tensor_parallel | mean decode step (ms) | collective per step (ms) | collective share |\n"
-          "|---|---|---|---|")
+    print(
+        "| tensor_parallel | mean decode step (ms) | collective per step (ms) | collective share |\n|---|---|---|---|"
+    )
     for tp in (1, 2):
         s = run(replace(base, preset=preset, tensor_parallel=tp, max_num_seqs=batch), [Request(32, 64)] * batch)
         step = s.step_ms.get("decode", 0)
@@ -227,8 +264,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=8.0, help="prefix: requests per second")
     parser.add_argument("--hbm-tbps", type=float, default=0.0, help="decode: add a memory-bandwidth roofline column")
     args = parser.parse_args()
-    base = EngineConfig(preset=args.preset, device=args.device, dtype=args.dtype, kv_memory_gb=args.kv_memory_gb,
-                        max_model_len=1024)
+    base = EngineConfig(
+        preset=args.preset, device=args.device, dtype=args.dtype, kv_memory_gb=args.kv_memory_gb, max_model_len=1024
+    )
     if args.what in ("decode", "all"):
         bench_decode(base, args.presets.split(","), [int(b) for b in args.batches.split(",")], args.hbm_tbps)
     if args.what in ("batching", "all"):

@@ -15,18 +15,18 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-import gevent  # noqa: E402
-from prometheus_client import generate_latest  # noqa: E402
+import gevent
+from prometheus_client import generate_latest
 
-from loadlab.collect import server_metrics  # noqa: E402
-from loadlab.collect.prom_text import parse_metrics_text  # noqa: E402
-from reference_server.engine.metrics import EngineMetrics  # noqa: E402
+from loadlab.collect import server_metrics
+from loadlab.collect.prom_text import parse_metrics_text
+from reference_server.engine.metrics import EngineMetrics
 
 
 def reference_page(engines: int) -> bytes:
@@ -34,8 +34,18 @@ def reference_page(engines: int) -> bytes:
     samples repeated for `engines` engines."""
     m = EngineMetrics("tiny", 256)
     for value in (0.001, 0.02, 0.3, 4.0):
-        for h in (m.ttft, m.itl, m.e2e, m.queue_time, m.prefill_time, m.decode_time, m.inference_time,
-                  m.batch_size, m.collective_seconds, *m.step_seconds.values()):
+        for h in (
+            m.ttft,
+            m.itl,
+            m.e2e,
+            m.queue_time,
+            m.prefill_time,
+            m.decode_time,
+            m.inference_time,
+            m.batch_size,
+            m.collective_seconds,
+            *m.step_seconds.values(),
+        ):
             h.observe(value)
         m.iteration_tokens.observe(value * 100)
         m.prompt_tokens_per_request.observe(value * 50)
@@ -60,8 +70,13 @@ def main() -> None:
     for _ in range(20):
         parse_metrics_text(page.decode(), 0.0, "server")
     parse_ms = (time.perf_counter() - t0) / 20 * 1000
-    http = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=folder,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    http = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         port = int(http.stdout.readline().split("port ")[1].split()[0])
         collector = server_metrics.ServerMetricsCollector(f"http://127.0.0.1:{port}/metrics", interval)
@@ -89,16 +104,18 @@ def main() -> None:
     # The worst lag of each scrape interval: what a sparse lag sampler (the client's, every 100 ms)
     # can catch when it happens to wake during a parse.
     worst: dict[int, float] = {}
-    for t, lag in zip(woke, lags):
+    for t, lag in zip(woke, lags, strict=True):
         worst[int(t / interval)] = max(worst.get(int(t / interval), 0.0), lag)
     per_scrape = sorted(worst.values())
     lags.sort()
     ok, lines = collector.coverage().ok_samples, page.count(b"\n")
-    print(f"{mode}: {lines}-line page (parse {parse_ms:.1f} ms), {ok} scrapes every {interval:g} s "
-          f"over {seconds:g} s: loop lag p50 {lags[len(lags) // 2] * 1000:.2f} ms, "
-          f"p99 {lags[int(len(lags) * 0.99)] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms ({len(lags)} probes); "
-          f"worst per interval: median {per_scrape[len(per_scrape) // 2] * 1000:.1f} ms, "
-          f"p90 {per_scrape[int(len(per_scrape) * 0.9)] * 1000:.1f} ms")
+    print(
+        f"{mode}: {lines}-line page (parse {parse_ms:.1f} ms), {ok} scrapes every {interval:g} s "
+        f"over {seconds:g} s: loop lag p50 {lags[len(lags) // 2] * 1000:.2f} ms, "
+        f"p99 {lags[int(len(lags) * 0.99)] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms ({len(lags)} probes); "
+        f"worst per interval: median {per_scrape[len(per_scrape) // 2] * 1000:.1f} ms, "
+        f"p90 {per_scrape[int(len(per_scrape) * 0.9)] * 1000:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

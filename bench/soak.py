@@ -45,19 +45,19 @@ from loadlab.store.reader import RunData, load_run
 from tests.support.procs import Proc, free_port
 
 FINISHED_PREFIX = "vllm:request_success_total"
-IDLE_HOLD = 20.0   # seconds the fault client holds an idle connection
+IDLE_HOLD = 20.0  # seconds the fault client holds an idle connection
 
 
 @dataclass
 class Sample:
-    time: float          # epoch seconds
-    phase: str           # "idle-before" | "load" | "idle-after"
+    time: float  # epoch seconds
+    phase: str  # "idle-before" | "load" | "idle-after"
     rss_mb: float
     fds: int
-    kv_usage: float      # vllm:kv_cache_usage_perc, fraction of KV blocks in use
+    kv_usage: float  # vllm:kv_cache_usage_perc, fraction of KV blocks in use
     running: float
     waiting: float
-    finished: float      # the server's finished requests so far (all reasons)
+    finished: float  # the server's finished requests so far (all reasons)
 
 
 # --- the server process ------------------------------------------------------------------------
@@ -66,8 +66,7 @@ class Sample:
 def server_args(port: int, idle_timeout: float) -> list[str]:
     """The reference server's command line; --idle-timeout only if this server version has it."""
     args = [sys.executable, "-m", "reference_server", "--port", str(port), "--preset", "tiny", "--device", "cpu"]
-    usage = subprocess.run(args[:3] + ["--help"], capture_output=True, text=True, cwd=REPO,
-                           check=False).stdout
+    usage = subprocess.run(args[:3] + ["--help"], capture_output=True, text=True, cwd=REPO, check=False).stdout
     if "--idle-timeout" in usage:
         args += ["--idle-timeout", str(idle_timeout)]
     return args
@@ -89,9 +88,16 @@ def sample(pid: int, url: str, phase: str) -> Sample:
     status = Path(f"/proc/{pid}/status").read_text()
     rss_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
     metrics = scrape(url)
-    return Sample(time=time.time(), phase=phase, rss_mb=rss_kb / 1024, fds=len(os.listdir(f"/proc/{pid}/fd")),
-                  kv_usage=metrics["vllm:kv_cache_usage_perc"], running=metrics["vllm:num_requests_running"],
-                  waiting=metrics["vllm:num_requests_waiting"], finished=metrics[FINISHED_PREFIX])
+    return Sample(
+        time=time.time(),
+        phase=phase,
+        rss_mb=rss_kb / 1024,
+        fds=len(os.listdir(f"/proc/{pid}/fd")),
+        kv_usage=metrics["vllm:kv_cache_usage_perc"],
+        running=metrics["vllm:num_requests_running"],
+        waiting=metrics["vllm:num_requests_waiting"],
+        finished=metrics[FINISHED_PREFIX],
+    )
 
 
 class Sampler(threading.Thread):
@@ -109,7 +115,7 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.samples.append(sample(self.pid, self.url, self.phase))
-            except (OSError, KeyError, ValueError):   # a scrape that failed under load: counted, not fatal
+            except (OSError, KeyError, ValueError):  # a scrape that failed under load: counted, not fatal
                 self.errors += 1
             self.stop.wait(self.every)
 
@@ -119,8 +125,10 @@ class Sampler(threading.Thread):
 
 def _stream_request(max_tokens: int) -> bytes:
     body = json.dumps({"prompt": "soak", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}).encode()
-    return b"POST /v1/completions HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n" \
-           b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
 
 
 @dataclass
@@ -128,11 +136,11 @@ class Fault:
     """One fault the fault client caused, filled in as it goes (so a later error keeps what happened)."""
 
     kind: str
-    end: float = 0.0              # epoch seconds
+    end: float = 0.0  # epoch seconds
     reached_engine: bool = False  # the server answered 200: the engine took (and will count) the request
-    held: int = 0                 # idle: connections held
-    shed: int = 0                 # idle: of those, closed or answered by the server meanwhile
-    error: str = ""               # an OSError on our side (reset, timeout)
+    held: int = 0  # idle: connections held
+    shed: int = 0  # idle: of those, closed or answered by the server meanwhile
+    error: str = ""  # an OSError on our side (reset, timeout)
 
 
 def _read_status(sock: socket.socket, fault: Fault) -> bytes:
@@ -162,7 +170,7 @@ def disconnect(address: tuple[str, int], stop: threading.Event, fault: Fault) ->
 def slow_reader(address: tuple[str, int], stop: threading.Event, fault: Fault, seconds: float = 20.0) -> None:
     """Open a long stream with a small receive buffer and read 64 bytes every 0.2 s, for at most `seconds`."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # before connect: a small window
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
         sock.settimeout(30)
         sock.connect(address)
         sock.sendall(_stream_request(1000))
@@ -174,8 +182,9 @@ def slow_reader(address: tuple[str, int], stop: threading.Event, fault: Fault, s
             time.sleep(0.2)
 
 
-def idle(address: tuple[str, int], stop: threading.Event, fault: Fault, count: int = 20,
-         seconds: float = IDLE_HOLD) -> None:
+def idle(
+    address: tuple[str, int], stop: threading.Event, fault: Fault, count: int = 20, seconds: float = IDLE_HOLD
+) -> None:
     """Open `count` connections that send half a request line and then nothing, for at most `seconds`."""
     socks: list[socket.socket] = []
     try:
@@ -186,11 +195,11 @@ def idle(address: tuple[str, int], stop: threading.Event, fault: Fault, count: i
             sock.setblocking(False)
         fault.held = len(socks)
         stop.wait(seconds)
-        for sock in socks:   # one the server gave up on reads as an answer (408), EOF or a reset
+        for sock in socks:  # one the server gave up on reads as an answer (408), EOF or a reset
             try:
                 sock.recv(1)
                 fault.shed += 1
-            except BlockingIOError:   # still open, nothing said
+            except BlockingIOError:  # still open, nothing said
                 pass
             except ConnectionError:
                 fault.shed += 1
@@ -219,13 +228,13 @@ class FaultClient(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        turn = self.index   # threads start at different kinds, so every kind runs at once
+        turn = self.index  # threads start at different kinds, so every kind runs at once
         while not self.stop.is_set():
             fault = Fault(kind=list(FAULTS)[turn % len(FAULTS)])
             turn += 1
             try:
                 FAULTS[fault.kind](self.address, self.stop, fault)
-            except OSError as e:   # the server refused, reset or stalled us: that is an outcome too
+            except OSError as e:  # the server refused, reset or stalled us: that is an outcome too
                 fault.error = type(e).__name__
             fault.end = time.time()
             self.faults.append(fault)
@@ -234,12 +243,14 @@ class FaultClient(threading.Thread):
 
 def fault_outcomes(faults: list[Fault]) -> dict[str, int]:
     """How many faults of each kind ended which way, e.g. {"disconnect reached engine": 15}."""
+
     def outcome(f: Fault) -> str:
         if f.error:
             return f"error {f.error}"
         if f.kind == "idle":
             return f"held {f.held}, shed {f.shed}"
         return "reached engine" if f.reached_engine else "no engine"
+
     return dict(sorted(Counter(f"{f.kind} {outcome(f)}" for f in faults).items()))
 
 
@@ -258,14 +269,14 @@ class StepRow:
     """One load step: the client's counts from its records next to the server's samples in it."""
 
     step: int
-    warmup: bool          # inside --warmup-minutes
-    minute: float         # start, minutes after the run's start
+    warmup: bool  # inside --warmup-minutes
+    minute: float  # start, minutes after the run's start
     sent: int
     ok: int
     failed: int
     aborted: int
     errors: dict[str, int]
-    faults: int           # faults that ended in this step
+    faults: int  # faults that ended in this step
     rss_mb: float
     fds_max: int
     kv_usage: float
@@ -284,8 +295,9 @@ def slope_per_minute(samples: list[Sample], attr: str) -> float:
     return float(np.polyfit(t - t[0], [getattr(s, attr) for s in samples], 1)[0])
 
 
-def flat_verdicts(samples: list[Sample], load_start: float, load_end: float, warmup: float, window: float,
-                  fault_fds: int) -> list[Verdict]:
+def flat_verdicts(
+    samples: list[Sample], load_start: float, load_end: float, warmup: float, window: float, fault_fds: int
+) -> list[Verdict]:
     """RSS, descriptors and KV blocks: the first window after warm-up against the last one, and the
     idle figures before the load against those after it."""
     steady = [s for s in samples if s.phase == "load" and s.time >= load_start + warmup]
@@ -299,13 +311,22 @@ def flat_verdicts(samples: list[Sample], load_start: float, load_end: float, war
     kv0, kv1 = window_mean(samples, "kv_usage", *first), window_mean(samples, "kv_usage", *last)
     kv_idle = after[-1].kv_usage if after else float("nan")
     return [
-        Verdict("RSS flat after warm-up", rss1 <= rss0 * 1.05,
-                f"{rss0:.1f} -> {rss1:.1f} MB (limit +5%), slope {slope_per_minute(steady, 'rss_mb'):+.2f} MB/min"),
-        Verdict("descriptors flat after warm-up", fd1 <= fd0 + fault_fds and 0 <= idle1 <= idle0 + 2,
-                f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
-                f"idle {idle0} before -> {idle1} after (limit +2)"),
-        Verdict("KV blocks flat after warm-up", kv1 <= kv0 + 0.05 and kv_idle == 0.0,
-                f"under load {kv0:.1%} -> {kv1:.1%} in use (limit +5 points), idle after {kv_idle:.1%} (must be 0)"),
+        Verdict(
+            "RSS flat after warm-up",
+            rss1 <= rss0 * 1.05,
+            f"{rss0:.1f} -> {rss1:.1f} MB (limit +5%), slope {slope_per_minute(steady, 'rss_mb'):+.2f} MB/min",
+        ),
+        Verdict(
+            "descriptors flat after warm-up",
+            fd1 <= fd0 + fault_fds and 0 <= idle1 <= idle0 + 2,
+            f"under load {fd0:.1f} -> {fd1:.1f} (limit +{fault_fds}: the fault client's sockets), "
+            f"idle {idle0} before -> {idle1} after (limit +2)",
+        ),
+        Verdict(
+            "KV blocks flat after warm-up",
+            kv1 <= kv0 + 0.05 and kv_idle == 0.0,
+            f"under load {kv0:.1%} -> {kv1:.1%} in use (limit +5 points), idle after {kv_idle:.1%} (must be 0)",
+        ),
     ]
 
 
@@ -317,31 +338,44 @@ def step_rows(run: RunData, samples: list[Sample], faults: list[Fault], warmup: 
         mine = records[(records["step"] == step.index) & ~records["warmup"]]
         aborted = int((mine["error"] == "aborted").sum())
         ok = int((mine["error"] == "").sum())
-        rows.append(StepRow(
-            step=step.index, warmup=step.start_time < run.meta.started_at + warmup,
-            minute=(step.start_time - run.meta.started_at) / 60,
-            sent=len(mine), ok=ok, failed=len(mine) - ok - aborted, aborted=aborted,
-            errors=dict(Counter(mine.loc[mine["error"] != "", "error"])),
-            faults=sum(step.start_time <= f.end < end for f in faults),
-            rss_mb=window_mean(samples, "rss_mb", step.start_time, end),
-            fds_max=max((s.fds for s in samples if step.start_time <= s.time < end), default=-1),
-            kv_usage=window_mean(samples, "kv_usage", step.start_time, end)))
+        rows.append(
+            StepRow(
+                step=step.index,
+                warmup=step.start_time < run.meta.started_at + warmup,
+                minute=(step.start_time - run.meta.started_at) / 60,
+                sent=len(mine),
+                ok=ok,
+                failed=len(mine) - ok - aborted,
+                aborted=aborted,
+                errors=dict(Counter(mine.loc[mine["error"] != "", "error"])),
+                faults=sum(step.start_time <= f.end < end for f in faults),
+                rss_mb=window_mean(samples, "rss_mb", step.start_time, end),
+                fds_max=max((s.fds for s in samples if step.start_time <= s.time < end), default=-1),
+                kv_usage=window_mean(samples, "kv_usage", step.start_time, end),
+            )
+        )
     return rows
 
 
 def count_verdicts(rows: list[StepRow], run: RunData, samples: list[Sample], faults: list[Fault]) -> list[Verdict]:
     """No request lost: each step adds up, and the server counted exactly the requests it took."""
     bad_steps = [r.step for r in rows if r.sent != r.ok + r.failed + r.aborted]
-    client = int((run.requests["status"] == 200).sum())   # warm-up included: the server saw those too
+    client = int((run.requests["status"] == 200).sum())  # warm-up included: the server saw those too
     fault = sum(f.reached_engine for f in faults)
     before = [s.finished for s in samples if s.phase == "idle-before"]
     server = samples[-1].finished - before[-1] if before else float("nan")
     return [
-        Verdict("sent = ok + failed + aborted at every step", bool(rows) and not bad_steps,
-                f"{len(rows)} steps, {sum(r.sent for r in rows)} sent; steps that do not add up: {bad_steps}"),
-        Verdict("server's count = client's + fault client's", server == client + fault,
-                f"server finished {server:.0f}; client's answered with 200 {client} "
-                f"+ fault streams {fault} = {client + fault}"),
+        Verdict(
+            "sent = ok + failed + aborted at every step",
+            bool(rows) and not bad_steps,
+            f"{len(rows)} steps, {sum(r.sent for r in rows)} sent; steps that do not add up: {bad_steps}",
+        ),
+        Verdict(
+            "server's count = client's + fault client's",
+            server == client + fault,
+            f"server finished {server:.0f}; client's answered with 200 {client} "
+            f"+ fault streams {fault} = {client + fault}",
+        ),
     ]
 
 
@@ -370,10 +404,27 @@ def soak(args: argparse.Namespace, out: Path) -> Soak:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     steps = max(1, round(args.minutes * 60 / args.step_seconds))
-    load_cmd = [sys.executable, "-m", "loadlab.cli", "run", "--url", url, "--api", "completions",
-                "--concurrency", ",".join([str(args.concurrency)] * steps), "--step-duration", str(args.step_seconds),
-                "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--no-gpu",
-                "--out", str(out / "run")]
+    load_cmd = [
+        sys.executable,
+        "-m",
+        "loadlab.cli",
+        "run",
+        "--url",
+        url,
+        "--api",
+        "completions",
+        "--concurrency",
+        ",".join([str(args.concurrency)] * steps),
+        "--step-duration",
+        str(args.step_seconds),
+        "--input-len",
+        str(args.input_len),
+        "--output-len",
+        str(args.output_len),
+        "--no-gpu",
+        "--out",
+        str(out / "run"),
+    ]
     server_cmd = server_args(port, args.idle_timeout)
     print("server:", " ".join(["python"] + server_cmd[1:]))
     print("load:  ", " ".join(["loadlab"] + load_cmd[4:]), flush=True)
@@ -384,7 +435,7 @@ def soak(args: argparse.Namespace, out: Path) -> Soak:
         load = Proc(load_cmd + ["--server-pid", str(server.pid)], log=out / "loadlab-run.log")
         load_start = load_end = float("nan")
         try:
-            time.sleep(2 * args.sample_every)   # a few idle samples first
+            time.sleep(2 * args.sample_every)  # a few idle samples first
             sampler.phase = "load"
             load_start = time.time()
             with load:
@@ -392,7 +443,7 @@ def soak(args: argparse.Namespace, out: Path) -> Soak:
                     client.start()
                 try:
                     load.proc.wait(timeout=args.minutes * 60 + 300)
-                except subprocess.TimeoutExpired:   # leaving `with load` stops it; its records are kept
+                except subprocess.TimeoutExpired:  # leaving `with load` stops it; its records are kept
                     print("loadlab run overran its time by 5 minutes: stopping it", flush=True)
             load_end = time.time()
         finally:
@@ -405,9 +456,16 @@ def soak(args: argparse.Namespace, out: Path) -> Soak:
             time.sleep(max(3 * args.sample_every, 10))
             sampler.stop.set()
             sampler.join()
-    return Soak(server_cmd=server_cmd, load_cmd=load_cmd, load_exit=load.proc.returncode if load.proc else None,
-                load_start=load_start, load_end=load_end, samples=sampler.samples, scrape_errors=sampler.errors,
-                faults=sorted((f for c in clients for f in c.faults), key=lambda f: f.end))
+    return Soak(
+        server_cmd=server_cmd,
+        load_cmd=load_cmd,
+        load_exit=load.proc.returncode if load.proc else None,
+        load_start=load_start,
+        load_end=load_end,
+        samples=sampler.samples,
+        scrape_errors=sampler.errors,
+        faults=sorted((f for c in clients for f in c.faults), key=lambda f: f.end),
+    )
 
 
 def report(args: argparse.Namespace, out: Path, result: Soak) -> bool:
@@ -419,36 +477,60 @@ def report(args: argparse.Namespace, out: Path, result: Soak) -> bool:
         writer.writerows(asdict(s) for s in samples)
     run = load_run(out / "run")
     rows = step_rows(run, samples, faults, args.warmup_minutes * 60)
-    print(f"\nloadlab run exit code {result.load_exit}; {len(samples)} server samples "
-          f"({result.scrape_errors} failed scrapes) every {args.sample_every:g} s\n")
+    print(
+        f"\nloadlab run exit code {result.load_exit}; {len(samples)} server samples "
+        f"({result.scrape_errors} failed scrapes) every {args.sample_every:g} s\n"
+    )
     print("| step | minute | sent | ok | failed | aborted | faults ended | RSS MB | fds max | KV in use |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r.step}{' (warm-up)' * r.warmup} | {r.minute:.1f} | {r.sent} | {r.ok} | {r.failed} | "
-              f"{r.aborted} | {r.faults} | {r.rss_mb:.1f} | {r.fds_max} | {r.kv_usage:.1%} |")
+        print(
+            f"| {r.step}{' (warm-up)' * r.warmup} | {r.minute:.1f} | {r.sent} | {r.ok} | {r.failed} | "
+            f"{r.aborted} | {r.faults} | {r.rss_mb:.1f} | {r.fds_max} | {r.kv_usage:.1%} |"
+        )
     outcomes = fault_outcomes(faults)
     print("\nfault client:", ", ".join(f"{k}: {n}" for k, n in outcomes.items()))
     log = (out / "server.log").read_text(errors="replace").splitlines()
     print(f"server log: {len(log)} lines, {sum(line.startswith('Traceback') for line in log)} tracebacks")
 
-    verdicts = flat_verdicts(samples, result.load_start, result.load_end, args.warmup_minutes * 60,
-                             args.step_seconds, fault_fds=args.fault_clients * 20)
+    verdicts = flat_verdicts(
+        samples,
+        result.load_start,
+        result.load_end,
+        args.warmup_minutes * 60,
+        args.step_seconds,
+        fault_fds=args.fault_clients * 20,
+    )
     verdicts += count_verdicts(rows, run, samples, faults)
     verdicts.append(Verdict("loadlab run exit code 0", result.load_exit == 0, f"{result.load_exit}"))
     held, shed = sum(f.held for f in faults), sum(f.shed for f in faults)
-    if "--idle-timeout" in result.server_cmd:   # this server sheds idle clients: all of the fault client's should go
-        verdicts.append(Verdict("idle connections shed", shed == held,
-                                f"{shed} of {held} half-sent requests closed by the server "
-                                f"(--idle-timeout {args.idle_timeout:g}, held {IDLE_HOLD:g} s)"))
+    if "--idle-timeout" in result.server_cmd:  # this server sheds idle clients: all of the fault client's should go
+        verdicts.append(
+            Verdict(
+                "idle connections shed",
+                shed == held,
+                f"{shed} of {held} half-sent requests closed by the server "
+                f"(--idle-timeout {args.idle_timeout:g}, held {IDLE_HOLD:g} s)",
+            )
+        )
     else:
         print(f"the server has no --idle-timeout: it closed {shed} of {held} idle connections held {IDLE_HOLD:g} s")
     print()
     for v in verdicts:
         print(f"{'PASS' if v.holds else 'FAIL'}  {v.criterion}: {v.numbers}")
-    (out / "soak.json").write_text(json.dumps({
-        "args": vars(args), "server": result.server_cmd[1:], "load": result.load_cmd[3:],
-        "steps": [asdict(r) for r in rows], "faults": outcomes,
-        "verdicts": [asdict(v) for v in verdicts]}, indent=1))
+    (out / "soak.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "server": result.server_cmd[1:],
+                "load": result.load_cmd[3:],
+                "steps": [asdict(r) for r in rows],
+                "faults": outcomes,
+                "verdicts": [asdict(v) for v in verdicts],
+            },
+            indent=1,
+        )
+    )
     print(f"\nsamples: {out / 'soak_samples.csv'}; steps, faults and verdicts: {out / 'soak.json'}")
     return all(v.holds for v in verdicts)
 
@@ -463,8 +545,12 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--fault-clients", type=int, default=4, help="fault threads (each holds at most 20 sockets)")
     parser.add_argument("--fault-pause", type=float, default=2.0, help="seconds between one thread's faults")
-    parser.add_argument("--idle-timeout", type=float, default=10.0,
-                        help="passed to the server when it has --idle-timeout (shorter than the idle faults' 20 s)")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=10.0,
+        help="passed to the server when it has --idle-timeout (shorter than the idle faults' 20 s)",
+    )
     parser.add_argument("--sample-every", type=float, default=5.0, help="seconds between server samples")
     parser.add_argument("--out", default=f"runs/soak-{time.strftime('%Y%m%d-%H%M%S')}", help="output folder")
     args = parser.parse_args()
@@ -474,11 +560,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     try:
         result = soak(args, out)
-    except KeyboardInterrupt:   # everything started has been ended on the way out
+    except KeyboardInterrupt:  # everything started has been ended on the way out
         sys.exit(130)
     try:
         sys.exit(0 if report(args, out, result) else 1)
-    except UserError as e:   # the load left no readable run folder: its log says why
+    except UserError as e:  # the load left no readable run folder: its log says why
         sys.exit(f"error: {e} (see {out / 'loadlab-run.log'})")
 
 

@@ -42,7 +42,7 @@ def write_synthetic_run(folder: Path, requests: int = 1_000_000, tokens: int = 6
     itl = {c: 0.004 * (1 + c / 256) for c in CONCURRENCY}
     ttft = {c: 0.05 * (1 + (c / 256) ** 2) for c in CONCURRENCY}
     per_second = sum(c / (ttft[c] + tokens * itl[c]) for c in CONCURRENCY)
-    duration = requests / per_second          # seconds per step
+    duration = requests / per_second  # seconds per step
     steps, tables = [], []
     for i, c in enumerate(CONCURRENCY):
         start = T0 + i * duration
@@ -52,18 +52,30 @@ def write_synthetic_run(folder: Path, requests: int = 1_000_000, tokens: int = 6
     pq.write_table(pa.concat_tables(tables), folder / REQUESTS_DIR / "part-000000.parquet")
     end = T0 + len(CONCURRENCY) * duration
     pq.write_table(_samples(rng, steps, end), folder / SAMPLES_DIR / "part-000000.parquet")
-    config = RunConfig(url="http://gpu-server:8000", model="synthetic", concurrency=CONCURRENCY,
-                       step_duration=duration).to_dict()
-    meta = RunMeta(status=FINISHED, config=config, versions={"loadlab": "synthetic"}, host={"hostname": "bench"},
-                   anchor=ClockAnchor(T0, 0.0), started_at=T0, ended_at=end, steps=steps,
-                   coverage=[Coverage("server", True, ok_samples=int(end - T0)),
-                             Coverage("gpu", True, ok_samples=int(end - T0) * 4 * GPUS)])
+    config = RunConfig(
+        url="http://gpu-server:8000", model="synthetic", concurrency=CONCURRENCY, step_duration=duration
+    ).to_dict()
+    meta = RunMeta(
+        status=FINISHED,
+        config=config,
+        versions={"loadlab": "synthetic"},
+        host={"hostname": "bench"},
+        anchor=ClockAnchor(T0, 0.0),
+        started_at=T0,
+        ended_at=end,
+        steps=steps,
+        coverage=[
+            Coverage("server", True, ok_samples=int(end - T0)),
+            Coverage("gpu", True, ok_samples=int(end - T0) * 4 * GPUS),
+        ],
+    )
     write_json_atomic(folder / RUN_JSON, meta.to_dict())
-    write_summary(load_run(folder))      # as `loadlab run` does at its end
+    write_summary(load_run(folder))  # as `loadlab run` does at its end
 
 
-def _requests(rng: np.random.Generator, step: int, n: int, start: float, duration: float, ttft: float,
-              itl: float, tokens: int) -> pa.Table:
+def _requests(
+    rng: np.random.Generator, step: int, n: int, start: float, duration: float, ttft: float, itl: float, tokens: int
+) -> pa.Table:
     send = start + rng.uniform(0, duration * 0.98, n)
     first = send + ttft * rng.lognormal(0, 0.3, n)
     gaps = itl * rng.lognormal(0, 0.2, (n, tokens))
@@ -81,17 +93,28 @@ def _requests(rng: np.random.Generator, step: int, n: int, start: float, duratio
     values = times[ok].ravel()
     end = np.where(ok, times[:, -1], send + 1.0)
     columns = {
-        "request_id": pa.array([f"{step}-{k}" for k in range(n)]), "worker": pa.array(["bench:1"] * n),
-        "step": pa.array(np.full(n, step)), "warmup": pa.array(np.zeros(n, dtype=bool)),
-        "api": pa.array(["chat"] * n), "scheduled_time": pa.array(send), "send_time": pa.array(send),
-        "first_token_time": pa.array(np.where(ok, first, np.nan)), "end_time": pa.array(end),
+        "request_id": pa.array([f"{step}-{k}" for k in range(n)]),
+        "worker": pa.array(["bench:1"] * n),
+        "step": pa.array(np.full(n, step)),
+        "warmup": pa.array(np.zeros(n, dtype=bool)),
+        "api": pa.array(["chat"] * n),
+        "scheduled_time": pa.array(send),
+        "send_time": pa.array(send),
+        "first_token_time": pa.array(np.where(ok, first, np.nan)),
+        "end_time": pa.array(end),
         "token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
-        "token_clock": pa.array(["kernel"] * n), "prompt_tokens": pa.array(np.full(n, 256)),
-        "completion_tokens": pa.array(counts), "client_tokens": pa.array(counts),
-        "input_tokens": pa.array(np.full(n, 256)), "max_tokens": pa.array(np.full(n, tokens)),
-        "finish_reason": pa.array(np.where(ok, "length", "")), "status": pa.array(np.where(ok, 200, 500)),
-        "error": pa.array(error.astype(str)), "error_detail": pa.array(np.where(ok, "", "synthetic failure")),
-        "conversation": pa.array([""] * n), "turn": pa.array(np.full(n, -1)),
+        "token_clock": pa.array(["kernel"] * n),
+        "prompt_tokens": pa.array(np.full(n, 256)),
+        "completion_tokens": pa.array(counts),
+        "client_tokens": pa.array(counts),
+        "input_tokens": pa.array(np.full(n, 256)),
+        "max_tokens": pa.array(np.full(n, tokens)),
+        "finish_reason": pa.array(np.where(ok, "length", "")),
+        "status": pa.array(np.where(ok, 200, 500)),
+        "error": pa.array(error.astype(str)),
+        "error_detail": pa.array(np.where(ok, "", "synthetic failure")),
+        "conversation": pa.array([""] * n),
+        "turn": pa.array(np.full(n, -1)),
     }
     return pa.Table.from_pydict(columns, schema=REQUEST_SCHEMA)
 
@@ -112,21 +135,34 @@ def _samples(rng: np.random.Generator, steps: list[StepInfo], end: float) -> pa.
     busy = np.minimum(np.interp(quarter, seconds, load) / 400, 1.0)
     for gpu in range(GPUS):
         labels = json.dumps({"gpu": str(gpu), "uuid": f"GPU-{gpu}"}, sort_keys=True)
-        for signal, values in (("gpu_util", np.minimum(busy * 1.5, 1)), ("gpu_sm_active", busy * 0.8),
-                               ("gpu_dram_active", busy * 0.6), ("gpu_tensor_active", busy * 0.3),
-                               ("gpu_power", 150 + 500 * busy), ("gpu_sm_clock", 1980 - 200 * busy),
-                               ("gpu_clock_power_cap", (busy > 0.9).astype(float)),
-                               ("gpu_clock_thermal", np.zeros(quarter.size)),
-                               ("gpu_clock_hw_slowdown", np.zeros(quarter.size)),
-                               ("gpu_clock_slowdown", (busy > 0.9).astype(float))):
+        for signal, values in (
+            ("gpu_util", np.minimum(busy * 1.5, 1)),
+            ("gpu_sm_active", busy * 0.8),
+            ("gpu_dram_active", busy * 0.6),
+            ("gpu_tensor_active", busy * 0.3),
+            ("gpu_power", 150 + 500 * busy),
+            ("gpu_sm_clock", 1980 - 200 * busy),
+            ("gpu_clock_power_cap", (busy > 0.9).astype(float)),
+            ("gpu_clock_thermal", np.zeros(quarter.size)),
+            ("gpu_clock_hw_slowdown", np.zeros(quarter.size)),
+            ("gpu_clock_slowdown", (busy > 0.9).astype(float)),
+        ):
             frames.append(_series(quarter, "gpu", signal, values + rng.normal(0, 0.01, quarter.size), labels))
     return pa.concat_tables(frames)
 
 
 def _series(times: np.ndarray, source: str, signal: str, values: np.ndarray, labels: str) -> pa.Table:
     n = times.size
-    return pa.Table.from_pydict({"time": times, "source": [source] * n, "signal": [signal] * n,
-                                 "labels": [labels] * n, "value": values.astype(float)}, schema=SAMPLE_SCHEMA)
+    return pa.Table.from_pydict(
+        {
+            "time": times,
+            "source": [source] * n,
+            "signal": [signal] * n,
+            "labels": [labels] * n,
+            "value": values.astype(float),
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 if __name__ == "__main__":

@@ -41,14 +41,14 @@ BIN = Path(sys.executable).parent
 class StepFigures:
     label: str
     output_tokens_per_s: float
-    user_tokens_per_s: float        # mean over requests
+    user_tokens_per_s: float  # mean over requests
     ttft_p50: float
     itl_p50: float
-    max_running: float              # most sequences the server ran at once (vllm:num_requests_running)
+    max_running: float  # most sequences the server ran at once (vllm:num_requests_running)
     max_kv_usage: float
     preemptions: float
-    lag_share: float                # twin lag seconds / run seconds: > a few % means the host set the pace
-    gpu_util: float                 # mean simulated kernel-time utilisation
+    lag_share: float  # twin lag seconds / run seconds: > a few % means the host set the pace
+    gpu_util: float  # mean simulated kernel-time utilisation
 
 
 def _free_port() -> int:
@@ -64,8 +64,12 @@ def twin_server(twin: str, *flags: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     log_path = Path(tempfile.gettempdir()) / f"twin-bench-{port}.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", str(port), "--twin", twin, *flags],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_server", "--port", str(port), "--twin", twin, *flags],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -90,8 +94,13 @@ def loadlab_run(url: str, *args: str) -> list[StepFigures]:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        result = subprocess.run([str(BIN / "loadlab"), "run", "--url", url, "--no-gpu", "--out", str(out), *args],
-                                check=False, capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [str(BIN / "loadlab"), "run", "--url", url, "--no-gpu", "--out", str(out), *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if result.returncode != 0:
             raise RuntimeError(result.stderr[-2000:])
         summary = json.loads((out / "summary.json").read_text())
@@ -116,23 +125,31 @@ def _step_figures(step: dict, window: pd.DataFrame) -> StepFigures:
 
     seconds = step["window"] or 1.0
     return StepFigures(
-        label=step["label"], output_tokens_per_s=step["output_tokens_per_s"],
+        label=step["label"],
+        output_tokens_per_s=step["output_tokens_per_s"],
         user_tokens_per_s=step["user_tokens_per_s"]["mean"] or 0.0,
-        ttft_p50=step["ttft"]["p50"] or 0.0, itl_p50=step["itl"]["p50"] or 0.0,
+        ttft_p50=step["ttft"]["p50"] or 0.0,
+        itl_p50=step["itl"]["p50"] or 0.0,
         max_running=float(series("requests_running").max() or 0),
         max_kv_usage=float(series("kv_usage").max() or 0),
-        preemptions=increase("preemptions"), lag_share=increase("loadlab_twin_lag_seconds_total") / seconds,
-        gpu_util=float(series("gpu_util").mean() or 0))
+        preemptions=increase("preemptions"),
+        lag_share=increase("loadlab_twin_lag_seconds_total") / seconds,
+        gpu_util=float(series("gpu_util").mean() or 0),
+    )
 
 
 def table(rows: list[tuple[str, StepFigures]]) -> None:
-    print("| setting | step | output tok/s | per-user tok/s | TTFT p50 (ms) | ITL p50 (ms) | max running | "
-          "max KV use | preemptions | GPU util | host lag |")
+    print(
+        "| setting | step | output tok/s | per-user tok/s | TTFT p50 (ms) | ITL p50 (ms) | max running | "
+        "max KV use | preemptions | GPU util | host lag |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for setting, f in rows:
-        print(f"| {setting} | {f.label} | {f.output_tokens_per_s:.0f} | {f.user_tokens_per_s:.1f} | "
-              f"{f.ttft_p50 * 1e3:.0f} | {f.itl_p50 * 1e3:.1f} | {f.max_running:.0f} | {f.max_kv_usage:.2f} | "
-              f"{f.preemptions:.0f} | {f.gpu_util:.2f} | {100 * f.lag_share:.1f}% |")
+        print(
+            f"| {setting} | {f.label} | {f.output_tokens_per_s:.0f} | {f.user_tokens_per_s:.1f} | "
+            f"{f.ttft_p50 * 1e3:.0f} | {f.itl_p50 * 1e3:.1f} | {f.max_running:.0f} | {f.max_kv_usage:.2f} | "
+            f"{f.preemptions:.0f} | {f.gpu_util:.2f} | {100 * f.lag_share:.1f}% |"
+        )
 
 
 def batching(duration: float, twin: str) -> None:
@@ -145,8 +162,21 @@ def batching(duration: float, twin: str) -> None:
         figures = {}
         for mode in ("continuous", "static"):
             with twin_server(twin, "--batching", mode, "--max-num-seqs", "32") as url:
-                for f in loadlab_run(url, "--concurrency", "32", "--duration", str(duration), "--input-len", "128",
-                                     "--output-len", outputs, "--api", "completions", "--warmup-requests", "8"):
+                for f in loadlab_run(
+                    url,
+                    "--concurrency",
+                    "32",
+                    "--duration",
+                    str(duration),
+                    "--input-len",
+                    "128",
+                    "--output-len",
+                    outputs,
+                    "--api",
+                    "completions",
+                    "--warmup-requests",
+                    "8",
+                ):
                     rows.append((f"{twin} {mode}, outputs {outputs}", f))
                     figures[mode] = f.output_tokens_per_s
         gain = figures["continuous"] / figures["static"]
@@ -160,10 +190,31 @@ def kv(duration: float) -> None:
     at once, paged vs one max_model_len (4096) slab each."""
     rows = []
     for mode in ("paged", "contiguous"):
-        with twin_server("h100:llama-3-8b", "--kv", mode, "--gpu-memory-utilization", "0.25", "--max-model-len",
-                         "4096", "--max-num-seqs", "256", "--no-prefix-caching") as url:
-            for f in loadlab_run(url, "--concurrency", "64", "--duration", str(duration), "--input-len", "512",
-                                 "--output-len", "256", "--api", "completions"):
+        with twin_server(
+            "h100:llama-3-8b",
+            "--kv",
+            mode,
+            "--gpu-memory-utilization",
+            "0.25",
+            "--max-model-len",
+            "4096",
+            "--max-num-seqs",
+            "256",
+            "--no-prefix-caching",
+        ) as url:
+            for f in loadlab_run(
+                url,
+                "--concurrency",
+                "64",
+                "--duration",
+                str(duration),
+                "--input-len",
+                "512",
+                "--output-len",
+                "256",
+                "--api",
+                "completions",
+            ):
                 rows.append((mode, f))
     table(rows)
 
@@ -171,27 +222,58 @@ def kv(duration: float) -> None:
 def concurrency(duration: float, steps: str) -> None:
     """Llama-3-8B on one H100 (KV for ~451k tokens at 0.9): per-user tokens/s as users are added."""
     with twin_server("h100:llama-3-8b", "--max-num-seqs", "512", "--max-num-batched-tokens", "8192") as url:
-        rows = [("h100:llama-3-8b", f) for f in loadlab_run(
-            url, "--concurrency", steps, "--step-duration", str(duration), "--input-len", "512", "--output-len", "256",
-            "--api", "completions", "--warmup-requests", "2")]
+        rows = [
+            ("h100:llama-3-8b", f)
+            for f in loadlab_run(
+                url,
+                "--concurrency",
+                steps,
+                "--step-duration",
+                str(duration),
+                "--input-len",
+                "512",
+                "--output-len",
+                "256",
+                "--api",
+                "completions",
+                "--warmup-requests",
+                "2",
+            )
+        ]
     table(rows)
 
 
 def tp(duration: float) -> None:
     """Llama-3-70B: MI300X on 1 vs 2 GPUs (it fits one), H100 on 2 vs 4 vs 8 (it does not fit one)."""
     rows = []
-    for twin in ("mi300x:llama-3-70b:tp1", "mi300x:llama-3-70b:tp2", "h100:llama-3-70b:tp2", "h100:llama-3-70b:tp4",
-                 "h100:llama-3-70b:tp8"):
+    for twin in (
+        "mi300x:llama-3-70b:tp1",
+        "mi300x:llama-3-70b:tp2",
+        "h100:llama-3-70b:tp2",
+        "h100:llama-3-70b:tp4",
+        "h100:llama-3-70b:tp8",
+    ):
         with twin_server(twin, "--max-num-seqs", "64") as url:
-            for f in loadlab_run(url, "--concurrency", "16", "--duration", str(duration), "--input-len", "512",
-                                 "--output-len", "128", "--api", "completions"):
+            for f in loadlab_run(
+                url,
+                "--concurrency",
+                "16",
+                "--duration",
+                str(duration),
+                "--input-len",
+                "512",
+                "--output-len",
+                "128",
+                "--api",
+                "completions",
+            ):
                 rows.append((twin, f))
     table(rows)
 
 
 @dataclass
 class ModelledRun:
-    output_tokens_per_s: float      # over modelled GPU seconds: this machine's speed does not enter
+    output_tokens_per_s: float  # over modelled GPU seconds: this machine's speed does not enter
     max_running: int
     preemptions: float
 
@@ -204,8 +286,9 @@ def modelled_closed_loop(twin: str, users: int, prompt: int, output: int, max_nu
     from reference_server.interface import SamplingParams
 
     # No prefix caching: every request holds its own KV, as distinct prompts would.
-    core = EngineCore(EngineConfig(twin=twin, max_num_seqs=max_num_seqs or users, max_num_batched_tokens=8192,
-                                   prefix_caching=False))
+    core = EngineCore(
+        EngineConfig(twin=twin, max_num_seqs=max_num_seqs or users, max_num_batched_tokens=8192, prefix_caching=False)
+    )
     registry = core.metrics.registry
     engine = {"model_name": "loadlab-reference", "engine": "0"}
 
@@ -222,11 +305,14 @@ def modelled_closed_loop(twin: str, users: int, prompt: int, output: int, max_nu
         for out in core.step().outputs:
             tokens += done >= users and out.output.token_id >= 0
             done += out.final
-            if done == users and out.final:     # the first round is over: the window opens
+            if done == users and out.final:  # the first round is over: the window opens
                 start, preempted = modelled(), registry.get_sample_value("vllm:num_preemptions_total", engine)
         max_running = max(max_running, len(core.scheduler.running))
-    return ModelledRun(tokens / (modelled() - start), max_running,
-                       registry.get_sample_value("vllm:num_preemptions_total", engine) - preempted)
+    return ModelledRun(
+        tokens / (modelled() - start),
+        max_running,
+        registry.get_sample_value("vllm:num_preemptions_total", engine) - preempted,
+    )
 
 
 def concurrency_model(steps: str) -> None:
@@ -236,8 +322,10 @@ def concurrency_model(steps: str) -> None:
     print("|---|---|---|---|---|")
     for users in map(int, steps.split(",")):
         run = modelled_closed_loop("h100:llama-3-8b", users, 512, 256, max_num_seqs=1024)
-        print(f"| {users} | {run.output_tokens_per_s:.0f} | {run.output_tokens_per_s / users:.1f} | "
-              f"{run.max_running} | {run.preemptions:.0f} |")
+        print(
+            f"| {users} | {run.output_tokens_per_s:.0f} | {run.output_tokens_per_s / users:.1f} | "
+            f"{run.max_running} | {run.preemptions:.0f} |"
+        )
 
 
 def calibrate() -> None:
@@ -260,10 +348,15 @@ def calibrate() -> None:
         ("a100-40gb:llama-3-8b", 8, 1024, 128, "8 users, output tok/s", 75.0 * 6.6),
     ]
     for twin, users, prompt, output, what, published in cases:
-        ours = tpot_ms(twin, prompt, output) if "TPOT" in what else \
-            modelled_closed_loop(twin, users, prompt, output).output_tokens_per_s
-        print(f"| {twin} | {what} ({prompt} in / {output} out) | {ours:.2f} | {published:.2f} | "
-              f"{100 * (ours / published - 1):+.0f}% |")
+        ours = (
+            tpot_ms(twin, prompt, output)
+            if "TPOT" in what
+            else modelled_closed_loop(twin, users, prompt, output).output_tokens_per_s
+        )
+        print(
+            f"| {twin} | {what} ({prompt} in / {output} out) | {ours:.2f} | {published:.2f} | "
+            f"{100 * (ours / published - 1):+.0f}% |"
+        )
 
 
 def decode_model(twin: str) -> None:
@@ -283,8 +376,9 @@ def decode_model(twin: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["calibrate", "batching", "kv", "concurrency", "concurrency-model", "tp",
-                                         "decode-model"])
+    parser.add_argument(
+        "what", choices=["calibrate", "batching", "kv", "concurrency", "concurrency-model", "tp", "decode-model"]
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per step")
     parser.add_argument("--steps", default="1,8,32,64,128", help="concurrency: the user counts")
     parser.add_argument("--twin", default="h100:llama-3-8b", help="batching, decode-model: the simulated GPU and model")

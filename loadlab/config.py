@@ -16,10 +16,10 @@ class LengthDist:
     """A token-length distribution: fixed | uniform | normal | lognormal (clipped to [min, max])."""
 
     kind: str = "fixed"
-    mean: float = 128          # fixed value, or the mean (normal, lognormal)
-    std: float = 0             # normal / lognormal spread (lognormal: std of the length, not of log)
-    min: float = 1             # whole numbers for token lengths (think times are seconds)
-    max: float = 4096          # uniform draws from [min, max]
+    mean: float = 128  # fixed value, or the mean (normal, lognormal)
+    std: float = 0  # normal / lognormal spread (lognormal: std of the length, not of log)
+    min: float = 1  # whole numbers for token lengths (think times are seconds)
+    max: float = 4096  # uniform draws from [min, max]
 
 
 @dataclass
@@ -29,11 +29,11 @@ class WorkloadConfig:
     kind: str = "synthetic"
     input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
     output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
-    dataset: str = ""          # path of a ShareGPT-format JSON file (kind = sharegpt)
-    num_prefixes: int = 4      # shared_prefix: N distinct prefixes ...
-    prefix_len: int = 512      # ... of this many tokens ...
+    dataset: str = ""  # path of a ShareGPT-format JSON file (kind = sharegpt)
+    num_prefixes: int = 4  # shared_prefix: N distinct prefixes ...
+    prefix_len: int = 512  # ... of this many tokens ...
     suffixes_per_prefix: int = 8  # ... times M suffixes
-    turns: int = 3             # multiturn: turns per conversation
+    turns: int = 3  # multiturn: turns per conversation
     seed: int = 0
     # sharegpt: max_tokens = the dataset answer's length; False draws it from output_len instead.
     # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.
@@ -44,35 +44,35 @@ class WorkloadConfig:
 class RunConfig:
     """Everything `loadlab run` needs. Exactly one of `concurrency` / `rate` is non-empty."""
 
-    url: str = ""                              # may hold user:password@ (sent as Basic auth)
+    url: str = ""  # may hold user:password@ (sent as Basic auth)
     model: str = ""
-    api: str = "chat"                          # chat | completions
+    api: str = "chat"  # chat | completions
     api_key: str = field(default="", repr=False)  # never written to disk
     concurrency: list[int] = field(default_factory=list)  # closed loop: one step per value
-    rate: list[float] = field(default_factory=list)       # open loop (req/s): one step per value
-    arrival: str = "poisson"                   # poisson | constant | gamma
-    burstiness: float = 1.0                    # gamma shape; 1.0 = Poisson, < 1 burstier
-    think_time: LengthDist | None = None       # closed loop think time, seconds (None = none)
-    duration: float = 0.0                      # stop after this many seconds (0 = no limit)
-    requests: int = 0                          # stop after this many requests (0 = no limit)
-    step_duration: float = 0.0                 # seconds per step when there are several steps
-    warmup_requests: int = 0                   # first N requests (per step) excluded from results
-    ramp_up: float = 1.0                       # closed loop: a step's new users start spread over this many seconds
-    timeout: float = 300.0                     # per-request timeout, seconds (covers stalls)
+    rate: list[float] = field(default_factory=list)  # open loop (req/s): one step per value
+    arrival: str = "poisson"  # poisson | constant | gamma
+    burstiness: float = 1.0  # gamma shape; 1.0 = Poisson, < 1 burstier
+    think_time: LengthDist | None = None  # closed loop think time, seconds (None = none)
+    duration: float = 0.0  # stop after this many seconds (0 = no limit)
+    requests: int = 0  # stop after this many requests (0 = no limit)
+    step_duration: float = 0.0  # seconds per step when there are several steps
+    warmup_requests: int = 0  # first N requests (per step) excluded from results
+    ramp_up: float = 1.0  # closed loop: a step's new users start spread over this many seconds
+    timeout: float = 300.0  # per-request timeout, seconds (covers stalls)
     # A step whose measured requests fail more often than this ends the run (None = off, for a
     # deliberate fault test); see loadlab/conductor/budget.py for why 0.5 and the minimum count.
     max_error_rate: float | None = 0.5
-    processes: int = 1                         # local load-generator processes
-    out: str = ""                              # run folder
+    processes: int = 1  # local load-generator processes
+    out: str = ""  # run folder
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    server_metrics: str | None = ""            # "" = <url>/metrics, None = off
+    server_metrics: str | None = ""  # "" = <url>/metrics, None = off
     metrics_interval: float = 1.0
-    prometheus: str = ""                       # Prometheus server URL ("" = off)
+    prometheus: str = ""  # Prometheus server URL ("" = off)
     prometheus_selector: str = ""
-    gpu: bool = True                           # sample NVML when available
+    gpu: bool = True  # sample NVML when available
     gpu_interval: float = 0.25
     nccl_inspector_dir: str = ""
-    server_pid: int = 0                        # sample this process's CPU when on the same host
+    server_pid: int = 0  # sample this process's CPU when on the same host
     # SLOs in docs/slo.md's inline syntax ("" = none); a scenario's [slo] table is turned into it.
     # Per-request objectives define the summary's goodput; `loadlab run` gates the run on them all.
     slo: str = ""

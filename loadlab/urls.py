@@ -21,8 +21,8 @@ class HttpUrl:
     """A checked http(s) URL, its credentials kept apart (`str()` never shows them)."""
 
     scheme: str
-    netloc: str                 # host[:port], without credentials
-    path: str                   # as given, e.g. "/v1" or ""
+    netloc: str  # host[:port], without credentials
+    path: str  # as given, e.g. "/v1" or ""
     query: str = ""
     username: str = field(default="", repr=False)
     password: str = field(default="", repr=False)
@@ -65,7 +65,7 @@ def parse_http_url(url: str, what: str = "URL") -> HttpUrl:
     try:
         parts = urlsplit(text)
         port = parts.port
-    except ValueError as e:   # "Invalid IPv6 URL", "Port out of range", a port that is not a number
+    except ValueError as e:  # "Invalid IPv6 URL", "Port out of range", a port that is not a number
         raise bad(f"{e}; expected http://host:port or https://host:port") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise bad("expected http://host:port or https://host:port")
@@ -74,8 +74,14 @@ def parse_http_url(url: str, what: str = "URL") -> HttpUrl:
     if any(c.isspace() or not c.isprintable() for c in text):
         raise bad("it holds a blank or a control character")
     netloc = parts.netloc.rpartition("@")[2]
-    return HttpUrl(scheme=parts.scheme, netloc=netloc, path=parts.path, query=parts.query,
-                   username=unquote(parts.username or ""), password=unquote(parts.password or ""))
+    return HttpUrl(
+        scheme=parts.scheme,
+        netloc=netloc,
+        path=parts.path,
+        query=parts.query,
+        username=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+    )
 
 
 def without_credentials(text: str) -> str:

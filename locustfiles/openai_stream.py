@@ -50,25 +50,44 @@ log = logging.getLogger("loadlab")
 @events.init_command_line_parser.add_listener
 def add_options(parser) -> None:
     # On Locust's parser itself: its argument groups do not take include_in_web_ui.
-    parser.add_argument("--loadlab-model", default="",
-                        help="model name sent in each request (default: the first of GET /v1/models)")
-    parser.add_argument("--loadlab-api", default="chat", choices=["chat", "completions"],
-                        help="/chat/completions or /completions")
+    parser.add_argument(
+        "--loadlab-model", default="", help="model name sent in each request (default: the first of GET /v1/models)"
+    )
+    parser.add_argument(
+        "--loadlab-api", default="chat", choices=["chat", "completions"], help="/chat/completions or /completions"
+    )
     # Not in the web UI: Locust would put its value into the page's source.
-    parser.add_argument("--loadlab-api-key", default="", include_in_web_ui=False,
-                        help=f"bearer token (default: ${' or $'.join(API_KEY_ENV)}); never written to disk")
+    parser.add_argument(
+        "--loadlab-api-key",
+        default="",
+        include_in_web_ui=False,
+        help=f"bearer token (default: ${' or $'.join(API_KEY_ENV)}); never written to disk",
+    )
     parser.add_argument("--loadlab-input-len", default="128", help='prompt tokens, e.g. 128 or "uniform:64:256"')
     parser.add_argument("--loadlab-output-len", default="128", help="max_tokens per request, same forms")
     # Command line only: it picks the user class (closed or open loop) when Locust starts.
-    parser.add_argument("--loadlab-rate", type=float, default=0.0, include_in_web_ui=False,
-                        help="open loop: requests/s over all processes (0: closed loop with -u users)")
+    parser.add_argument(
+        "--loadlab-rate",
+        type=float,
+        default=0.0,
+        include_in_web_ui=False,
+        help="open loop: requests/s over all processes (0: closed loop with -u users)",
+    )
     parser.add_argument("--loadlab-arrival", default="poisson", help="open loop: poisson | constant | gamma")
     parser.add_argument("--loadlab-timeout", type=float, default=300.0, help="per-request timeout, seconds")
-    parser.add_argument("--loadlab-out", default="", include_in_web_ui=False,
-                        help="run folder for every request record (on the master / single process)")
-    parser.add_argument("--loadlab-server-metrics", default="", include_in_web_ui=False,
-                        help="scrape the server's Prometheus metrics (a URL, or a path such as /metrics on "
-                             "--host): the LLM tab charts running/waiting/KV and the live verdict reads them")
+    parser.add_argument(
+        "--loadlab-out",
+        default="",
+        include_in_web_ui=False,
+        help="run folder for every request record (on the master / single process)",
+    )
+    parser.add_argument(
+        "--loadlab-server-metrics",
+        default="",
+        include_in_web_ui=False,
+        help="scrape the server's Prometheus metrics (a URL, or a path such as /metrics on "
+        "--host): the LLM tab charts running/waiting/KV and the live verdict reads them",
+    )
 
 
 def run_config(environment: Environment) -> RunConfig:
@@ -79,16 +98,27 @@ def run_config(environment: Environment) -> RunConfig:
     api_key = o.loadlab_api_key or api_key_from_env()
     model = o.loadlab_model or (discover_model(url, api_key, 10.0) if url else "")
     return apply_overrides(
-        RunConfig(), url=url, model=model, api=o.loadlab_api,
-        api_key=api_key, input_len=o.loadlab_input_len, output_len=o.loadlab_output_len,
-        rate=[rate] if rate > 0 else [], concurrency=[], arrival=o.loadlab_arrival,
-        timeout=o.loadlab_timeout, out=o.loadlab_out, server_metrics=o.loadlab_server_metrics or None, gpu=False)
+        RunConfig(),
+        url=url,
+        model=model,
+        api=o.loadlab_api,
+        api_key=api_key,
+        input_len=o.loadlab_input_len,
+        output_len=o.loadlab_output_len,
+        rate=[rate] if rate > 0 else [],
+        concurrency=[],
+        arrival=o.loadlab_arrival,
+        timeout=o.loadlab_timeout,
+        out=o.loadlab_out,
+        server_metrics=o.loadlab_server_metrics or None,
+        gpu=False,
+    )
 
 
 @events.init.add_listener
 def on_init(environment: Environment, runner, web_ui, **_) -> None:
     loadlab_events = add_loadlab_events(environment.events)
-    if isinstance(runner, WorkerRunner):   # settings come from the master
+    if isinstance(runner, WorkerRunner):  # settings come from the master
         WorkerShipper(environment)
         return
     options = environment.parsed_options
@@ -99,14 +129,13 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
         log.error("error: %s", e)
         sys.exit(2)
     environment.user_classes[:] = [OpenLoopUser if open_loop else ClosedLoopUser]
-    if open_loop and options.num_users is None:   # one scheduler per process
+    if open_loop and options.num_users is None:  # one scheduler per process
         options.num_users = options.expect_workers if isinstance(runner, MasterRunner) else 1
 
-    if isinstance(runner, MasterRunner):   # first, before anything yields: workers may say HELLO now
+    if isinstance(runner, MasterRunner):  # first, before anything yields: workers may say HELLO now
         MasterShipper(environment)
-    else:   # a single process watches its own CPU and loop lag (workers do it in WorkerShipper)
-        SelfCheck(environment.loadlab.worker).start(
-            lambda samples: loadlab_events.llm_samples.fire(samples=samples))
+    else:  # a single process watches its own CPU and loop lag (workers do it in WorkerShipper)
+        SelfCheck(environment.loadlab.worker).start(lambda samples: loadlab_events.llm_samples.fire(samples=samples))
     if options.loadlab_out:
         _write_run_folder(environment, Path(options.loadlab_out))
     _start_collectors(environment)
@@ -125,13 +154,19 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
         rate = context.config.rate
         users, processes = environment.runner.target_user_count, environment.runner.worker_count
         if rate and users != processes:
-            log.warning("open loop runs one scheduler user per process: use -u %d (not %d), or the rate "
-                        "is %d/%d times --loadlab-rate", processes, users, users, processes)
+            log.warning(
+                "open loop runs one scheduler user per process: use -u %d (not %d), or the rate "
+                "is %d/%d times --loadlab-rate",
+                processes,
+                users,
+                users,
+                processes,
+            )
         target = rate[0] if rate else users
         mode = "open" if rate else "closed"
         label = f"rate={target:g}" if rate else f"concurrency={target}"
         step = StepInfo(index=index, label=label, mode=mode, target=target, start_time=now())
-        live.reset()   # like Locust's own statistics, the LLM tab shows the current test
+        live.reset()  # like Locust's own statistics, the LLM tab shows the current test
         context.step = step
         loadlab_events.llm_step.fire(step=step)
 
@@ -170,7 +205,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         sys.exit(2)
     writer.start_autoflush()
     hooks = environment.events
-    losses = attach_writer(hooks, writer)   # workers lost: the run ends degraded
+    losses = attach_writer(hooks, writer)  # workers lost: the run ends degraded
     hooks.llm_step.add_listener(lambda step, **_: writer.begin_step(step))
 
     def end_step(**_) -> None:
@@ -185,12 +220,12 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
         try:
             run = load_run(folder)
             write_summary(run)
-        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+        except OSError as e:  # the parts are there: `loadlab summary` recomputes it
             writer.fail(e)
             return
         try:
             write_analysis(run)
-        except OSError as e:   # `loadlab analyze` writes it later
+        except OSError as e:  # `loadlab analyze` writes it later
             log.warning("analysis.json not written: %s", e)
 
     hooks.test_stop.add_listener(end_step)

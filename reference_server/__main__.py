@@ -44,26 +44,40 @@ FLAG_HELP = {
     "prefix_caching": "reuse the KV blocks of prompt prefixes seen before (paged KV only)",
     "model_name": "the model id clients see in /v1/models",
     "twin": "GPU:MODEL[:tpN] (e.g. h100:llama-3-8b): keep time like that GPU serving that model instead of "
-            "running it (docs/twin.md); sets the model and the KV pool, ignores --preset and --device",
+    "running it (docs/twin.md); sets the model and the KV pool, ignores --preset and --device",
     "gpu_memory_utilization": "with --twin: share of each simulated GPU's memory the engine takes (weights, "
-                              "activations, then KV)",
+    "activations, then KV)",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: server flags, then one flag per EngineConfig field (no torch import: --help is fast)."""
-    parser = argparse.ArgumentParser(prog="python -m reference_server",
-                                     description="Serve the loadlab reference engine over an OpenAI-compatible API.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m reference_server",
+        description="Serve the loadlab reference engine over an OpenAI-compatible API.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=8000, help="port to bind")
-    parser.add_argument("--api-key", default=None,
-                        help=f"require `Authorization: Bearer KEY` (not on /health, /metrics); else ${API_KEY_ENV}")
-    parser.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
-                        help="close a connection idle this long, or this slow to send a body; a new one must send "
-                             f"its headers within min(this, {HEADER_TIMEOUT:g}) s")
-    parser.add_argument("--export-tokenizer", metavar="DIR", default=None,
-                        help="write the tokenizer as a Hugging Face folder to DIR and exit")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require `Authorization: Bearer KEY` (not on /health, /metrics); else ${API_KEY_ENV}",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection idle this long, or this slow to send a body; a new one must send "
+        f"its headers within min(this, {HEADER_TIMEOUT:g}) s",
+    )
+    parser.add_argument(
+        "--export-tokenizer",
+        metavar="DIR",
+        default=None,
+        help="write the tokenizer as a Hugging Face folder to DIR and exit",
+    )
     engine = parser.add_argument_group("engine")
     for f in fields(EngineConfig):
         default = f.default if f.default is not MISSING else None
@@ -135,9 +149,14 @@ async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | N
     # its sequences (instead of noticing only at the next write). keepalive_timeout: aiohttp closes
     # a connection left without a request in progress this long. lingering_time: how long aiohttp
     # reads the rest of a body it answered early (a 408, a 413) before closing (its default is 10 s).
-    runner = web.AppRunner(build_app(engine, api_key, connections), handler_cancellation=True, access_log=None,
-                           shutdown_timeout=2.0, keepalive_timeout=idle_timeout,
-                           lingering_time=connections.header_timeout)
+    runner = web.AppRunner(
+        build_app(engine, api_key, connections),
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=2.0,
+        keepalive_timeout=idle_timeout,
+        lingering_time=connections.header_timeout,
+    )
     server: asyncio.Server | None = None
     try:
         await runner.setup()
@@ -152,6 +171,7 @@ async def _serve(config: EngineConfig, listener: socket.socket, api_key: str | N
             server.close()  # no new connections
         await engine.shutdown()  # ends open streams first, so the HTTP shutdown does not wait on them
         await runner.cleanup()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,7 +33,7 @@ class StepWork:
     flops: float
     read_bytes: float
     write_bytes: float
-    tokens: int                     # tokens computed in the step (the all-reduce message size follows them)
+    tokens: int  # tokens computed in the step (the all-reduce message size follows them)
     sequences: int
 
 

@@ -32,7 +32,7 @@ class ModelShape:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     tie_embeddings: bool = False
-    qkv_bias: bool = False               # Qwen2 has biases on q/k/v projections
+    qkv_bias: bool = False  # Qwen2 has biases on q/k/v projections
 
     @property
     def head_dim(self) -> int:
@@ -43,27 +43,27 @@ class ModelShape:
 class EngineConfig:
     """Everything the engine needs; `loadlab serve` / `python -m reference_server` flags map 1:1."""
 
-    preset: str = "tiny"                 # a key of reference_server.model.PRESETS
-    weights: str = ""                    # local safetensors file with HF tensor names ("" = seeded random)
-    device: str = "cpu"                  # cpu | cuda
-    dtype: str = "float32"               # float32 | bfloat16 | float16
+    preset: str = "tiny"  # a key of reference_server.model.PRESETS
+    weights: str = ""  # local safetensors file with HF tensor names ("" = seeded random)
+    device: str = "cpu"  # cpu | cuda
+    dtype: str = "float32"  # float32 | bfloat16 | float16
     seed: int = 0
-    max_model_len: int = 0               # 0 = the preset's max_position
+    max_model_len: int = 0  # 0 = the preset's max_position
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
     long_prefill_token_threshold: int = 0  # 0 = no cap on one prompt's share of a step
     block_size: int = 16
-    num_kv_blocks: int = 0               # 0 = derive from kv_memory_gb
+    num_kv_blocks: int = 0  # 0 = derive from kv_memory_gb
     kv_memory_gb: float = 0.25
-    batching: str = "continuous"         # continuous | static
-    static_batch_timeout: float = 0.05   # static batching: wait this long to fill a batch
-    kv: str = "paged"                    # paged | contiguous
+    batching: str = "continuous"  # continuous | static
+    static_batch_timeout: float = 0.05  # static batching: wait this long to fill a batch
+    kv: str = "paged"  # paged | contiguous
     tensor_parallel: int = 1
-    cpu_threads: int = 0                 # torch threads per rank on CPU; 0 = all cores but one, split over ranks
-    max_waiting: int = 1024              # waiting-queue limit; beyond it the API answers 429
-    prefix_caching: bool = True          # reuse the KV blocks of prompt prefixes seen before (paged KV only)
+    cpu_threads: int = 0  # torch threads per rank on CPU; 0 = all cores but one, split over ranks
+    max_waiting: int = 1024  # waiting-queue limit; beyond it the API answers 429
+    prefix_caching: bool = True  # reuse the KV blocks of prompt prefixes seen before (paged KV only)
     model_name: str = "loadlab-reference"
-    twin: str = ""                       # GPU:MODEL[:tpN]: keep time like that GPU instead of running the model
+    twin: str = ""  # GPU:MODEL[:tpN]: keep time like that GPU instead of running the model
     gpu_memory_utilization: float = 0.9  # twin: share of the simulated GPU's memory the engine takes
 
     @property
@@ -92,8 +92,14 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("max_model_len", "long_prefill_token_threshold", "num_kv_blocks", "kv_memory_gb",
-                     "static_batch_timeout", "cpu_threads"):
+        for name in (
+            "max_model_len",
+            "long_prefill_token_threshold",
+            "num_kv_blocks",
+            "kv_memory_gb",
+            "static_batch_timeout",
+            "cpu_threads",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
         if self.twin:
@@ -104,12 +110,14 @@ class EngineConfig:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda: PyTorch sees no CUDA GPU here")
         if self.device == "cuda" and self.tensor_parallel > torch.cuda.device_count():
-            raise ValueError(f"tensor_parallel={self.tensor_parallel} needs that many CUDA devices; "
-                             f"{torch.cuda.device_count()} found")
+            raise ValueError(
+                f"tensor_parallel={self.tensor_parallel} needs that many CUDA devices; "
+                f"{torch.cuda.device_count()} found"
+            )
 
     def _validate_twin(self) -> None:
         """The twin runs no model: no weights, no device, its GPUs come with --twin."""
-        parse_twin(self.twin)   # raises the ValueError that names what is wrong
+        parse_twin(self.twin)  # raises the ValueError that names what is wrong
         if self.tensor_parallel != 1:
             raise ValueError("with --twin, give the number of GPUs in it (GPU:MODEL:tpN), not --tensor-parallel")
         if self.weights:

@@ -23,12 +23,12 @@ class SamplingParams:
     """How to sample one request's output. Validated by the API before it reaches the engine."""
 
     max_tokens: int = 16
-    min_tokens: int = 0              # EOS is suppressed until this many tokens
-    ignore_eos: bool = False         # EOS is never sampled
-    temperature: float = 1.0         # 0 = greedy
+    min_tokens: int = 0  # EOS is suppressed until this many tokens
+    ignore_eos: bool = False  # EOS is never sampled
+    temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
-    top_k: int = 0                   # 0 = off
-    min_p: float = 0.0               # drop tokens below min_p x the top token's probability; 0 = off
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens below min_p x the top token's probability; 0 = off
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
 
@@ -38,10 +38,10 @@ class TokenOutput:
     """One generated token, as the engine yields it."""
 
     token_id: int
-    text: str                        # this token's text ("" when it is EOS or cut by a stop string)
+    text: str  # this token's text ("" when it is EOS or cut by a stop string)
     finish_reason: str | None = None  # "stop" | "length" | "abort" on the last output, else None
     prompt_tokens: int = 0
-    output_tokens: int = 0           # tokens generated so far, this one included
+    output_tokens: int = 0  # tokens generated so far, this one included
 
 
 class QueueFull(Exception):

@@ -18,23 +18,76 @@ from reference_server.parallel import TensorParallel
 
 PRESETS: dict[str, ModelShape] = {
     # Byte-level toy models that run on a laptop CPU.
-    "tiny": ModelShape("tiny", vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4,
-                       num_heads=4, num_kv_heads=2, max_position=1024),
-    "small": ModelShape("small", vocab_size=512, hidden_size=512, intermediate_size=1536, num_layers=8,
-                        num_heads=8, num_kv_heads=4, max_position=2048),
+    "tiny": ModelShape(
+        "tiny",
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=768,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position=1024,
+    ),
+    "small": ModelShape(
+        "small",
+        vocab_size=512,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_layers=8,
+        num_heads=8,
+        num_kv_heads=4,
+        max_position=2048,
+    ),
     # Real shapes (performance twins). Llama 3's RoPE frequency scaling is not modelled.
-    "qwen2.5-0.5b": ModelShape("qwen2.5-0.5b", vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                               num_layers=24, num_heads=14, num_kv_heads=2, max_position=32768,
-                               rope_theta=1e6, rms_norm_eps=1e-6, tie_embeddings=True, qkv_bias=True),
-    "llama-3-8b": ModelShape("llama-3-8b", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-                             num_layers=32, num_heads=32, num_kv_heads=8, max_position=8192,
-                             rope_theta=500000.0),
-    "llama-3-70b": ModelShape("llama-3-70b", vocab_size=128256, hidden_size=8192, intermediate_size=28672,
-                              num_layers=80, num_heads=64, num_kv_heads=8, max_position=8192,
-                              rope_theta=500000.0),
-    "qwen2.5-7b": ModelShape("qwen2.5-7b", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                             num_layers=28, num_heads=28, num_kv_heads=4, max_position=32768,
-                             rope_theta=1e6, rms_norm_eps=1e-6, qkv_bias=True),
+    "qwen2.5-0.5b": ModelShape(
+        "qwen2.5-0.5b",
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        max_position=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_embeddings=True,
+        qkv_bias=True,
+    ),
+    "llama-3-8b": ModelShape(
+        "llama-3-8b",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_position=8192,
+        rope_theta=500000.0,
+    ),
+    "llama-3-70b": ModelShape(
+        "llama-3-70b",
+        vocab_size=128256,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        max_position=8192,
+        rope_theta=500000.0,
+    ),
+    "qwen2.5-7b": ModelShape(
+        "qwen2.5-7b",
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        max_position=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        qkv_bias=True,
+    ),
 }
 
 
@@ -56,8 +109,7 @@ class ParallelLinear(nn.Linear):
     row: each rank holds a slice of the input features; partial outputs are summed by all_reduce.
     """
 
-    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, split: str,
-                 bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, split: str, bias: bool = False) -> None:
         self.split, self.tp = split, tp
         if split == "column":
             out_features = tp.shard(out_features, "output features")
@@ -69,7 +121,7 @@ class ParallelLinear(nn.Linear):
         if self.split == "column":
             return super().forward(x)
         out = self.tp.all_reduce(nn.functional.linear(x, self.weight))
-        return out if self.bias is None else out + self.bias   # the bias once, after the sum
+        return out if self.bias is None else out + self.bias  # the bias once, after the sum
 
     def shard_dim(self, param_name: str) -> int | None:
         """Which dimension of the full checkpoint tensor this rank slices (None: replicated)."""
@@ -79,7 +131,7 @@ class ParallelLinear(nn.Linear):
 
 
 class RotaryEmbedding(nn.Module):
-    cos: torch.Tensor   # buffers [max_position, head_dim], registered in __init__
+    cos: torch.Tensor  # buffers [max_position, head_dim], registered in __init__
     sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_position: int, theta: float) -> None:
@@ -112,8 +164,9 @@ class Attention(nn.Module):
         self.v_proj = ParallelLinear(d, shape.num_kv_heads * hd, tp, "column", bias=shape.qkv_bias)
         self.o_proj = ParallelLinear(shape.num_heads * hd, d, tp, "row")
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                meta: AttentionMetadata, cache: KVCache) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, meta: AttentionMetadata, cache: KVCache
+    ) -> torch.Tensor:
         n = x.shape[0]
         q = rope(self.q_proj(x).view(n, self.heads, self.head_dim), positions)
         k = rope(self.k_proj(x).view(n, self.kv_heads, self.head_dim), positions)
@@ -142,8 +195,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = MLP(shape, tp)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
-                meta: AttentionMetadata, cache: KVCache) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, meta: AttentionMetadata, cache: KVCache
+    ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, rope, meta, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -154,8 +208,9 @@ class Backbone(nn.Module):
     def __init__(self, shape: ModelShape, tp: TensorParallel) -> None:
         super().__init__()
         # An explicit weight skips nn.Embedding's random init (slow on the meta device, replaced anyway).
-        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size,
-                                         _weight=torch.empty(shape.vocab_size, shape.hidden_size))
+        self.embed_tokens = nn.Embedding(
+            shape.vocab_size, shape.hidden_size, _weight=torch.empty(shape.vocab_size, shape.hidden_size)
+        )
         self.layers = nn.ModuleList(DecoderLayer(shape, tp, i) for i in range(shape.num_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
@@ -172,8 +227,9 @@ class CausalLM(nn.Module):
         if not shape.tie_embeddings:
             self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                cache: KVCache) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, cache: KVCache
+    ) -> torch.Tensor:
         """Hidden states [N, hidden] of a flat batch of tokens (prefill chunks and decodes mixed)."""
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
@@ -206,14 +262,16 @@ def _random_tensor(name: str, shape: torch.Size, seed: int, device: torch.device
     return torch.empty(shape, device=device).normal_(0.0, std, generator=gen)
 
 
-def load_model(shape: ModelShape, tp: TensorParallel, dtype: torch.dtype, device: torch.device,
-               seed: int = 0, weights: str = "") -> CausalLM:
+def load_model(
+    shape: ModelShape, tp: TensorParallel, dtype: torch.dtype, device: torch.device, seed: int = 0, weights: str = ""
+) -> CausalLM:
     """Build the model for this rank: from a local safetensors file (HF names) or seeded random weights."""
     with torch.device("meta"):
         model = CausalLM(shape, tp)
     checkpoint = None
     if weights:
         from safetensors import safe_open
+
         checkpoint = safe_open(weights, framework="pt", device="cpu")
         available = set(checkpoint.keys())
     params = {}

@@ -15,7 +15,7 @@ class TensorParallel:
 
     rank: int = 0
     world_size: int = 1
-    collective_seconds: float = 0.0   # since the last `take_collective_seconds()`
+    collective_seconds: float = 0.0  # since the last `take_collective_seconds()`
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum x over all ranks in place (no-op when alone)."""

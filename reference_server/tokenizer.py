@@ -24,8 +24,9 @@ CHAT_TEMPLATE_JINJA = (
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map that Hugging Face's ByteLevel pre-tokenizer uses."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -87,8 +88,18 @@ class ByteTokenizer:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         byte_chars = _bytes_to_unicode()
-        added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                  "normalized": False, "special": True} for t, i in self.special_ids.items()]
+        added = [
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for t, i in self.special_ids.items()
+        ]
         tokenizer_json: dict[str, Any] = {
             "version": "1.0",
             "truncation": None,
@@ -96,20 +107,37 @@ class ByteTokenizer:
             "added_tokens": added,
             "normalizer": None,
             # Every byte becomes one character, no regex split: one character = one token.
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                              "use_regex": False},
+            "pre_tokenizer": {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": False,
+                "use_regex": False,
+            },
             "post_processor": None,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                        "use_regex": False},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": False,
-                      "vocab": {byte_chars[b]: b for b in range(256)}, "merges": []},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            "model": {
+                "type": "BPE",
+                "dropout": None,
+                "unk_token": None,
+                "continuing_subword_prefix": None,
+                "end_of_word_suffix": None,
+                "fuse_unk": False,
+                "byte_fallback": False,
+                "ignore_merges": False,
+                "vocab": {byte_chars[b]: b for b in range(256)},
+                "merges": [],
+            },
         }
         specials = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>"}
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
-                  "add_bos_token": False, "add_eos_token": False, "chat_template": CHAT_TEMPLATE_JINJA,
-                  "additional_special_tokens": ["<|im_start|>", "<|im_end|>"], **specials}
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": 1 << 30,
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "chat_template": CHAT_TEMPLATE_JINJA,
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+            **specials,
+        }
         (d / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False))
         (d / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
         (d / "special_tokens_map.json").write_text(json.dumps(specials, indent=1))

@@ -12,9 +12,13 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-USERS = ("loadlab", "locustfiles")          # where a use counts
-CALLED_BY_NAME = {"wait_time", "on_start", "on_stop",   # Locust's User hooks
-                  "filter"}                                 # logging.Filter's hook
+USERS = ("loadlab", "locustfiles")  # where a use counts
+CALLED_BY_NAME = {
+    "wait_time",
+    "on_start",
+    "on_stop",  # Locust's User hooks
+    "filter",
+}  # logging.Filter's hook
 
 
 def sources() -> dict[Path, str]:
@@ -29,8 +33,13 @@ def public_definitions(tree: ast.Module) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.decorator_list:
             names.append(node.name)
         if isinstance(node, ast.ClassDef):
-            names += [f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      and not f.decorator_list and not f.name.startswith("__")]
+            names += [
+                f.name
+                for f in node.body
+                if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and not f.decorator_list
+                and not f.name.startswith("__")
+            ]
     return [n for n in names if not n.startswith("_") and n not in CALLED_BY_NAME]
 
 
@@ -50,9 +59,12 @@ def test_every_public_definition_is_used():
 
 
 def test_no_package_is_empty():
-    empty = [str(init.parent.relative_to(REPO)) for init in (REPO / "loadlab").rglob("__init__.py")
-             if not init.read_text().strip()
-             and [p.name for p in init.parent.iterdir() if p.suffix == ".py"] == ["__init__.py"]]
+    empty = [
+        str(init.parent.relative_to(REPO))
+        for init in (REPO / "loadlab").rglob("__init__.py")
+        if not init.read_text().strip()
+        and [p.name for p in init.parent.iterdir() if p.suffix == ".py"] == ["__init__.py"]
+    ]
     assert empty == []
 
 

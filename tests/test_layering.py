@@ -28,16 +28,27 @@ PACKAGES = ("loadlab", "locustfiles", "reference_server")
 
 # Which part a module belongs to: the longest matching prefix wins.
 PARTS = {
-    "loadlab": "helpers", "loadlab.clock": "helpers", "loadlab.errors": "helpers", "loadlab.config": "helpers",
-    "loadlab.urls": "helpers", "loadlab.offload": "helpers",
-    "loadlab.store": "store", "loadlab.workload": "workload", "loadlab.metrics": "metrics",
-    "loadlab.collect": "collect", "loadlab.collect.signals": "signals",
+    "loadlab": "helpers",
+    "loadlab.clock": "helpers",
+    "loadlab.errors": "helpers",
+    "loadlab.config": "helpers",
+    "loadlab.urls": "helpers",
+    "loadlab.offload": "helpers",
+    "loadlab.store": "store",
+    "loadlab.workload": "workload",
+    "loadlab.metrics": "metrics",
+    "loadlab.collect": "collect",
+    "loadlab.collect.signals": "signals",
     "loadlab.client": "client",
-    "loadlab.analyze": "analyze", "loadlab.report": "report", "loadlab.gate": "gate",
-    "loadlab.conductor": "conductor", "locustfiles": "conductor",   # the run conductor, apart from the users
-    "loadlab.lab": "lab",                         # starts servers and runs load: beside the conductor
-    "loadlab.cli": "cli", "loadlab.demo": "cli",
-    "loadlab.mock": "mock",                       # a stand-alone test server
+    "loadlab.analyze": "analyze",
+    "loadlab.report": "report",
+    "loadlab.gate": "gate",
+    "loadlab.conductor": "conductor",
+    "locustfiles": "conductor",  # the run conductor, apart from the users
+    "loadlab.lab": "lab",  # starts servers and runs load: beside the conductor
+    "loadlab.cli": "cli",
+    "loadlab.demo": "cli",
+    "loadlab.mock": "mock",  # a stand-alone test server
     "reference_server": "reference_server",
 }
 
@@ -46,10 +57,10 @@ BELOW_CLIENT = {"helpers", "store", "workload", "metrics", "collect", "signals"}
 ALLOWED: dict[str, set[str]] = {
     "helpers": set(),
     "store": {"helpers"},
-    "workload": {"helpers", "metrics"},           # a scenario's [slo] table: metrics/slo.py
+    "workload": {"helpers", "metrics"},  # a scenario's [slo] table: metrics/slo.py
     "metrics": {"helpers"},
     "collect": {"helpers", "store", "signals"},
-    "signals": {"helpers", "store", "collect"},   # the names of the GPU collector's signals
+    "signals": {"helpers", "store", "collect"},  # the names of the GPU collector's signals
     "client": BELOW_CLIENT,
     "analyze": {"helpers", "store", "metrics", "signals"},
     "report": {"helpers", "store", "metrics", "analyze"},
@@ -90,8 +101,8 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:   # relative: from . / from ..x
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+            if node.level:  # relative: from . / from ..x
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             subs = {f"{base}.{alias.name}" for alias in node.names} & known
             found.update(subs or {base})
@@ -114,36 +125,40 @@ def violations(imports: dict[str, set[str]]) -> list[str]:
 def test_no_module_imports_upward():
     found = modules()
     imports = {name: imports_of(name, path, set(found)) for name, path in found.items()}
-    assert len(imports) > 90                        # the walk really found every package's modules
+    assert len(imports) > 90  # the walk really found every package's modules
     assert violations(imports) == []
 
 
-@pytest.mark.parametrize("importer, imported", [
-    ("loadlab.store.meta", "loadlab.client.users"),
-    ("loadlab.store.run_folder", "loadlab.collect.nccl"),
-    ("loadlab.store.run_folder", "loadlab.analyze.summary"),
-    ("loadlab.store.reader", "loadlab.report.console"),
-    ("loadlab.analyze.summary", "loadlab.client.stream"),
-    ("loadlab.analyze.timeline", "loadlab.collect.nccl"),
-    ("loadlab.client.stream", "loadlab.conductor.livestats"),
-    ("loadlab.client.users", "loadlab.conductor.runloop"),
-    ("loadlab.analyze.summary", "loadlab.conductor.runloop"),
-    ("loadlab.collect.host", "loadlab.client.selfcheck"),
-    ("loadlab.report.console", "loadlab.cli.summary"),
-    ("loadlab.analyze.compare", "loadlab.gate.checks"),
-    ("loadlab.gate.checks", "loadlab.conductor.runloop"),
-    ("loadlab.gate.junit", "loadlab.cli.gate"),
-    ("loadlab.metrics.slo", "loadlab.workload.scenario"),
-    ("loadlab.workload.base", "loadlab.store.schema"),
-    ("loadlab.config", "loadlab.store.schema"),
-    ("loadlab.cli.serve", "reference_server.config"),
-    ("reference_server.engine.runner", "loadlab.clock"),
-    ("loadlab.analyze.analysis", "loadlab.lab.runner"),
-    ("loadlab.lab.runner", "loadlab.cli.run"),
-    ("loadlab.cli.run", "loadlab.newpackage.thing"),     # a new package must be placed first
-])
+@pytest.mark.parametrize(
+    "importer, imported",
+    [
+        ("loadlab.store.meta", "loadlab.client.users"),
+        ("loadlab.store.run_folder", "loadlab.collect.nccl"),
+        ("loadlab.store.run_folder", "loadlab.analyze.summary"),
+        ("loadlab.store.reader", "loadlab.report.console"),
+        ("loadlab.analyze.summary", "loadlab.client.stream"),
+        ("loadlab.analyze.timeline", "loadlab.collect.nccl"),
+        ("loadlab.client.stream", "loadlab.conductor.livestats"),
+        ("loadlab.client.users", "loadlab.conductor.runloop"),
+        ("loadlab.analyze.summary", "loadlab.conductor.runloop"),
+        ("loadlab.collect.host", "loadlab.client.selfcheck"),
+        ("loadlab.report.console", "loadlab.cli.summary"),
+        ("loadlab.analyze.compare", "loadlab.gate.checks"),
+        ("loadlab.gate.checks", "loadlab.conductor.runloop"),
+        ("loadlab.gate.junit", "loadlab.cli.gate"),
+        ("loadlab.metrics.slo", "loadlab.workload.scenario"),
+        ("loadlab.workload.base", "loadlab.store.schema"),
+        ("loadlab.config", "loadlab.store.schema"),
+        ("loadlab.cli.serve", "reference_server.config"),
+        ("reference_server.engine.runner", "loadlab.clock"),
+        ("loadlab.analyze.analysis", "loadlab.lab.runner"),
+        ("loadlab.lab.runner", "loadlab.cli.run"),
+        ("loadlab.cli.run", "loadlab.newpackage.thing"),  # a new package must be placed first
+    ],
+)
 def test_each_rule_can_fail(importer: str, imported: str):
     assert violations({importer: {imported}}) != []
+
 
 CODE = """
 import importlib, pkgutil, sys
@@ -161,7 +176,7 @@ def test_every_loadlab_module_imports_without_torch():
     """Imported for real, so an import cycle or a missing module shows here too."""
     result = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert int(result.stdout) > 30   # the walk really found the package's modules
+    assert int(result.stdout) > 30  # the walk really found the package's modules
 
 
 STARTUP = """
@@ -190,12 +205,23 @@ def test_tests_share_helpers_only_through_tests_support():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
                 bad.append(f"{path.relative_to(REPO)}: relative import from {node.module}")
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            bad += [f"{path.relative_to(REPO)}: imports {n}" for n in names
-                    if n.split(".")[0] == "tests" and not n.startswith("tests.support")]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            bad += [
+                f"{path.relative_to(REPO)}: imports {n}"
+                for n in names
+                if n.split(".")[0] == "tests" and not n.startswith("tests.support")
+            ]
         if path.name == "conftest.py":
-            bad += [f"{path.relative_to(REPO)}: {node.name} is not a fixture" for node in tree.body
-                    if isinstance(node, (ast.FunctionDef, ast.ClassDef))
-                    and not any("fixture" in ast.unparse(d) for d in node.decorator_list)]
+            bad += [
+                f"{path.relative_to(REPO)}: {node.name} is not a fixture"
+                for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                and not any("fixture" in ast.unparse(d) for d in node.decorator_list)
+            ]
     assert bad == []

@@ -13,10 +13,24 @@ from loadlab.urls import parse_http_url, without_credentials
 def test_the_rules_of_every_url_loadlab_is_given():
     ok = parse_http_url(" https://h.example:8443/v1/ ")
     assert (ok.origin, ok.path, ok.has_credentials, ok.authorization("k")) == (
-        "https://h.example:8443", "/v1/", False, "Bearer k")
+        "https://h.example:8443",
+        "/v1/",
+        False,
+        "Bearer k",
+    )
     assert str(parse_http_url("http://[::1]:9/metrics?x=1")) == "http://[::1]:9/metrics?x=1"
-    for bad in ["localhost:8000", "ftp://h", "http://", "http://:80", "http://[::1", "http://h:port",
-                "http://h:99999", "http://h:0", "http://ho st:80", "http://h/\x07"]:
+    for bad in [
+        "localhost:8000",
+        "ftp://h",
+        "http://",
+        "http://:80",
+        "http://[::1",
+        "http://h:port",
+        "http://h:99999",
+        "http://h:0",
+        "http://ho st:80",
+        "http://h/\x07",
+    ]:
         with pytest.raises(UserError, match="bad --url"):
             parse_http_url(bad, "--url")
     # Credentials: kept apart, sent as Basic auth (before any API key), never shown.
@@ -24,7 +38,7 @@ def test_the_rules_of_every_url_loadlab_is_given():
     assert (url.username, url.password, url.origin, str(url)) == ("al@ice", "p:w", "http://h:8000", "http://h:8000/v1")
     assert url.authorization("k") == "Basic " + base64.b64encode(b"al@ice:p:w").decode()
     assert parse_http_url(url.on_path("/metrics")) == parse_http_url("http://al%40ice:p%3Aw@h:8000/metrics")
-    odd = parse_http_url("http://a%2Fb:c%2Fd%23@h")                       # "/" and "#" survive a round trip
+    odd = parse_http_url("http://a%2Fb:c%2Fd%23@h")  # "/" and "#" survive a round trip
     assert parse_http_url(odd.on_path("/m")).password == "c/d#"
     assert "al@ice" not in repr(url) and "p:w" not in repr(url)
     with pytest.raises(UserError) as e:

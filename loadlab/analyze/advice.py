@@ -17,32 +17,59 @@ RAW_PREFIXES = {"vllm:": VLLM, "sglang:": SGLANG, "tgi_": TGI, "trtllm_": TRTLLM
 
 # constraint -> server kind -> advice lines. UNKNOWN_SERVER holds the advice for any server.
 ADVICE: dict[str, dict[str, list[str]]] = {
-    CLIENT: {UNKNOWN_SERVER: [
-        "the load generator limited this run: add processes (--processes N) or hosts (distributed mode), "
-        "then rerun; no server verdict is trusted until then"]},
+    CLIENT: {
+        UNKNOWN_SERVER: [
+            "the load generator limited this run: add processes (--processes N) or hosts (distributed mode), "
+            "then rerun; no server verdict is trusted until then"
+        ]
+    },
     KV_CAPACITY: {
-        VLLM: ["raise --gpu-memory-utilization (more KV blocks)", "lower --max-num-seqs or --max-num-batched-tokens",
-               "--kv-cache-dtype fp8 halves KV memory", "more --tensor-parallel-size spreads the KV cache"],
-        SGLANG: ["raise --mem-fraction-static", "lower --max-running-requests", "--kv-cache-dtype fp8_e5m2",
-                 "more --tp-size"],
-        TGI: ["lower --max-batch-total-tokens / --max-total-tokens to what fits, or shard over more GPUs (--num-shard)"],
-        TRTLLM: ["raise kv_cache_config.free_gpu_memory_fraction", "lower max_batch_size / max_num_tokens",
-                 "FP8 KV cache (kv_cache_config.dtype)"],
+        VLLM: [
+            "raise --gpu-memory-utilization (more KV blocks)",
+            "lower --max-num-seqs or --max-num-batched-tokens",
+            "--kv-cache-dtype fp8 halves KV memory",
+            "more --tensor-parallel-size spreads the KV cache",
+        ],
+        SGLANG: [
+            "raise --mem-fraction-static",
+            "lower --max-running-requests",
+            "--kv-cache-dtype fp8_e5m2",
+            "more --tp-size",
+        ],
+        TGI: [
+            "lower --max-batch-total-tokens / --max-total-tokens to what fits, or shard over more GPUs (--num-shard)"
+        ],
+        TRTLLM: [
+            "raise kv_cache_config.free_gpu_memory_fraction",
+            "lower max_batch_size / max_num_tokens",
+            "FP8 KV cache (kv_cache_config.dtype)",
+        ],
         REFERENCE: ["raise --num-kv-blocks (or --kv-memory-gb)", "lower --max-num-seqs"],
         UNKNOWN_SERVER: ["give the KV cache more memory, or admit fewer sequences at once"],
     },
     MEMORY_BANDWIDTH: {
-        VLLM: ["bigger batches if KV allows (--max-num-seqs)", "weight quantization (FP8/AWQ) or --kv-cache-dtype fp8",
-               "speculative decoding (--speculative-config)"],
-        SGLANG: ["bigger batches (--max-running-requests)", "--quantization fp8", "speculative decoding (--speculative-algorithm)"],
+        VLLM: [
+            "bigger batches if KV allows (--max-num-seqs)",
+            "weight quantization (FP8/AWQ) or --kv-cache-dtype fp8",
+            "speculative decoding (--speculative-config)",
+        ],
+        SGLANG: [
+            "bigger batches (--max-running-requests)",
+            "--quantization fp8",
+            "speculative decoding (--speculative-algorithm)",
+        ],
         TGI: ["bigger batches (--max-batch-size)", "--quantize fp8/awq", "speculative decoding (--speculate)"],
         TRTLLM: ["bigger max_batch_size", "FP8 weights and KV cache", "speculative decoding"],
         REFERENCE: ["bigger batches (--max-num-seqs)", "a smaller --dtype (bfloat16)"],
         UNKNOWN_SERVER: ["bigger batches, weight/KV quantization, speculative decoding"],
     },
     COMPUTE: {
-        VLLM: ["more replicas or GPUs", "FP8", "tune --max-num-batched-tokens (chunked prefill)",
-               "prefill/decode disaggregation"],
+        VLLM: [
+            "more replicas or GPUs",
+            "FP8",
+            "tune --max-num-batched-tokens (chunked prefill)",
+            "prefill/decode disaggregation",
+        ],
         SGLANG: ["more replicas (--dp-size) or GPUs", "--quantization fp8", "tune --chunked-prefill-size"],
         TGI: ["more shards or replicas", "--quantize fp8", "lower --max-batch-prefill-tokens"],
         TRTLLM: ["more GPUs or replicas", "FP8", "tune max_num_tokens"],
@@ -50,7 +77,11 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         UNKNOWN_SERVER: ["more replicas or GPUs, lower precision, smaller prefill chunks"],
     },
     SCHEDULING: {
-        VLLM: ["raise --max-num-seqs", "keep CUDA graphs on (no --enforce-eager)", "more API server processes (--api-server-count)"],
+        VLLM: [
+            "raise --max-num-seqs",
+            "keep CUDA graphs on (no --enforce-eager)",
+            "more API server processes (--api-server-count)",
+        ],
         SGLANG: ["raise --max-running-requests", "lower --schedule-conservativeness"],
         TGI: ["raise --max-concurrent-requests and --max-batch-size"],
         TRTLLM: ["raise max_batch_size", "scheduler_config capacity_scheduler_policy MAX_UTILIZATION"],
@@ -58,7 +89,10 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         UNKNOWN_SERVER: ["raise the cap on running sequences; check the server's admission policy"],
     },
     NETWORK: {
-        VLLM: ["less --tensor-parallel-size, more data-parallel replicas (--data-parallel-size)", "check NVLink/P2P is used (NCCL_P2P_DISABLE unset)"],
+        VLLM: [
+            "less --tensor-parallel-size, more data-parallel replicas (--data-parallel-size)",
+            "check NVLink/P2P is used (NCCL_P2P_DISABLE unset)",
+        ],
         SGLANG: ["less --tp-size, more --dp-size", "check NVLink/P2P is used"],
         TGI: ["fewer --num-shard, more replicas"],
         TRTLLM: ["less tensor parallelism, more replicas", "check NVLink/P2P is used"],

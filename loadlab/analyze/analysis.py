@@ -30,21 +30,43 @@ from loadlab.store.reader import RunData
 from loadlab.store.schema import StepInfo
 
 FORMAT = 1
-REQUEST_COLUMNS = ("step", "ok", "error", "send_time", "end_time", "ttft", "e2e", "tpot", "out_tokens",
-                   "user_tokens_per_s")
+REQUEST_COLUMNS = (
+    "step",
+    "ok",
+    "error",
+    "send_time",
+    "end_time",
+    "ttft",
+    "e2e",
+    "tpot",
+    "out_tokens",
+    "user_tokens_per_s",
+)
 ANALYSIS_JSON = "analysis.json"
-MIN_OK_REQUESTS = 5         # fewer successful requests in a step: no verdict (judgement)
+MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
-STRAIN_CONFIDENCE = 0.8     # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
+STRAIN_CONFIDENCE = 0.8  # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
 GPU_SIGNALS = (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.GPU_TENSOR_ACTIVE)
 NAMES = {
-    CLIENT: "the load generator", rules.KV_CAPACITY: "KV capacity", rules.MEMORY_BANDWIDTH: "memory bandwidth",
-    rules.COMPUTE: "compute", rules.SCHEDULING: "scheduling (admission)", rules.NETWORK: "network (collectives)",
+    CLIENT: "the load generator",
+    rules.KV_CAPACITY: "KV capacity",
+    rules.MEMORY_BANDWIDTH: "memory bandwidth",
+    rules.COMPUTE: "compute",
+    rules.SCHEDULING: "scheduling (admission)",
+    rules.NETWORK: "network (collectives)",
     INSUFFICIENT_DATA: "insufficient data",
 }
 # Server-side signals: without any of them (and no GPU samples) no server verdict is possible.
-SERVER_SIGNALS = (sig.REQUESTS_RUNNING, sig.REQUESTS_WAITING, sig.KV_USAGE, sig.STEP_TIME + "_count",
-                  sig.TTFT + "_count", sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE)
+SERVER_SIGNALS = (
+    sig.REQUESTS_RUNNING,
+    sig.REQUESTS_WAITING,
+    sig.KV_USAGE,
+    sig.STEP_TIME + "_count",
+    sig.TTFT + "_count",
+    sig.GPU_UTIL,
+    sig.GPU_SM_ACTIVE,
+    sig.GPU_DRAM_ACTIVE,
+)
 
 
 @dataclass
@@ -92,7 +114,7 @@ class Overall:
     confidence: float
     headline: str
     advice: list[str]
-    server: str                    # the server kind the advice is for ("" when unknown)
+    server: str  # the server kind the advice is for ("" when unknown)
     step_time_fit: StepTimeFit | None = None
 
 
@@ -110,9 +132,17 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (NaN as null), as docs/run-folder.md describes it."""
-        return json_safe({"format": self.format, "generated_at": self.generated_at, "path": self.path,
-                          "cut_off": self.cut_off, "notes": self.notes,
-                          "steps": [s.to_dict() for s in self.steps], "overall": asdict(self.overall)})
+        return json_safe(
+            {
+                "format": self.format,
+                "generated_at": self.generated_at,
+                "path": self.path,
+                "cut_off": self.cut_off,
+                "notes": self.notes,
+                "steps": [s.to_dict() for s in self.steps],
+                "overall": asdict(self.overall),
+            }
+        )
 
 
 def write_analysis(run: RunData) -> Analysis:
@@ -149,30 +179,46 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
     by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
     sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
-    state_of = {d.step.index: state for d, state in zip(by_load, sorted_states)}
+    state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
     states = [state_of[d.step.index] for d in data]
-    verdicts = [_verdict(d, state, kind, has_server, fit, impossible) for d, state in zip(data, states)]
+    verdicts = [_verdict(d, state, kind, has_server, fit, impossible) for d, state in zip(data, states, strict=True)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
-    return Analysis(path=str(run.path), generated_at=time.time(), cut_off=cut_off, notes=notes,
-                    steps=verdicts, overall=_overall(verdicts, knee, kind, fit))
+    return Analysis(
+        path=str(run.path),
+        generated_at=time.time(),
+        cut_off=cut_off,
+        notes=notes,
+        steps=verdicts,
+        overall=_overall(verdicts, knee, kind, fit),
+    )
 
 
-def _step_data(step: StepInfo, measured: pd.DataFrame, samples: SampleIndex, summary: StepSummary,
-               window: Window | None) -> StepData:
+def _step_data(
+    step: StepInfo, measured: pd.DataFrame, samples: SampleIndex, summary: StepSummary, window: Window | None
+) -> StepData:
     in_step = measured[measured["step"] == step.index]
-    return StepData(step=step, requests=in_step, window=window or steady_window(step, in_step), samples=samples,
-                    summary=summary)
+    return StepData(
+        step=step, requests=in_step, window=window or steady_window(step, in_step), samples=samples, summary=summary
+    )
 
 
 def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
     if fit is not None:
-        load_name = {sig.TOKENS_PER_STEP: "tokens_per_step_mean", sig.BATCH_SIZE: "batch_size_mean",
-                     sig.REQUESTS_RUNNING: "running_mean"}[fit.x]
+        load_name = {
+            sig.TOKENS_PER_STEP: "tokens_per_step_mean",
+            sig.BATCH_SIZE: "batch_size_mean",
+            sig.REQUESTS_RUNNING: "running_mean",
+        }[fit.x]
         load = d.derived.get(load_name)
         if load is not None:
-            d.put("step_time_fixed_share", fit.fixed_share(load.value), "fraction",
-                  [sig.STEP_TIME, fit.x], "server_metrics")
+            d.put(
+                "step_time_fixed_share",
+                fit.fixed_share(load.value),
+                "fraction",
+                [sig.STEP_TIME, fit.x],
+                "server_metrics",
+            )
     rates = work_rates(d.samples, d.window)
     if rates is not None:
         est = [sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES, sig.ESTIMATED_WRITE_BYTES]
@@ -184,57 +230,93 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
         d.put("intensity_over_ridge", rates.intensity / rates.ridge, "ratio", est, "server_metrics")
 
 
-def _verdict(d: StepData, state: Saturation, kind: str, has_server: bool, fit: StepTimeFit | None,
-             impossible: frozenset[str] = frozenset()) -> StepVerdict:
+def _verdict(
+    d: StepData,
+    state: Saturation,
+    kind: str,
+    has_server: bool,
+    fit: StepTimeFit | None,
+    impossible: frozenset[str] = frozenset(),
+) -> StepVerdict:
     scores = score_all(d.derived, impossible)
     ok = int(d.requests["ok"].sum())
 
-    def verdict(constraint: str, headline: str, chosen: ClassScore | None = None,
-                runner_up: RunnerUp | None = None, missing: list[str] | None = None) -> StepVerdict:
+    def verdict(
+        constraint: str,
+        headline: str,
+        chosen: ClassScore | None = None,
+        runner_up: RunnerUp | None = None,
+        missing: list[str] | None = None,
+    ) -> StepVerdict:
         evidence = _evidence(scores, chosen, fit)
         return StepVerdict(
-            index=d.step.index, label=d.step.label, mode=d.step.mode, target=d.step.target, window=d.window,
+            index=d.step.index,
+            label=d.step.label,
+            mode=d.step.mode,
+            target=d.step.target,
+            window=d.window,
             # Without a successful request only refusals can still say something: overloaded.
             saturation=state.state if ok or state.state == OVERLOADED else UNKNOWN,
-            saturation_reason=state.reason, constraint=constraint,
-            score=chosen.score if chosen else 0.0, confidence=chosen.confidence if chosen else 0.0,
-            runner_up=runner_up, headline=headline, evidence=evidence,
+            saturation_reason=state.reason,
+            constraint=constraint,
+            score=chosen.score if chosen else 0.0,
+            confidence=chosen.confidence if chosen else 0.0,
+            runner_up=runner_up,
+            headline=headline,
+            evidence=evidence,
             advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
-            missing=missing if missing is not None else (chosen.missing if chosen else []), derived=d.derived)
+            missing=missing if missing is not None else (chosen.missing if chosen else []),
+            derived=d.derived,
+        )
 
     if not len(d.requests):
         return verdict(INSUFFICIENT_DATA, "no request was sent in this step", missing=[rules.NEEDS[rules.C]])
     if ok == 0:
         failed = d.requests["error"].value_counts()
         what = ", ".join(f"{n} {e}" for e, n in failed.items())
-        return verdict(INSUFFICIENT_DATA, f"no successful request in this step ({what})", missing=[rules.NEEDS[rules.C]])
+        return verdict(
+            INSUFFICIENT_DATA, f"no successful request in this step ({what})", missing=[rules.NEEDS[rules.C]]
+        )
     if ok < MIN_OK_REQUESTS:
-        return verdict(INSUFFICIENT_DATA, f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
-                       missing=[rules.NEEDS[rules.C]])
+        return verdict(
+            INSUFFICIENT_DATA,
+            f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
+            missing=[rules.NEEDS[rules.C]],
+        )
     ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
     eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
     client = scores[CLIENT]
     if client.score >= 0.5:
         reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
-        limited = verdict(CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted",
-                          client, missing=[])
+        limited = verdict(
+            CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client, missing=[]
+        )
         if has_server and eligible:
             limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
             limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
         return limited
     if not has_server:
-        return verdict(INSUFFICIENT_DATA, "no server metrics or GPU samples: the client alone cannot say what binds",
-                       missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]])
+        return verdict(
+            INSUFFICIENT_DATA,
+            "no server metrics or GPU samples: the client alone cannot say what binds",
+            missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]],
+        )
     if not eligible:
         missing = [line for s in ranked for line in s.missing]
-        return verdict(INSUFFICIENT_DATA, "no class's evidence is strong enough to name what binds",
-                       missing=list(dict.fromkeys(missing)))
+        return verdict(
+            INSUFFICIENT_DATA,
+            "no class's evidence is strong enough to name what binds",
+            missing=list(dict.fromkeys(missing)),
+        )
     best = eligible[0]
     second = next((s for s in ranked if s is not best), None)
-    runner_up = (RunnerUp(second.constraint, second.score, second.confidence)
-                 if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN else None)
+    runner_up = (
+        RunnerUp(second.constraint, second.score, second.confidence)
+        if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN
+        else None
+    )
     chosen = verdict(best.constraint, _headline(best, state), best, runner_up)
-    if client.strain:   # the load was delivered, but the client's timings are less sure
+    if client.strain:  # the load was delivered, but the client's timings are less sure
         chosen.confidence *= STRAIN_CONFIDENCE
         chosen.headline += f" (client under strain: {'; '.join(client.strain)})"
     return chosen
@@ -246,8 +328,10 @@ def _clock_advice(d: StepData) -> list[str]:
     share = d.derived.get("gpu_clock_slowdown_share")
     if share is None or share.value <= CLOCK_SLOWDOWN_SHARE:
         return []
-    return [f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
-            "check cooling, power limits and clocks before tuning the server"]
+    return [
+        f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
+        "check cooling, power limits and clocks before tuning the server"
+    ]
 
 
 def _headline(best: ClassScore, state: Saturation) -> str:
@@ -265,8 +349,10 @@ def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None, fit: Ste
     if fit is not None:
         for e in rows:
             if e.name == "step_time_fixed_share":
-                e.text += (f" (fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
-                           f"R² {fit.r2:.2f}, {fit.points} points)")
+                e.text += (
+                    f" (fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
+                    f"R² {fit.r2:.2f}, {fit.points} points)"
+                )
     return rows
 
 
@@ -274,9 +360,17 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
     limited = [s for s in steps if s.constraint == CLIENT]
     if limited:
         names = ", ".join(s.label for s in limited)
-        return Overall(CLIENT, UNKNOWN, None, True, max(s.confidence for s in limited),
-                       f"the load generator limited {names}: fix the client before trusting any verdict",
-                       limited[0].advice, kind, fit)
+        return Overall(
+            CLIENT,
+            UNKNOWN,
+            None,
+            True,
+            max(s.confidence for s in limited),
+            f"the load generator limited {names}: fix the client before trusting any verdict",
+            limited[0].advice,
+            kind,
+            fit,
+        )
     judged = [s for s in steps if s.constraint != INSUFFICIENT_DATA]
     if not judged:
         reason = steps[0].headline if steps else "no steps"
@@ -304,6 +398,8 @@ def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:
     last = data[-1]
     ran = last.window.seconds
     if planned and math.isfinite(ran):
-        return [f"{last.step.label} cut off mid-step: {ran:.0f} s of {float(planned):.0f} analyzed "
-                f"(run status {run.meta.status})"]
+        return [
+            f"{last.step.label} cut off mid-step: {ran:.0f} s of {float(planned):.0f} analyzed "
+            f"(run status {run.meta.status})"
+        ]
     return [f"run {run.meta.status}: the last step ({last.step.label}) is analyzed with what it has"]

@@ -12,14 +12,20 @@ extrapolated: they come back as NaN with the range named.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable
 
 from loadlab.metrics.slo import Objective
 
-MEASURED, INTERPOLATED, ABOVE, BELOW = "measured", "interpolated", "above the measured range", "below the measured range"
+MEASURED, INTERPOLATED, ABOVE, BELOW = (
+    "measured",
+    "interpolated",
+    "above the measured range",
+    "below the measured range",
+)
 _EPS = 1e-9
 _FIXED_POINT_ROUNDS = 100
 
@@ -29,10 +35,10 @@ class CurvePoint:
     """One measured closed-loop step."""
 
     concurrency: float
-    output_tps: float            # output tokens/s, all streams together
-    user_tps: float              # per-user tokens/s, p50
-    e2e: float                   # mean E2E, seconds (Little's law)
-    values: dict[str, float] = field(default_factory=dict)   # objective text -> measured value
+    output_tps: float  # output tokens/s, all streams together
+    user_tps: float  # per-user tokens/s, p50
+    e2e: float  # mean E2E, seconds (Little's law)
+    values: dict[str, float] = field(default_factory=dict)  # objective text -> measured value
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,8 @@ class Limit:
     """The highest concurrency one objective allows, and how it was found."""
 
     objective: str
-    concurrency: float           # NaN: even the lowest measured step breaches it
-    how: str                     # interpolated | measured (the top step still meets it: at least) | below ...
+    concurrency: float  # NaN: even the lowest measured step breaches it
+    how: str  # interpolated | measured (the top step still meets it: at least) | below ...
 
 
 @dataclass(frozen=True)
@@ -58,18 +64,18 @@ class CapacityPlan:
     """The answer of `loadlab plan` (NaN where the curve does not reach)."""
 
     users: int
-    think_time: float            # mean seconds between a user's requests
+    think_time: float  # mean seconds between a user's requests
     busy_share: float
-    streams: float               # active streams, all replicas together
-    capacity: float              # highest concurrency one replica serves within the SLOs
+    streams: float  # active streams, all replicas together
+    capacity: float  # highest concurrency one replica serves within the SLOs
     capacity_how: str
     limits: list[Limit]
-    replicas: int | None         # None: no capacity known (SLO breached at the lowest step)
-    per_replica: float           # streams per replica with that many replicas
-    user_tps: Reading            # per-user tokens/s at `per_replica`
-    streams_one_replica: float   # the streams if all N users hit one replica (E2E held at the top beyond it)
-    user_tps_one_replica: Reading   # ... and the per-user tokens/s there
-    output_tps: Reading          # per replica at `per_replica`
+    replicas: int | None  # None: no capacity known (SLO breached at the lowest step)
+    per_replica: float  # streams per replica with that many replicas
+    user_tps: Reading  # per-user tokens/s at `per_replica`
+    streams_one_replica: float  # the streams if all N users hit one replica (E2E held at the top beyond it)
+    user_tps_one_replica: Reading  # ... and the per-user tokens/s there
+    output_tps: Reading  # per replica at `per_replica`
     measured_range: tuple[float, float]
 
 
@@ -83,7 +89,7 @@ def read_curve(points: list[CurvePoint], concurrency: float, value_of: Callable[
     for point in points:
         if abs(concurrency - point.concurrency) <= _EPS:
             return Reading(value_of(point), MEASURED)
-    lo, hi = next((a, b) for a, b in zip(points, points[1:]) if a.concurrency < concurrency < b.concurrency)
+    lo, hi = next((a, b) for a, b in itertools.pairwise(points) if a.concurrency < concurrency < b.concurrency)
     share = (concurrency - lo.concurrency) / (hi.concurrency - lo.concurrency)
     return Reading(value_of(lo) + share * (value_of(hi) - value_of(lo)), INTERPOLATED)
 
@@ -129,8 +135,9 @@ def streams_per(points: list[CurvePoint], users: int, think_time: float, replica
     return streams
 
 
-def plan_capacity(points: list[CurvePoint], users: int, think_time: float,
-                  objectives: tuple[Objective, ...]) -> CapacityPlan:
+def plan_capacity(
+    points: list[CurvePoint], users: int, think_time: float, objectives: tuple[Objective, ...]
+) -> CapacityPlan:
     """The capacity plan for `users` users with mean think time `think_time` (see the module's
     docstring). Without objectives a replica's capacity is the step of highest throughput."""
     points = sorted(points, key=lambda p: p.concurrency)
@@ -155,8 +162,18 @@ def plan_capacity(points: list[CurvePoint], users: int, think_time: float,
     user_tps = read_curve(points, per_replica, lambda p: p.user_tps) if replicas else Reading(math.nan, BELOW)
     output_tps = read_curve(points, per_replica, lambda p: p.output_tps) if replicas else Reading(math.nan, BELOW)
     return CapacityPlan(
-        users=users, think_time=think_time, busy_share=streams / users, streams=streams, capacity=capacity,
-        capacity_how=how, limits=limits, replicas=replicas, per_replica=per_replica, user_tps=user_tps,
-        streams_one_replica=alone, user_tps_one_replica=read_curve(points, alone, lambda p: p.user_tps),
+        users=users,
+        think_time=think_time,
+        busy_share=streams / users,
+        streams=streams,
+        capacity=capacity,
+        capacity_how=how,
+        limits=limits,
+        replicas=replicas,
+        per_replica=per_replica,
+        user_tps=user_tps,
+        streams_one_replica=alone,
+        user_tps_one_replica=read_curve(points, alone, lambda p: p.user_tps),
         output_tps=output_tps,
-        measured_range=(points[0].concurrency, points[-1].concurrency))
+        measured_range=(points[0].concurrency, points[-1].concurrency),
+    )

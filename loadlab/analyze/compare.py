@@ -21,13 +21,22 @@ from loadlab.metrics.slo import METRICS
 
 # What `loadlab compare` and the gate's baseline check compare: (metric, statistic).
 COMPARED: tuple[tuple[str, str], ...] = (
-    ("ttft", "p50"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p99"), ("tpot", "p50"),
-    ("e2e", "p50"), ("e2e", "p99"), ("tps_user", "p50"), ("output_tps", ""), ("rps", ""))
-REPLICATES = 400          # bootstrap replicates
-MAX_VALUES = 20_000       # values per bootstrap (a random subset beyond it) to bound memory
-MIN_TAIL = 5             # a percentile needs this many values beyond it (p99: 500 values) to be compared
-MIN_WINDOWS = 4           # rates: at least this many windows, else no interval
-WINDOW_S = 1.0            # rates: window length, stretched so there are at most MAX_WINDOWS
+    ("ttft", "p50"),
+    ("ttft", "p99"),
+    ("itl", "p50"),
+    ("itl", "p99"),
+    ("tpot", "p50"),
+    ("e2e", "p50"),
+    ("e2e", "p99"),
+    ("tps_user", "p50"),
+    ("output_tps", ""),
+    ("rps", ""),
+)
+REPLICATES = 400  # bootstrap replicates
+MAX_VALUES = 20_000  # values per bootstrap (a random subset beyond it) to bound memory
+MIN_TAIL = 5  # a percentile needs this many values beyond it (p99: 500 values) to be compared
+MIN_WINDOWS = 4  # rates: at least this many windows, else no interval
+WINDOW_S = 1.0  # rates: window length, stretched so there are at most MAX_WINDOWS
 MAX_WINDOWS = 120
 CONFIDENCE = 0.95
 # Settings whose difference makes two runs' workloads differ (listed, not refused).
@@ -41,16 +50,16 @@ class Change:
     """One metric of one step: baseline vs new, relative change, its interval and the call."""
 
     step: str
-    metric: str               # e.g. ttft_p99, output_tps
+    metric: str  # e.g. ttft_p99, output_tps
     unit: str
     higher_is_better: bool
     base: float
     new: float
-    change: float             # new / base − 1 (NaN when not comparable)
-    low: float                # the 95 % interval of `change`
+    change: float  # new / base − 1 (NaN when not comparable)
+    low: float  # the 95 % interval of `change`
     high: float
-    noise: float              # relative split-half noise of the runs
-    call: str                 # regression | improvement | no change | not comparable
+    noise: float  # relative split-half noise of the runs
+    call: str  # regression | improvement | no change | not comparable
 
 
 @dataclass
@@ -60,7 +69,7 @@ class Comparison:
     base: str
     new: str
     changes: list[Change]
-    differences: list[str] = field(default_factory=list)   # workload settings, unmatched steps
+    differences: list[str] = field(default_factory=list)  # workload settings, unmatched steps
 
 
 def judge(low: float, high: float, noise: float, higher_is_better: bool, max_regression: float = 0.0) -> str:
@@ -68,7 +77,7 @@ def judge(low: float, high: float, noise: float, higher_is_better: bool, max_reg
     beyond the noise (and, for a regression, beyond the allowed `max_regression` too)."""
     if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(noise)):
         return NOT_COMPARABLE
-    worse_low, worse_high = (-high, -low) if higher_is_better else (low, high)   # > 0 means worse
+    worse_low, worse_high = (-high, -low) if higher_is_better else (low, high)  # > 0 means worse
     if worse_low > max(noise, max_regression):
         return REGRESSION
     if worse_high < -noise:
@@ -82,16 +91,21 @@ def compare_runs(base: RunValues, new: RunValues, max_regression: float = 0.0, s
     rng = np.random.default_rng(seed)
     base_steps = {s.label: s for s in base.steps}
     new_steps = {s.label: s for s in new.steps}
-    changes = [_change(b, new_steps[label], metric, stat, max_regression, rng)
-               for label, b in base_steps.items() if label in new_steps for metric, stat in COMPARED]
+    changes = [
+        _change(b, new_steps[label], metric, stat, max_regression, rng)
+        for label, b in base_steps.items()
+        if label in new_steps
+        for metric, stat in COMPARED
+    ]
     differences = _config_differences(base.summary.path, new.summary.path, base.config, new.config)
     differences += [f"step '{label}' only in {base.summary.path}" for label in base_steps if label not in new_steps]
     differences += [f"step '{label}' only in {new.summary.path}" for label in new_steps if label not in base_steps]
     return Comparison(base.summary.path, new.summary.path, changes, differences)
 
 
-def _change(base: StepValues, new: StepValues, metric: str, stat: str, max_regression: float,
-            rng: np.random.Generator) -> Change:
+def _change(
+    base: StepValues, new: StepValues, metric: str, stat: str, max_regression: float, rng: np.random.Generator
+) -> Change:
     definition = METRICS[metric]
     b, n = base.value(metric, stat), new.value(metric, stat)
     change = n / b - 1 if b and math.isfinite(b) and math.isfinite(n) else math.nan
@@ -100,14 +114,24 @@ def _change(base: StepValues, new: StepValues, metric: str, stat: str, max_regre
         ratios = n_reps / b_reps - 1
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = (np.percentile(ratios, [tail, 100 - tail]) if ratios.size >= REPLICATES // 2
-                 else (math.nan, math.nan))
+    low, high = np.percentile(ratios, [tail, 100 - tail]) if ratios.size >= REPLICATES // 2 else (math.nan, math.nan)
     noise = max(_split_half(base, metric, stat), _split_half(new, metric, stat))
     name = f"{metric}_{stat}" if stat else metric
-    return Change(base.label, name, definition.unit, definition.higher_is_better, b, n, change,
-                  float(low), float(high), noise,
-                  judge(float(low), float(high), noise, definition.higher_is_better, max_regression)
-                  if math.isfinite(change) else NOT_COMPARABLE)
+    return Change(
+        base.label,
+        name,
+        definition.unit,
+        definition.higher_is_better,
+        b,
+        n,
+        change,
+        float(low),
+        float(high),
+        noise,
+        judge(float(low), float(high), noise, definition.higher_is_better, max_regression)
+        if math.isfinite(change)
+        else NOT_COMPARABLE,
+    )
 
 
 def _replicates(step: StepValues, metric: str, stat: str, rng: np.random.Generator) -> np.ndarray:
@@ -138,7 +162,7 @@ def weighted_bootstrap(values: np.ndarray, owner: np.ndarray, stat: str, rng: np
     # How often each replicate drew each request: one bincount over all replicates at once.
     drawn = rng.integers(0, owners, (REPLICATES, owners)) + np.arange(REPLICATES)[:, None] * owners
     draws = np.bincount(drawn.ravel(), minlength=REPLICATES * owners).reshape(REPLICATES, owners).astype(np.int32)
-    weights = draws[:, owner]                                   # replicates x values
+    weights = draws[:, owner]  # replicates x values
     total = weights.sum(axis=1)
     if stat == "mean":
         return (weights * values).sum(axis=1) / np.where(total > 0, total, np.nan)
@@ -183,11 +207,14 @@ def _split_half(step: StepValues, metric: str, stat: str) -> float:
         rates = _window_rates(step, metric)
         if rates.size < MIN_WINDOWS:
             return math.nan
-        halves = float(rates[:rates.size // 2].mean()), float(rates[rates.size // 2:].mean())
+        halves = float(rates[: rates.size // 2].mean()), float(rates[rates.size // 2 :].mean())
     return abs(halves[0] - halves[1]) / abs(whole) if whole else math.nan
 
 
 def _config_differences(base_path: str, new_path: str, base: dict, new: dict) -> list[str]:
     """The workload settings that differ between the two runs' configs, one line each."""
-    return [f"{key}: {base.get(key)!r} in {base_path}, {new.get(key)!r} in {new_path}"
-            for key in WORKLOAD_KEYS if base.get(key) != new.get(key)]
+    return [
+        f"{key}: {base.get(key)!r} in {base_path}, {new.get(key)!r} in {new_path}"
+        for key in WORKLOAD_KEYS
+        if base.get(key) != new.get(key)
+    ]

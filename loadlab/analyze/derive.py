@@ -91,13 +91,23 @@ def _client_side(d: StepData) -> None:
         d.put("ttft_p50", percentile(ok["ttft"].to_numpy(float), 50), "s", requests, CLIENT)
         d.put("e2e_p50", percentile(ok["e2e"].to_numpy(float), 50), "s", requests, CLIENT)
         d.put("tpot_p50", percentile(ok["tpot"].to_numpy(float), 50), "s", requests, CLIENT)
-        d.put("tokens_per_s_per_user_p50", percentile(ok["user_tokens_per_s"].to_numpy(float), 50),
-              "tokens/s", requests, CLIENT)
+        d.put(
+            "tokens_per_s_per_user_p50",
+            percentile(ok["user_tokens_per_s"].to_numpy(float), 50),
+            "tokens/s",
+            requests,
+            CLIENT,
+        )
         e2e = ok["e2e"].to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             decode = (e2e - ok["ttft"].to_numpy(float)) / e2e
-        d.put("decode_share", float(np.nanmean(decode)) if np.isfinite(decode).any() else math.nan,
-              "fraction", requests, CLIENT)
+        d.put(
+            "decode_share",
+            float(np.nanmean(decode)) if np.isfinite(decode).any() else math.nan,
+            "fraction",
+            requests,
+            CLIENT,
+        )
     sent = req[w.contains(req["send_time"])]
     if len(sent):
         errors = sent["error"].fillna("")
@@ -106,8 +116,13 @@ def _client_side(d: StepData) -> None:
     # The client self-check of loadlab.analyze.summary, over the step (the same figures the
     # summary's CLIENT-LIMITED flag used).
     for name, value in d.summary.client.values.items():
-        d.put(name, value, "fraction" if name.endswith("ratio") else ("cores" if "cpu" in name else "s"),
-              ["client." + name], CLIENT)
+        d.put(
+            name,
+            value,
+            "fraction" if name.endswith("ratio") else ("cores" if "cpu" in name else "s"),
+            ["client." + name],
+            CLIENT,
+        )
 
 
 def _server_side(d: StepData) -> None:
@@ -136,8 +151,10 @@ def _server_side(d: StepData) -> None:
         d.put("preemptions_per_min", preempted / d.window.seconds * 60, "1/min", [sig.PREEMPTIONS], SERVER)
         step_time = window_increase(s, sig.STEP_TIME + "_sum", bins)
         d.put("engine_busy", step_time / d.window.seconds, "fraction", [sig.STEP_TIME + "_sum"], SERVER)
-    hist = {name: window_histogram(s, name, bins)
-            for name in (sig.TTFT, sig.QUEUE_TIME, sig.ITL, sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.STEP_TIME)}
+    hist = {
+        name: window_histogram(s, name, bins)
+        for name in (sig.TTFT, sig.QUEUE_TIME, sig.ITL, sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.STEP_TIME)
+    }
     ttft, queue, itl = hist[sig.TTFT], hist[sig.QUEUE_TIME], hist[sig.ITL]
     if ttft is not None:
         d.put("server_ttft_p50", ttft.quantile(0.5), "s", [sig.TTFT], SERVER)
@@ -150,18 +167,30 @@ def _server_side(d: StepData) -> None:
                 d.put("ttft_outside_share", outside / ttft.mean, "ratio", ["client.ttft", sig.TTFT], SERVER)
     if queue is not None:
         d.put("queue_time_mean", queue.mean, "s", [sig.QUEUE_TIME], SERVER)
-        client_ttft = d.derived.get("ttft_p50")
-        base = ttft.mean if ttft is not None else (client_ttft.value if client_ttft else math.nan)
-        d.put("queue_share", queue.mean / base if base > 0 else math.nan, "fraction",
-              [sig.QUEUE_TIME, sig.TTFT if ttft is not None else "client.ttft"], SERVER)
+        client_p50 = d.derived.get("ttft_p50")
+        base = ttft.mean if ttft is not None else (client_p50.value if client_p50 else math.nan)
+        d.put(
+            "queue_share",
+            queue.mean / base if base > 0 else math.nan,
+            "fraction",
+            [sig.QUEUE_TIME, sig.TTFT if ttft is not None else "client.ttft"],
+            SERVER,
+        )
     if itl is not None:
         d.put("server_itl_p50", itl.quantile(0.5), "s", [sig.ITL], SERVER)
-    for name, key, unit in ((sig.TOKENS_PER_STEP, "tokens_per_step", "tokens"), (sig.BATCH_SIZE, "batch_size", "sequences"),
-                            (sig.STEP_TIME, "step_time", "s")):
-        if hist[name] is not None:
-            d.put(f"{key}_mean", hist[name].mean, unit, [name], SERVER)
-    parts = [near(s.of(sig.COLLECTIVE_TIME + "_sum"), bins), near(s.of(sig.STEP_TIME + "_sum"), bins),
-             near(s.of(NCCL_COLLECTIVE_SECONDS, ("nccl",)), bins)]
+    for name, key, unit in (
+        (sig.TOKENS_PER_STEP, "tokens_per_step", "tokens"),
+        (sig.BATCH_SIZE, "batch_size", "sequences"),
+        (sig.STEP_TIME, "step_time", "s"),
+    ):
+        histogram = hist[name]
+        if histogram is not None:
+            d.put(f"{key}_mean", histogram.mean, unit, [name], SERVER)
+    parts = [
+        near(s.of(sig.COLLECTIVE_TIME + "_sum"), bins),
+        near(s.of(sig.STEP_TIME + "_sum"), bins),
+        near(s.of(NCCL_COLLECTIVE_SECONDS, ("nccl",)), bins),
+    ]
     share = collective_share(pd.concat(parts, ignore_index=True), bins)[0]
     d.put("collective_share", share, "fraction", [sig.COLLECTIVE_TIME, sig.STEP_TIME], SERVER)
     d.put("prefix_cache_hit_rate", _prefix_hit_rate(s, d.window), "fraction", ["vllm:prefix_cache_hits"], SERVER)
@@ -171,8 +200,13 @@ def _gpu_side(d: StepData) -> None:
     for name in (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_TENSOR_ACTIVE, sig.GPU_DRAM_ACTIVE, "gpu_clock_slowdown"):
         values = _in_window(d.samples.of(name, GPU_SOURCES), d.window)["value"].to_numpy(float)
         if values.size:
-            d.put(name if name != "gpu_clock_slowdown" else "gpu_clock_slowdown_share", values.mean(),
-                  "fraction", [name], GPU)
+            d.put(
+                name if name != "gpu_clock_slowdown" else "gpu_clock_slowdown_share",
+                values.mean(),
+                "fraction",
+                [name],
+                GPU,
+            )
 
 
 def _host_side(d: StepData) -> None:
@@ -205,7 +239,7 @@ def _slope(s: SampleIndex, window: Window) -> float:
 
 def _prefix_hit_rate(s: SampleIndex, window: Window) -> float:
     bins = window.as_bins()
-    for queries_name, hits_name in zip(PREFIX_QUERIES, PREFIX_HITS):
+    for queries_name, hits_name in zip(PREFIX_QUERIES, PREFIX_HITS, strict=True):
         queries = window_increase(s, queries_name, bins)
         if queries > 0:
             return window_increase(s, hits_name, bins) / queries

@@ -34,8 +34,10 @@ class SampleIndex:
         # of a long run move small integer codes instead of strings.
         samples = samples.astype({"labels": "category", "source": "category", "signal": "category"})
         self._empty = samples.iloc[0:0]
-        self._by_signal = {str(name): df.sort_values("time", kind="stable")
-                           for name, df in samples.groupby("signal", sort=False, observed=True)}
+        self._by_signal = {
+            str(name): df.sort_values("time", kind="stable")
+            for name, df in samples.groupby("signal", sort=False, observed=True)
+        }
 
     def of(self, signal: str, sources: tuple[str, ...] = SERVER_SOURCES) -> pd.DataFrame:
         """The samples of `signal` from the first of `sources` that has any, sorted by time."""
@@ -102,9 +104,12 @@ def window_histogram(index: SampleIndex, signal: str, bins: Bins) -> WindowHisto
     # Buckets are scraped one by one, so a later bucket can lag an earlier one by an observation:
     # keep the counts monotone, as PromQL does.
     cumulative_counts = np.maximum.accumulate(np.asarray(cumulative)[order])
-    return WindowHistogram(bounds=np.asarray(bounds)[order], cumulative=cumulative_counts,
-                           count=_increase(index, signal + "_count", bins, cumulative_counts[-1]),
-                           sum=_increase(index, signal + "_sum", bins, math.nan))
+    return WindowHistogram(
+        bounds=np.asarray(bounds)[order],
+        cumulative=cumulative_counts,
+        count=_increase(index, signal + "_count", bins, cumulative_counts[-1]),
+        sum=_increase(index, signal + "_sum", bins, math.nan),
+    )
 
 
 def window_increase(index: SampleIndex, signal: str, bins: Bins) -> float:
@@ -120,7 +125,7 @@ def near(series: pd.DataFrame, bins: Bins) -> pd.DataFrame:
     t = series["time"].to_numpy(float)
     first = int(np.searchsorted(t, bins.start, side="left"))
     low = int(np.searchsorted(t, t[first - 1], side="left")) if first > 0 else 0
-    return series.iloc[low:int(np.searchsorted(t, bins.edges[-1], side="right"))]
+    return series.iloc[low : int(np.searchsorted(t, bins.edges[-1], side="right"))]
 
 
 def _increase(index: SampleIndex, signal: str, bins: Bins, fallback: float) -> float:

@@ -80,11 +80,14 @@ def interval_totals(series: pd.DataFrame, bins: Bins, cumulative: bool = True) -
     (NCCL Inspector's `collective_seconds`). Series are summed within a rank (label `rank`) and
     ranks averaged: they run their steps and collectives side by side.
     """
-    return grouped_interval_totals(series, bins, np.zeros(len(series)), cumulative).get(0.0, np.full(bins.count, np.nan))
+    return grouped_interval_totals(series, bins, np.zeros(len(series)), cumulative).get(
+        0.0, np.full(bins.count, np.nan)
+    )
 
 
-def grouped_interval_totals(series: pd.DataFrame, bins: Bins, groups: np.ndarray,
-                            cumulative: bool = True) -> dict[object, np.ndarray]:
+def grouped_interval_totals(
+    series: pd.DataFrame, bins: Bins, groups: np.ndarray, cumulative: bool = True
+) -> dict[object, np.ndarray]:
     """`interval_totals` of each group of rows at once (`groups`: one key per row, e.g. a
     histogram's bucket bound), in numpy: pandas' per-call cost, paid once per bucket, made the
     live verdict (loadlab.conductor.liveverdict) cost a third of a core."""
@@ -102,8 +105,11 @@ def grouped_interval_totals(series: pd.DataFrame, bins: Bins, groups: np.ndarray
         previous[by_series[1:][same]] = values[by_series[:-1][same]]
         increase = values - previous
         amounts = np.where(np.isnan(previous), 0.0, np.where(increase < 0, values, increase))
-    rank_codes, ranks = pd.factorize(np.asarray([json.loads(text).get("rank", "") for text in labels],
-                                                dtype=object)[label_codes] if len(labels) else np.empty(0, object))
+    rank_codes, ranks = pd.factorize(
+        np.asarray([json.loads(text).get("rank", "") for text in labels], dtype=object)[label_codes]
+        if len(labels)
+        else np.empty(0, object)
+    )
     i = bins.index(series["time"].to_numpy(float)[order])
     keep = i >= 0
     shape = (len(keys), bins.count, max(len(ranks), 1))
@@ -111,7 +117,7 @@ def grouped_interval_totals(series: pd.DataFrame, bins: Bins, groups: np.ndarray
     sums = np.bincount(flat, weights=amounts[keep], minlength=int(np.prod(shape))).reshape(shape)
     ranks_seen = (np.bincount(flat, minlength=int(np.prod(shape))).reshape(shape) > 0).sum(axis=2)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_key = np.where(ranks_seen > 0, sums.sum(axis=2) / ranks_seen, np.nan)   # ranks averaged
+        per_key = np.where(ranks_seen > 0, sums.sum(axis=2) / ranks_seen, np.nan)  # ranks averaged
     return {key: per_key[k] for k, key in enumerate(keys)}
 
 
@@ -123,7 +129,7 @@ def collective_share(samples: pd.DataFrame, bins: Bins) -> np.ndarray:
     of the step-time histogram's `_sum` (the reference server's `loadlab_server_step_seconds`).
     """
     collective = interval_totals(pick_source(samples, sig.COLLECTIVE_TIME + "_sum", SERVER_SOURCES), bins)
-    if np.all(np.isnan(collective)):   # no engine histogram: NCCL Inspector's estimate, if any
+    if np.all(np.isnan(collective)):  # no engine histogram: NCCL Inspector's estimate, if any
         nccl = pick_source(samples, NCCL_COLLECTIVE_SECONDS, ("nccl",))
         collective = interval_totals(nccl, bins, cumulative=False)
     step = interval_totals(pick_source(samples, sig.STEP_TIME + "_sum", SERVER_SOURCES), bins)

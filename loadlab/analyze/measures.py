@@ -27,9 +27,9 @@ class StepValues:
     ordered by send time (request i of every array is the same request)."""
 
     summary: StepSummary
-    per_request: dict[str, np.ndarray]   # ttft, tpot, e2e, tps_user (NaN where undefined)
-    itl: np.ndarray                      # every inter-token gap of those requests ...
-    itl_owner: np.ndarray                # ... and the index of the request it belongs to
+    per_request: dict[str, np.ndarray]  # ttft, tpot, e2e, tps_user (NaN where undefined)
+    itl: np.ndarray  # every inter-token gap of those requests ...
+    itl_owner: np.ndarray  # ... and the index of the request it belongs to
     end_times: np.ndarray
     out_tokens: np.ndarray
 
@@ -56,7 +56,7 @@ class StepValues:
         if metric == "error_rate":
             judged = s.sent - s.aborted
             return s.failed / judged if judged > 0 else math.nan
-        if s.slo_met is None:     # goodput without per-request objectives
+        if s.slo_met is None:  # goodput without per-request objectives
             return math.nan
         if share:
             return s.slo_met / s.sent if s.sent else math.nan
@@ -109,7 +109,12 @@ def measure(run: RunData, slo: Slo | None = None) -> RunValues:
             itl=np.concatenate(gaps) if gaps else np.empty(0),
             itl_owner=np.repeat(np.arange(len(gaps)), sizes),
             end_times=rows["end_time"].to_numpy(dtype=float),
-            out_tokens=rows["out_tokens"].to_numpy(dtype=float))
+            out_tokens=rows["out_tokens"].to_numpy(dtype=float),
+        )
 
-    return RunValues(summary=summary, steps=[values_of(s) for s in summary.steps],
-                     overall=values_of(summary.overall), config=run.meta.config)
+    return RunValues(
+        summary=summary,
+        steps=[values_of(s) for s in summary.steps],
+        overall=values_of(summary.overall),
+        config=run.meta.config,
+    )

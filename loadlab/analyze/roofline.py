@@ -41,7 +41,7 @@ GPU_SPECS: dict[str, tuple[float, float]] = {
 DEFAULT_RIDGE = 250.0
 # Labels that name the GPU model on GPU samples (dcgm-exporter's `modelName`).
 GPU_NAME_LABELS = ("modelName", "gpu_name", "name")
-SUB_INTERVAL = 2.0        # seconds per point of the step-time fit: two 1 s scrapes (judgement)
+SUB_INTERVAL = 2.0  # seconds per point of the step-time fit: two 1 s scrapes (judgement)
 MIN_FIT_POINTS = 3
 
 
@@ -91,7 +91,7 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
 
 
 def _load_per_step(samples: SampleIndex, x_signal: str, bins: Bins) -> np.ndarray:
-    if x_signal == sig.REQUESTS_RUNNING:   # a gauge: its mean over each interval
+    if x_signal == sig.REQUESTS_RUNNING:  # a gauge: its mean over each interval
         df = samples.of(x_signal)
         per_scrape = df.groupby("time")["value"].sum()
         return _bins_mean(bins, per_scrape.index.to_numpy(float), per_scrape.to_numpy(float))
@@ -115,11 +115,11 @@ class WorkRates:
 
     flops_per_s: float
     bytes_per_s: float
-    gpu: str              # the GPU model found in the samples ("" when none)
-    mfu: float            # NaN without a known GPU
+    gpu: str  # the GPU model found in the samples ("" when none)
+    mfu: float  # NaN without a known GPU
     mbu: float
-    intensity: float      # FLOPs per byte
-    ridge: float          # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
+    intensity: float  # FLOPs per byte
+    ridge: float  # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
 
 
 def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
@@ -135,10 +135,15 @@ def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
     gpu = gpu_model(samples)
     spec = next((v for k, v in GPU_SPECS.items() if k in gpu.upper()), None)
     peak_flops, peak_bytes = spec if spec else (math.nan, math.nan)
-    return WorkRates(flops_per_s=flops_per_s, bytes_per_s=bytes_per_s, gpu=gpu,
-                     mfu=flops_per_s / peak_flops, mbu=bytes_per_s / peak_bytes,
-                     intensity=flops / moved if moved > 0 else math.nan,
-                     ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan))
+    return WorkRates(
+        flops_per_s=flops_per_s,
+        bytes_per_s=bytes_per_s,
+        gpu=gpu,
+        mfu=flops_per_s / peak_flops,
+        mbu=bytes_per_s / peak_bytes,
+        intensity=flops / moved if moved > 0 else math.nan,
+        ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan),
+    )
 
 
 def _has_gpu(samples: SampleIndex) -> bool:

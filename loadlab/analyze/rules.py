@@ -25,9 +25,9 @@ from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_D
 
 CLIENT, KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "client", "kv_capacity", "memory_bandwidth", "compute"
 SCHEDULING, NETWORK, INSUFFICIENT_DATA = "scheduling", "network", "insufficient_data"
-RUNNER_UP_WITHIN = 0.15     # report the second class when its confidence is this close
-MIN_SCORE = 0.5             # the best class must score at least this to be named
-MIN_COVERAGE = 0.15         # ... with at least this share of its evidence measured
+RUNNER_UP_WITHIN = 0.15  # report the second class when its confidence is this close
+MIN_SCORE = 0.5  # the best class must score at least this to be named
+MIN_COVERAGE = 0.15  # ... with at least this share of its evidence measured
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,14 @@ class Term:
     """One piece of evidence: FOR the class when `quantity` is on the `op` side of `threshold`."""
 
     quantity: str
-    op: str                  # ">=" or "<="
+    op: str  # ">=" or "<="
     threshold: float
-    ramp: float              # half-width of the score's ramp around the threshold
+    ramp: float  # half-width of the score's ramp around the threshold
     weight: float
-    needs: str               # which collector measures it (a key of NEEDS)
-    key: bool = False        # the class cannot bind without this evidence
-    any_of: str = ""         # the class cannot bind without one term of this group
-    strain: bool = False     # client only: a warning sign, not an effect that decides the class
+    needs: str  # which collector measures it (a key of NEEDS)
+    key: bool = False  # the class cannot bind without this evidence
+    any_of: str = ""  # the class cannot bind without one term of this group
+    strain: bool = False  # client only: a warning sign, not an effect that decides the class
 
     def score(self, value: float) -> float:
         """0..1: how far `value` is on the class's side of the threshold."""
@@ -53,54 +53,72 @@ class Term:
 @dataclass(frozen=True)
 class Rule:
     constraint: str
-    combine: str             # "mean": weighted mean capped by key terms; "any": the strongest term
+    combine: str  # "mean": weighted mean capped by key terms; "any": the strongest term
     terms: tuple[Term, ...]
 
 
 S, G, C, W, F = "server", "gpu", "client", "steps", "mfu"
 RULES: tuple[Rule, ...] = (
-    Rule(CLIENT, "any", (
-        Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C, strain=True),
-        Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C, strain=True),
-        Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
-        Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
-        Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
-        Term("ttft_outside_share", ">=", 1.0, 0.25, 1, C),
-    )),
-    Rule(KV_CAPACITY, "mean", (
-        Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
-        Term("waiting_mean", ">=", 1.0, 0.5, 1, S),
-        Term("preemptions_per_min", ">=", 1.0, 0.5, 0.5, S),
-    )),
-    Rule(SCHEDULING, "mean", (
-        Term("waiting_mean", ">=", 1.0, 0.5, 1, S, key=True),
-        Term("queue_share", ">=", 0.5, 0.1, 1, S),
-        Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
-        Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
-        Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
-        Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
-        Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
-    )),
-    Rule(NETWORK, "mean", (
-        Term("collective_share", ">=", 0.3, 0.15, 2, S, key=True),
-    )),
-    Rule(MEMORY_BANDWIDTH, "mean", (
-        Term("decode_share", ">=", 0.5, 0.15, 1, C),
-        Term("step_time_fixed_share", ">=", 0.6, 0.1, 1.5, W),
-        Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
-        Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
-        Term("mbu", ">=", 0.6, 0.1, 1, F),
-        Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, F),
-    )),
-    Rule(COMPUTE, "mean", (
-        Term("step_time_fixed_share", "<=", 0.4, 0.1, 1.5, W),
-        Term("decode_share", "<=", 0.5, 0.15, 1, C),
-        Term("queue_share", "<=", 0.1, 0.05, 0.5, S),
-        Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
-        Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
-        Term("mfu", ">=", 0.5, 0.1, 1, F),
-        Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, F),
-    )),
+    Rule(
+        CLIENT,
+        "any",
+        (
+            Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C, strain=True),
+            Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C, strain=True),
+            Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
+            Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
+            Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
+            Term("ttft_outside_share", ">=", 1.0, 0.25, 1, C),
+        ),
+    ),
+    Rule(
+        KV_CAPACITY,
+        "mean",
+        (
+            Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
+            Term("waiting_mean", ">=", 1.0, 0.5, 1, S),
+            Term("preemptions_per_min", ">=", 1.0, 0.5, 0.5, S),
+        ),
+    ),
+    Rule(
+        SCHEDULING,
+        "mean",
+        (
+            Term("waiting_mean", ">=", 1.0, 0.5, 1, S, key=True),
+            Term("queue_share", ">=", 0.5, 0.1, 1, S),
+            Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
+            Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
+            Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
+            Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
+            Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
+        ),
+    ),
+    Rule(NETWORK, "mean", (Term("collective_share", ">=", 0.3, 0.15, 2, S, key=True),)),
+    Rule(
+        MEMORY_BANDWIDTH,
+        "mean",
+        (
+            Term("decode_share", ">=", 0.5, 0.15, 1, C),
+            Term("step_time_fixed_share", ">=", 0.6, 0.1, 1.5, W),
+            Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
+            Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
+            Term("mbu", ">=", 0.6, 0.1, 1, F),
+            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, F),
+        ),
+    ),
+    Rule(
+        COMPUTE,
+        "mean",
+        (
+            Term("step_time_fixed_share", "<=", 0.4, 0.1, 1.5, W),
+            Term("decode_share", "<=", 0.5, 0.15, 1, C),
+            Term("queue_share", "<=", 0.1, 0.05, 0.5, S),
+            Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
+            Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
+            Term("mfu", ">=", 0.5, 0.1, 1, F),
+            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, F),
+        ),
+    ),
 )
 
 # What would have measured a missing term: the `missing` lines of a verdict.
@@ -108,7 +126,10 @@ NEEDS = {
     S: "server metrics: scrape the server's /metrics (--server-metrics URL; SGLang needs --enable-metrics)",
     G: "GPU counters: run on the GPU host (NVML/GPM) or pass --prometheus with dcgm-exporter (profiling fields on)",
     C: "client figures: more successful requests in the step",
-    W: "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) over steps of different load",
+    W: (
+        "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) "
+        "over steps of different load"
+    ),
     F: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (and name the GPU: dcgm-exporter's modelName)",
 }
 
@@ -122,7 +143,7 @@ class Evidence:
     value: float
     unit: str
     threshold: float
-    direction: str           # "for" | "against"
+    direction: str  # "for" | "against"
     weight: float
     source: str
     signals: list[str]
@@ -136,7 +157,7 @@ class ClassScore:
     coverage: float
     evidence: list[Evidence]
     missing: list[str]
-    strain: list[str] = field(default_factory=list)   # client only: strain terms past their threshold
+    strain: list[str] = field(default_factory=list)  # client only: strain terms past their threshold
 
     @property
     def confidence(self) -> float:
@@ -161,18 +182,28 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
             continue
         s = term.score(d.value)
         scored.append((term, s))
-        evidence.append(Evidence(
-            constraint=rule.constraint, name=term.quantity, value=d.value, unit=d.unit, threshold=term.threshold,
-            direction="for" if s >= 0.5 else "against", weight=term.weight, source=d.source, signals=d.signals,
-            text=f"{term.quantity.replace('_', ' ')} {format_value(d.value, d.unit)} "
-                 f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}"))
+        evidence.append(
+            Evidence(
+                constraint=rule.constraint,
+                name=term.quantity,
+                value=d.value,
+                unit=d.unit,
+                threshold=term.threshold,
+                direction="for" if s >= 0.5 else "against",
+                weight=term.weight,
+                source=d.source,
+                signals=d.signals,
+                text=f"{term.quantity.replace('_', ' ')} {format_value(d.value, d.unit)} "
+                f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}",
+            )
+        )
     total = sum(t.weight for t in possible) or 1.0
     measured = sum(t.weight for t, _ in scored)
     if not scored:
         return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
     if rule.combine == "any":
         effects = [(t, s) for t, s in scored if not t.strain]
-        strain = [e.text for (t, s), e in zip(scored, evidence) if t.strain and s >= 0.5]
+        strain = [e.text for (t, s), e in zip(scored, evidence, strict=True) if t.strain and s >= 0.5]
         score = max((s for _, s in effects), default=0.0)
         coverage = 1.0 if score >= 0.5 else measured / total
         return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing), strain)
@@ -184,7 +215,7 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
         score = min(score, max((s for t, s in scored if t.any_of == group), default=0.0))
     coverage = min(measured / total, 1.0)
     if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
-        coverage /= 2   # the deciding evidence is missing
+        coverage /= 2  # the deciding evidence is missing
     return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from loadlab.analyze.derive import Derived
 
 UNDER_LOADED, AT_KNEE, PAST_KNEE, OVERLOADED, UNKNOWN = "under_loaded", "at_knee", "past_knee", "overloaded", "unknown"
-KNEE_GAIN = 0.05            # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
-KNEE_LOAD_GROWTH = 0.25     # ... when the offered load grew at least this much (judgement)
-SCALING_EFFICIENCY = 0.5    # throughput growth / load growth at or above this still scales (judgement)
-REFUSED_SHARE = 0.05        # share of requests refused (429), timed out or 5xx: overloaded (judgement)
+KNEE_GAIN = 0.05  # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
+KNEE_LOAD_GROWTH = 0.25  # ... when the offered load grew at least this much (judgement)
+SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this still scales (judgement)
+REFUSED_SHARE = 0.05  # share of requests refused (429), timed out or 5xx: overloaded (judgement)
 OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: the queue grows (judgement)
-QUEUE_WAITING = 1.0         # mean requests waiting at which a step without a predecessor is past the knee
+QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecessor is past the knee
 
 
 @dataclass
@@ -53,7 +53,7 @@ def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
     for i in range(len(steps) - 1):
         if states[i].state == UNDER_LOADED and states[i + 1].state in (PAST_KNEE, OVERLOADED):
             states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales")
-    knee = next((s.index for s, st in zip(steps, states) if st.state == AT_KNEE), None)
+    knee = next((s.index for s, st in zip(steps, states, strict=True) if st.state == AT_KNEE), None)
     return states, knee
 
 

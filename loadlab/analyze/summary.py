@@ -29,8 +29,8 @@ from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory, StepInfo
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
-MIN_RATE_RATIO = 0.9            # open loop: achieved request rate / requested rate
-MIN_CONCURRENCY_RATIO = 0.8     # closed loop: achieved concurrency (Little's law) / users
+MIN_RATE_RATIO = 0.9  # open loop: achieved request rate / requested rate
+MIN_CONCURRENCY_RATIO = 0.8  # closed loop: achieved concurrency (Little's law) / users
 MAX_FAILED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a failing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
 
@@ -40,11 +40,11 @@ class TokenCheck:
     """Successful requests whose token counts disagree, or whose tokens were timed less exactly
     (counts of requests)."""
 
-    usage_missing: int = 0      # no usage.completion_tokens from the server (client count used)
-    usage_mismatch: int = 0     # usage.completion_tokens != content events counted by the client
-    over_max_tokens: int = 0    # more output tokens than max_tokens: the cap was not honoured
-    under_max_tokens: int = 0   # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
-    read_timed: int = 0         # timed when the client read them (TLS), not by the kernel's receive timestamps
+    usage_missing: int = 0  # no usage.completion_tokens from the server (client count used)
+    usage_mismatch: int = 0  # usage.completion_tokens != content events counted by the client
+    over_max_tokens: int = 0  # more output tokens than max_tokens: the cap was not honoured
+    under_max_tokens: int = 0  # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
+    read_timed: int = 0  # timed when the client read them (TLS), not by the kernel's receive timestamps
 
 
 @dataclass
@@ -53,7 +53,7 @@ class ClientCheck:
 
     limited: bool = False
     reasons: list[str] = field(default_factory=list)
-    values: dict[str, float] = field(default_factory=dict)   # the measured figures the checks used
+    values: dict[str, float] = field(default_factory=dict)  # the measured figures the checks used
 
 
 @dataclass
@@ -62,38 +62,40 @@ class StepSummary:
 
     index: int
     label: str
-    mode: str                   # closed | open | mixed (overall of a run with both)
-    target: float               # users (closed) or requests/s (open); NaN for overall of several steps
+    mode: str  # closed | open | mixed (overall of a run with both)
+    target: float  # users (closed) or requests/s (open); NaN for overall of several steps
     start_time: float
     end_time: float
-    window: float               # seconds the rates are computed over (warm-up excluded)
-    sent: int                   # non-warm-up requests: succeeded + failed + aborted
+    window: float  # seconds the rates are computed over (warm-up excluded)
+    sent: int  # non-warm-up requests: succeeded + failed + aborted
     succeeded: int
-    failed: int                 # failed requests, aborted ones not included
-    aborted: int                # still in flight when the run was stopped: not the server's failure
-    warmup: int                 # warm-up requests, stored but excluded from everything here
-    errors: dict[str, int]      # failed requests by ErrorCategory value (aborted not included)
-    requests_per_s: float       # succeeded / window
-    output_tokens: int          # of succeeded requests
+    failed: int  # failed requests, aborted ones not included
+    aborted: int  # still in flight when the run was stopped: not the server's failure
+    warmup: int  # warm-up requests, stored but excluded from everything here
+    errors: dict[str, int]  # failed requests by ErrorCategory value (aborted not included)
+    requests_per_s: float  # succeeded / window
+    output_tokens: int  # of succeeded requests
     output_tokens_per_s: float
-    ttft: Distribution          # from scheduled time (open loop) or send time (closed loop)
+    ttft: Distribution  # from scheduled time (open loop) or send time (closed loop)
     ttft_from_send: Distribution
     itl: Distribution
     tpot: Distribution
     e2e: Distribution
-    user_tokens_per_s: Distribution   # per-user speed, one value per request
-    start_delay: Distribution   # send − scheduled time
-    achieved: float             # closed: mean requests in flight (Little's law); open: sent requests/s
-    achieved_ratio: float       # achieved / target
+    user_tokens_per_s: Distribution  # per-user speed, one value per request
+    start_delay: Distribution  # send − scheduled time
+    achieved: float  # closed: mean requests in flight (Little's law); open: sent requests/s
+    achieved_ratio: float  # achieved / target
     tokens: TokenCheck
     client: ClientCheck
-    goodput: float | None = None    # requests/s meeting every SLO (None: no SLO given)
+    goodput: float | None = None  # requests/s meeting every SLO (None: no SLO given)
     slo_met: int | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StepSummary":
+    def from_dict(cls, d: dict[str, Any]) -> StepSummary:
         """Read back one entry of summary.json."""
-        kw = {k: (math.nan if v is None and k not in ("goodput", "slo_met") else v) for k, v in d.items()}
+        kw: dict[str, Any] = {
+            k: (math.nan if v is None and k not in ("goodput", "slo_met") else v) for k, v in d.items()
+        }
         for k in ("ttft", "ttft_from_send", "itl", "tpot", "e2e", "user_tokens_per_s", "start_delay"):
             kw[k] = Distribution.from_dict(d[k])
         kw["tokens"] = TokenCheck(**d["tokens"])
@@ -106,17 +108,17 @@ class RunSummary:
     """What summary.json holds: every step, the whole run, coverage and the client self-check."""
 
     path: str
-    status: str                 # running (cut off) | finished | degraded | interrupted | stopped | failed
+    status: str  # running (cut off) | finished | degraded | interrupted | stopped | failed
     cut_off: bool
     started_at: float
     ended_at: float
     steps: list[StepSummary]
     overall: StepSummary
-    client: ClientCheck         # any step limited; reasons name the step
+    client: ClientCheck  # any step limited; reasons name the step
     coverage: list[Coverage]
     slo: Slo | None = None
     warnings: list[str] = field(default_factory=list)
-    reason: str = ""            # why the run stopped or failed, or missed its error budget
+    reason: str = ""  # why the run stopped or failed, or missed its error budget
 
     @property
     def client_limited(self) -> bool:
@@ -127,11 +129,14 @@ class RunSummary:
         return json_safe({**asdict(self), "client_limited": self.client.limited})
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunSummary":
+    def from_dict(cls, d: dict[str, Any]) -> RunSummary:
         """Read back summary.json."""
         return cls(
-            path=d["path"], status=d["status"], cut_off=d["cut_off"],
-            started_at=float_or_nan(d["started_at"]), ended_at=float_or_nan(d["ended_at"]),
+            path=d["path"],
+            status=d["status"],
+            cut_off=d["cut_off"],
+            started_at=float_or_nan(d["started_at"]),
+            ended_at=float_or_nan(d["ended_at"]),
             steps=[StepSummary.from_dict(s) for s in d["steps"]],
             overall=StepSummary.from_dict(d["overall"]),
             client=ClientCheck(**d["client"]),
@@ -165,31 +170,56 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     for step in steps:
         in_step = requests[requests["step"] == step.index]
         window = _window(step, in_step)
-        step_summaries.append(_summarize(
-            in_step, step.index, step.label, step.mode, step.target, window, slo,
-            _client_check(in_step, step, window, client_samples, think_time), step.ramp_end))
+        step_summaries.append(
+            _summarize(
+                in_step,
+                step.index,
+                step.label,
+                step.mode,
+                step.target,
+                window,
+                slo,
+                _client_check(in_step, step, window, client_samples, think_time),
+                step.ramp_end,
+            )
+        )
 
     starts = [s.start_time for s in step_summaries if math.isfinite(s.start_time)]
     ends = [s.end_time for s in step_summaries if math.isfinite(s.end_time)]
-    overall_window = (min(starts, default=math.nan), max(ends, default=math.nan),
-                      sum(s.window for s in step_summaries))
+    overall_window = (min(starts, default=math.nan), max(ends, default=math.nan), sum(s.window for s in step_summaries))
     modes = {s.mode for s in steps}
     single = step_summaries[0] if len(step_summaries) == 1 else None
     overall = _summarize(
-        requests, -1, "overall", modes.pop() if len(modes) == 1 else "mixed",
-        single.target if single else math.nan, overall_window, slo,
-        _merge_checks(step_summaries), steps[0].ramp_end if single else math.nan)
+        requests,
+        -1,
+        "overall",
+        modes.pop() if len(modes) == 1 else "mixed",
+        single.target if single else math.nan,
+        overall_window,
+        slo,
+        _merge_checks(step_summaries),
+        steps[0].ramp_end if single else math.nan,
+    )
     if not single:
-        overall.achieved = overall.achieved_ratio = math.nan   # one target per step, none for the run
+        overall.achieved = overall.achieved_ratio = math.nan  # one target per step, none for the run
 
     warnings = list(run.meta.warnings) + list(run.warnings)
     if len(measured) == 0:
         warnings.append("no measured requests (all warm-up, or none recorded)")
-    return RunSummary(path=str(run.path), status=run.meta.status, cut_off=run.meta.cut_off,
-                      started_at=run.meta.started_at, ended_at=run.meta.ended_at,
-                      steps=step_summaries, overall=overall, client=overall.client,
-                      coverage=list(run.meta.coverage), slo=slo, warnings=warnings,
-                      reason=run.meta.reason)
+    return RunSummary(
+        path=str(run.path),
+        status=run.meta.status,
+        cut_off=run.meta.cut_off,
+        started_at=run.meta.started_at,
+        ended_at=run.meta.ended_at,
+        steps=step_summaries,
+        overall=overall,
+        client=overall.client,
+        coverage=list(run.meta.coverage),
+        slo=slo,
+        warnings=warnings,
+        reason=run.meta.reason,
+    )
 
 
 def steps_of(run: RunData) -> list[StepInfo]:
@@ -226,12 +256,13 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["start_delay"] = df["send_time"] - df["scheduled_time"]
     df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
-    decode = df["end_time"] - df["first_token_time"]    # E2E − TTFT
+    decode = df["end_time"] - df["first_token_time"]  # E2E − TTFT
     df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
-    if df["token_times"].isna().all():   # left out when loading (load_run's `without`): no gaps, no loop
-        df["gaps"] = [np.empty(0)] * len(df)
+    if df["token_times"].isna().all():  # left out when loading (load_run's `without`): no gaps, no loop
+        gaps: list[np.ndarray] = [np.empty(0)] * len(df)
     else:
-        df["gaps"] = [inter_token_gaps(t) for t in df["token_times"]]
+        gaps = [inter_token_gaps(t) for t in df["token_times"]]
+    df["gaps"] = pd.Series(gaps, index=df.index, dtype=object)
     return df
 
 
@@ -254,9 +285,17 @@ def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]
     return float(start), float(end), max(float(seconds), 0.0)
 
 
-def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: float,
-               window: tuple[float, float, float], slo: Slo | None, client: ClientCheck,
-               ramp_end: float = math.nan) -> StepSummary:
+def _summarize(
+    df: pd.DataFrame,
+    index: int,
+    label: str,
+    mode: str,
+    target: float,
+    window: tuple[float, float, float],
+    slo: Slo | None,
+    client: ClientCheck,
+    ramp_end: float = math.nan,
+) -> StepSummary:
     start, end, seconds = window
     measured = df[~df["warmup"]]
     ok = measured[measured["ok"]]
@@ -270,12 +309,21 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
     output_tokens = int(ok["out_tokens"].sum())
     achieved = _achieved(measured, mode, window, ramp_end)
     summary = StepSummary(
-        index=index, label=label, mode=mode, target=float(target), start_time=start, end_time=end,
-        window=seconds, sent=len(measured), succeeded=len(ok), failed=len(failed),
+        index=index,
+        label=label,
+        mode=mode,
+        target=float(target),
+        start_time=start,
+        end_time=end,
+        window=seconds,
+        sent=len(measured),
+        succeeded=len(ok),
+        failed=len(failed),
         aborted=int(aborted.sum()),
         warmup=int(df["warmup"].sum()),
         errors={str(k): int(v) for k, v in failed["error"].value_counts().sort_index().items()},
-        requests_per_s=per_s(len(ok)), output_tokens=output_tokens,
+        requests_per_s=per_s(len(ok)),
+        output_tokens=output_tokens,
         output_tokens_per_s=per_s(output_tokens),
         ttft=Distribution.of(ok["ttft"].to_numpy(), "s"),
         ttft_from_send=Distribution.of(ok["ttft_from_send"].to_numpy(), "s"),
@@ -286,15 +334,18 @@ def _summarize(df: pd.DataFrame, index: int, label: str, mode: str, target: floa
         start_delay=Distribution.of(measured["start_delay"].to_numpy(), "s"),
         achieved=achieved,
         achieved_ratio=achieved / target if target and target > 0 else math.nan,
-        tokens=_token_check(ok), client=client)
+        tokens=_token_check(ok),
+        client=client,
+    )
     if slo is not None:
         summary.slo_met = int(_meets(ok, slo).sum())
         summary.goodput = per_s(summary.slo_met)
     return summary
 
 
-def _achieved(measured: pd.DataFrame, mode: str, window: tuple[float, float, float],
-              ramp_end: float = math.nan) -> float:
+def _achieved(
+    measured: pd.DataFrame, mode: str, window: tuple[float, float, float], ramp_end: float = math.nan
+) -> float:
     """Open loop: requests sent per second. Closed loop: the time-weighted mean number of requests
     in flight over the window (Little's law by integration): a request that straddles the
     window's start or end counts only its time inside, so a step's last, long requests do not
@@ -322,7 +373,8 @@ def _token_check(ok: pd.DataFrame) -> TokenCheck:
         usage_mismatch=int((has_usage & (ok["completion_tokens"] != ok["client_tokens"])).sum()),
         over_max_tokens=int((capped & (ok["out_tokens"] > ok["max_tokens"])).sum()),
         under_max_tokens=int((capped & (ok["out_tokens"] < ok["max_tokens"])).sum()),
-        read_timed=int((ok["token_clock"] == "read").sum()))
+        read_timed=int((ok["token_clock"] == "read").sum()),
+    )
 
 
 def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
@@ -345,8 +397,13 @@ def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return client
 
 
-def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, float, float],
-                  client_samples: pd.DataFrame, think_time: bool) -> ClientCheck:
+def _client_check(
+    in_step: pd.DataFrame,
+    step: StepInfo,
+    window: tuple[float, float, float],
+    client_samples: pd.DataFrame,
+    think_time: bool,
+) -> ClientCheck:
     """Run the self-check over one step's requests and the client samples of its window."""
     check = ClientCheck()
     start, end, _ = window
@@ -362,21 +419,33 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
     if len(cpu):
         per_worker = cpu.groupby("worker")["value"].apply(lambda v: percentile(v.to_numpy(), 90))
         worst = str(per_worker.idxmax())
-        flag("client_cpu_p90", float(per_worker.max()), CLIENT_CPU_P90_MAX,
-             f"client CPU p90 {per_worker.max():.2f} cores in process {worst or '?'} "
-             f"(> {CLIENT_CPU_P90_MAX}): timings are delayed by the client")
+        flag(
+            "client_cpu_p90",
+            float(per_worker.max()),
+            CLIENT_CPU_P90_MAX,
+            f"client CPU p90 {per_worker.max():.2f} cores in process {worst or '?'} "
+            f"(> {CLIENT_CPU_P90_MAX}): timings are delayed by the client",
+        )
     lag = in_window[in_window["signal"] == "client_loop_lag"]["value"].to_numpy()
     if lag.size:
         p99 = percentile(lag, 99)
-        flag("client_loop_lag_p99", p99, LOOP_LAG_P99_MAX,
-             f"client event-loop lag p99 {p99 * 1000:.1f} ms (> {LOOP_LAG_P99_MAX * 1000:.0f} ms)")
+        flag(
+            "client_loop_lag_p99",
+            p99,
+            LOOP_LAG_P99_MAX,
+            f"client event-loop lag p99 {p99 * 1000:.1f} ms (> {LOOP_LAG_P99_MAX * 1000:.0f} ms)",
+        )
 
     measured = in_step[~in_step["warmup"]]
     if step.mode == "open" and len(measured):
         p99 = percentile(measured["start_delay"].to_numpy(), 99)
-        flag("start_delay_p99", p99, START_DELAY_P99_MAX,
-             f"open-loop start delay p99 {p99 * 1000:.1f} ms (> {START_DELAY_P99_MAX * 1000:.0f} ms): "
-             "requests left later than scheduled")
+        flag(
+            "start_delay_p99",
+            p99,
+            START_DELAY_P99_MAX,
+            f"open-loop start delay p99 {p99 * 1000:.1f} ms (> {START_DELAY_P99_MAX * 1000:.0f} ms): "
+            "requests left later than scheduled",
+        )
 
     finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
     seconds = window[2]
@@ -392,14 +461,16 @@ def _client_check(in_step: pd.DataFrame, step: StepInfo, window: tuple[float, fl
             check.values["achieved_rate_ratio"] = achieved / step.target
             if judged and achieved < MIN_RATE_RATIO * step.target:
                 check.limited = True
-                check.reasons.append(f"achieved {achieved:.2f} req/s < {MIN_RATE_RATIO} × requested "
-                                     f"{step.target:g} req/s")
+                check.reasons.append(
+                    f"achieved {achieved:.2f} req/s < {MIN_RATE_RATIO} × requested {step.target:g} req/s"
+                )
         elif not think_time:  # with think time, users are idle by design
             check.values["achieved_concurrency_ratio"] = achieved / step.target
             if judged and achieved < MIN_CONCURRENCY_RATIO * step.target:
                 check.limited = True
-                check.reasons.append(f"achieved concurrency {achieved:.2f} < {MIN_CONCURRENCY_RATIO} × "
-                                     f"{step.target:g} users")
+                check.reasons.append(
+                    f"achieved concurrency {achieved:.2f} < {MIN_CONCURRENCY_RATIO} × {step.target:g} users"
+                )
     return check
 
 

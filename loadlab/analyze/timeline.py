@@ -12,8 +12,15 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.intervals import (GPU_SOURCES, NCCL_COLLECTIVE_SECONDS, SERVER_SOURCES, Bins, collective_share,
-                                      interval_totals, pick_source)
+from loadlab.analyze.intervals import (
+    GPU_SOURCES,
+    NCCL_COLLECTIVE_SECONDS,
+    SERVER_SOURCES,
+    Bins,
+    collective_share,
+    interval_totals,
+    pick_source,
+)
 from loadlab.analyze.summary import per_request, steps_of
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
@@ -27,22 +34,22 @@ MAX_ROWS = 100_000
 class TimelineRow:
     """One interval of the run. Rates are per second; latencies in seconds; NaN = no data."""
 
-    t: float                      # seconds since the run's start, at the interval's start
-    started: float                # requests sent
-    completed: float              # requests that ended well
-    failed: float                 # requests that ended in an error (not those cut off by the run's stop)
-    output_tokens_per_s: float    # tokens whose events arrived in this interval
-    ttft_p50: float               # of the requests whose first token arrived in this interval
-    itl_p50: float                # of the gaps that ended in this interval
-    in_flight: float              # mean requests open (sent, not ended) over the interval
-    requests_running: float       # server: mean over the interval (summed over engines)
+    t: float  # seconds since the run's start, at the interval's start
+    started: float  # requests sent
+    completed: float  # requests that ended well
+    failed: float  # requests that ended in an error (not those cut off by the run's stop)
+    output_tokens_per_s: float  # tokens whose events arrived in this interval
+    ttft_p50: float  # of the requests whose first token arrived in this interval
+    itl_p50: float  # of the gaps that ended in this interval
+    in_flight: float  # mean requests open (sent, not ended) over the interval
+    requests_running: float  # server: mean over the interval (summed over engines)
     requests_waiting: float
-    kv_usage: float               # server: mean, 0..1
-    preemptions: float            # server: preemptions counted in this interval
-    gpu_util: float               # mean over GPUs and samples, 0..1
+    kv_usage: float  # server: mean, 0..1
+    preemptions: float  # server: preemptions counted in this interval
+    gpu_util: float  # mean over GPUs and samples, 0..1
     gpu_sm_active: float
     gpu_dram_active: float
-    collective_share: float       # collective time / engine step time (NCCL Inspector if no histogram)
+    collective_share: float  # collective time / engine step time (NCCL Inspector if no histogram)
 
 
 COLUMNS = [f.name for f in fields(TimelineRow)]
@@ -70,8 +77,10 @@ def build_timeline(run: RunData, interval: float = 1.0, requests: pd.DataFrame |
     # floor + 1: the record at `end` itself falls in the last interval.
     count = math.floor((end - start) / interval) + 1
     if count > MAX_ROWS:
-        raise ValueError(f"interval {interval:g} s makes {count} rows of a {end - start:.0f} s run "
-                         f"(at most {MAX_ROWS}): choose a longer one")
+        raise ValueError(
+            f"interval {interval:g} s makes {count} rows of a {end - start:.0f} s run "
+            f"(at most {MAX_ROWS}): choose a longer one"
+        )
     bins = Bins(start, interval, count)
     values: dict[str, np.ndarray] = {}
     if len(run.requests):
@@ -115,7 +124,7 @@ def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.nd
     tokens = df["out_tokens"].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_event = np.where(tokens > 0, tokens / events, 1.0)
-    weights = np.repeat(per_event, events)     # one array op: a million requests' lists took seconds
+    weights = np.repeat(per_event, events)  # one array op: a million requests' lists took seconds
     all_times = np.concatenate(token_times) if token_times else np.empty(0)
     gap_ends = np.concatenate([t[1:] for t in token_times]) if token_times else np.empty(0)
     gaps = np.concatenate(list(df["gaps"])) if len(df) else np.empty(0)
@@ -148,9 +157,18 @@ def _mean_open(opened: np.ndarray, closed: np.ndarray, bins: Bins, end: float) -
 
 def _used_samples(samples: pd.DataFrame) -> pd.DataFrame:
     """Only the signals the timeline shows (a run can hold millions of histogram buckets)."""
-    used = {sig.REQUESTS_RUNNING, sig.REQUESTS_WAITING, sig.KV_USAGE, sig.PREEMPTIONS, sig.GPU_UTIL,
-            sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.COLLECTIVE_TIME + "_sum", sig.STEP_TIME + "_sum",
-            NCCL_COLLECTIVE_SECONDS}
+    used = {
+        sig.REQUESTS_RUNNING,
+        sig.REQUESTS_WAITING,
+        sig.KV_USAGE,
+        sig.PREEMPTIONS,
+        sig.GPU_UTIL,
+        sig.GPU_SM_ACTIVE,
+        sig.GPU_DRAM_ACTIVE,
+        sig.COLLECTIVE_TIME + "_sum",
+        sig.STEP_TIME + "_sum",
+        NCCL_COLLECTIVE_SECONDS,
+    }
     return samples[samples["signal"].isin(used)]
 
 
@@ -159,7 +177,7 @@ def gauge(samples: pd.DataFrame, signal: str, sources: tuple[str, ...], how: str
     interval mean; "all": mean of every sample in the interval (e.g. over GPUs)."""
     df = pick_source(samples, signal, sources)
     if how != "all":
-        df = df.groupby("time", as_index=False)["value"].agg(how)
+        df = df.groupby("time", as_index=False).agg(value=("value", how))
     i = bins.index(df["time"])
     keep = i >= 0
     means = pd.Series(df["value"].to_numpy(float)[keep]).groupby(i[keep]).mean()

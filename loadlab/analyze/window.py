@@ -53,13 +53,22 @@ def steady_window(step: StepInfo, requests: pd.DataFrame) -> Window:
     if step.mode == "closed" and step.target > 0:
         reached = _first_reaching(requests, step.target)
         if math.isnan(reached):
-            return Window(first, last, _length(first, last),
-                          f"in-flight never reached {step.target:g}: from the first send to the last send")
+            return Window(
+                first,
+                last,
+                _length(first, last),
+                f"in-flight never reached {step.target:g}: from the first send to the last send",
+            )
         if reached < last:
-            return Window(reached, last, _length(reached, last),
-                          f"from in-flight reaching {step.target:g} to the last send")
-        return Window(first, last, _length(first, last),
-                      f"in-flight reached {step.target:g} only at the last send: from the first send to the last")
+            return Window(
+                reached, last, _length(reached, last), f"from in-flight reaching {step.target:g} to the last send"
+            )
+        return Window(
+            first,
+            last,
+            _length(first, last),
+            f"in-flight reached {step.target:g} only at the last send: from the first send to the last",
+        )
     return Window(first, last, _length(first, last), "from the first send to the last send")
 
 

@@ -44,8 +44,22 @@ def _register_commands() -> None:
         timeline,
     )
 
-    for module in (run, sweep, summary, analyze, plan, diagnose, timeline, report, compare, gate, mock, serve,
-                   gpu_exporter, lab):
+    for module in (
+        run,
+        sweep,
+        summary,
+        analyze,
+        plan,
+        diagnose,
+        timeline,
+        report,
+        compare,
+        gate,
+        mock,
+        serve,
+        gpu_exporter,
+        lab,
+    ):
         module.register(app)
 
 

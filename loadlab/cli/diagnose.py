@@ -54,11 +54,29 @@ def diagnose(
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
-    outcome = start_sweep(url=url, slo=slo, max_load=max_load, rate=None, start=1.0, step_duration=step_duration,
-                          max_steps=max_steps, model=model, api=None, out=out, input_len=input_len,
-                          output_len=output_len, workload=None, dataset=None, timeout=None, processes=processes,
-                          server_metrics=None,
-                          no_server_metrics=False, no_gpu=False, api_key=api_key, command="diagnose")
+    outcome = start_sweep(
+        url=url,
+        slo=slo,
+        max_load=max_load,
+        rate=None,
+        start=1.0,
+        step_duration=step_duration,
+        max_steps=max_steps,
+        model=model,
+        api=None,
+        out=out,
+        input_len=input_len,
+        output_len=output_len,
+        workload=None,
+        dataset=None,
+        timeout=None,
+        processes=processes,
+        server_metrics=None,
+        no_server_metrics=False,
+        no_gpu=False,
+        api_key=api_key,
+        command="diagnose",
+    )
     folder = outcome.folder
     print_final_summary(folder)
     analysis = analyze_folder(folder)
@@ -69,8 +87,9 @@ def diagnose(
     for c in run.meta.coverage:
         if c.enabled:
             state = f"{c.ok_samples} samples" if c.ok_samples else "did not answer"
-            console.print(f"collector {c.source}: {state}{f' ({c.error})' if c.error else ''}",
-                          highlight=False, markup=False)
+            console.print(
+                f"collector {c.source}: {state}{f' ({c.error})' if c.error else ''}", highlight=False, markup=False
+            )
     report_path = _write_report(run, report_file or DEFAULT_FOLDER / f"{folder.resolve().name}.html")
     console.print(f"verdict: {analysis.overall.headline}", highlight=False, markup=False)
     print(f"report: {report_path}" if report_path else "report: not written (see the line above)")

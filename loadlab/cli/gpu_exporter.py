@@ -77,8 +77,9 @@ def serve(host: str, port: int, interval: float, replay: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"loadlab gpu-exporter: http://{host}:{port}/metrics ({collector.backend.name}, every {interval}s)",
-          flush=True)
+    print(
+        f"loadlab gpu-exporter: http://{host}:{port}/metrics ({collector.backend.name}, every {interval}s)", flush=True
+    )
     try:
         while not stop.wait(0.5):
             pass

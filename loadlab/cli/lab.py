@@ -61,7 +61,7 @@ def _run(scenarios: list[Scenario], folder: Path, short: bool, device: str) -> N
     from loadlab.report.console import table_console
     from loadlab.store.meta import write_json_atomic
 
-    def say(line: str) -> None:   # progress, one plain line each (not wrapped into a pipe's 80 columns)
+    def say(line: str) -> None:  # progress, one plain line each (not wrapped into a pipe's 80 columns)
         print(line, file=sys.stderr, flush=True)
 
     # SIGTERM (a CI job's limit, `kill`) ends the lab like Ctrl-C: the running scenario's server
@@ -74,7 +74,7 @@ def _run(scenarios: list[Scenario], folder: Path, short: bool, device: str) -> N
     try:
         for result in run_lab(scenarios, folder, short, where, say):
             results.append(result)
-    except KeyboardInterrupt:   # the running scenario's server and run were ended by PID on the way out
+    except KeyboardInterrupt:  # the running scenario's server and run were ended by PID on the way out
         interrupted = True
         say(f"interrupted: {len(results)} of {len(scenarios)} scenarios done; writing their table")
     command = "loadlab " + shlex.join(["lab", *sys.argv[2:]]) if sys.argv[1:2] == ["lab"] else "loadlab lab"

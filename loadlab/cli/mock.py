@@ -27,8 +27,9 @@ def mock(
     stall_rate: float = typer.Option(0.0, help="Fraction that stop sending mid-stream for --stall-seconds."),
     stall_seconds: float = typer.Option(30.0, help="How long a stall lasts."),
     not_sse_rate: float = typer.Option(0.0, help="Fraction of stream requests answered with plain JSON."),
-    api_key: str = typer.Option("", envvar=API_KEY_ENV, show_envvar=True,
-                                help="Require 'Authorization: Bearer KEY' (401 otherwise)."),
+    api_key: str = typer.Option(
+        "", envvar=API_KEY_ENV, show_envvar=True, help="Require 'Authorization: Bearer KEY' (401 otherwise)."
+    ),
     seed: int = typer.Option(0, help="Seed of the fault and jitter draws."),
     max_model_len: int = typer.Option(32768, help="Context window: longer requests get 400."),
     kv_capacity_tokens: int = typer.Option(65536, help="Simulated KV cache size for kv_cache_usage_perc."),
@@ -37,10 +38,26 @@ def mock(
     """Serve a mock OpenAI-compatible endpoint (chat, completions, models, health, metrics, truth)."""
     from loadlab.mock.app import serve  # aiohttp only when the command runs
 
-    serve(MockConfig(
-        host=host, port=port, model=model, ttft=ttft, itl=itl, output_len=output_len, jitter=jitter,
-        error_rate=error_rate, error_codes=parse_codes(error_codes), disconnect_rate=disconnect_rate,
-        malformed_rate=malformed_rate, stall_rate=stall_rate, stall_seconds=stall_seconds,
-        not_sse_rate=not_sse_rate, api_key=api_key, seed=seed, max_model_len=max_model_len,
-        kv_capacity_tokens=kv_capacity_tokens, truth_limit=truth_limit,
-    ))
+    serve(
+        MockConfig(
+            host=host,
+            port=port,
+            model=model,
+            ttft=ttft,
+            itl=itl,
+            output_len=output_len,
+            jitter=jitter,
+            error_rate=error_rate,
+            error_codes=parse_codes(error_codes),
+            disconnect_rate=disconnect_rate,
+            malformed_rate=malformed_rate,
+            stall_rate=stall_rate,
+            stall_seconds=stall_seconds,
+            not_sse_rate=not_sse_rate,
+            api_key=api_key,
+            seed=seed,
+            max_model_len=max_model_len,
+            kv_capacity_tokens=kv_capacity_tokens,
+            truth_limit=truth_limit,
+        )
+    )

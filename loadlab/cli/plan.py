@@ -86,17 +86,24 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
         if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
             continue
         by_load[s.target] = CurvePoint(
-            concurrency=s.target, output_tps=s.output_tokens_per_s,
+            concurrency=s.target,
+            output_tps=s.output_tokens_per_s,
             user_tps=statistic(step.per_request["tps_user"], "p50"),
             e2e=statistic(step.per_request["e2e"], "mean"),
-            values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives})
+            values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives},
+        )
     limited = [s.summary.label for s in values.steps if s.summary.client.limited]
     if limited:
-        print(f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
-              "generator's, not the server's", file=sys.stderr)
+        print(
+            f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
+            "generator's, not the server's",
+            file=sys.stderr,
+        )
     if not by_load:
-        raise UserError(f"{folder} has no closed-loop step with a successful request: plan reads a "
-                        "concurrency sweep (loadlab sweep --url ...)")
+        raise UserError(
+            f"{folder} has no closed-loop step with a successful request: plan reads a "
+            "concurrency sweep (loadlab sweep --url ...)"
+        )
     return [by_load[k] for k in sorted(by_load)]
 
 
@@ -123,34 +130,50 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
     """The plan in plain words, saying where a value was interpolated or is out of range."""
     lo, hi = plan.measured_range
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
-    lines = [f"{plan.users} users {think} keep ~{plan.streams:.0f} streams busy "
-             f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."]
+    lines = [
+        f"{plan.users} users {think} keep ~{plan.streams:.0f} streams busy "
+        f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."
+    ]
     peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
-    lines.append(f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
-                 f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says "
-                 f"{peak.output_tps / plan.streams:.1f} "
-                 f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
-                 f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
-                 f"{last.concurrency:g} as batches grew.")
+    lines.append(
+        f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
+        f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says "
+        f"{peak.output_tps / plan.streams:.1f} "
+        f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
+        f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
+        f"{last.concurrency:g} as batches grew."
+    )
     if not plan.limits:
-        lines.append(f"No per-step SLO to plan on: one replica's capacity is taken where throughput peaked, "
-                     f"{plan.capacity:g} streams.")
+        lines.append(
+            f"No per-step SLO to plan on: one replica's capacity is taken where throughput peaked, "
+            f"{plan.capacity:g} streams."
+        )
     elif plan.replicas is None:
         breached = [lim.objective for lim in plan.limits if math.isnan(lim.concurrency)]
-        lines.append(f"Even the lowest measured concurrency ({lo:g}) breaches {', '.join(breached)}: "
-                     "no replica count meets the SLO at this workload.")
+        lines.append(
+            f"Even the lowest measured concurrency ({lo:g}) breaches {', '.join(breached)}: "
+            "no replica count meets the SLO at this workload."
+        )
         return "\n".join(lines)
     else:
         tight = min(plan.limits, key=lambda lim: lim.concurrency)
-        how = {"interpolated": "interpolated between measured steps",
-               "measured": f"at least: every measured step up to {hi:g} meets it"}.get(tight.how, tight.how)
-        lines.append(f"One replica meets {', '.join(lim.objective for lim in plan.limits)} up to "
-                     f"{plan.capacity:.1f} streams ({tight.objective} binds; {how}).")
-    lines.append(f"So {plan.replicas} replica{'s' if plan.replicas != 1 else ''} "
-                 f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}.")
+        how = {
+            "interpolated": "interpolated between measured steps",
+            "measured": f"at least: every measured step up to {hi:g} meets it",
+        }.get(tight.how, tight.how)
+        lines.append(
+            f"One replica meets {', '.join(lim.objective for lim in plan.limits)} up to "
+            f"{plan.capacity:.1f} streams ({tight.objective} binds; {how})."
+        )
+    lines.append(
+        f"So {plan.replicas} replica{'s' if plan.replicas != 1 else ''} "
+        f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}."
+    )
     one = plan.user_tps_one_replica
-    lines.append(f"All {plan.users} users on one replica (~{plan.streams_one_replica:.0f} streams): each would see "
-                 f"{_tps(one, lo, hi)}.")
+    lines.append(
+        f"All {plan.users} users on one replica (~{plan.streams_one_replica:.0f} streams): each would see "
+        f"{_tps(one, lo, hi)}."
+    )
     return "\n".join(lines)
 
 

@@ -12,8 +12,9 @@ DEFAULT_FOLDER = Path("reports")
 
 def report(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
-    output: Path | None = typer.Option(None, "-o", "--output",
-                                          help="HTML file to write (default: reports/<run name>.html)."),
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="HTML file to write (default: reports/<run name>.html)."
+    ),
 ) -> None:
     """Write the run's report: verdict, per-step table, load curve, latency CDFs, time series,
     errors, coverage and configuration, with every script inline. Prints the file's path."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from loadlab.config import RunConfig
 
 EXIT_INTERRUPTED = 130
-EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}   # by RunOutcome.cause
+EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}  # by RunOutcome.cause
 EXIT_DEGRADED = 6
 
 
@@ -146,18 +146,39 @@ def run(
 
     cfg = load_scenario(scenario) if scenario is not None else RunConfig()
     if concurrency is not None:
-        cfg.rate = []          # a flag chooses the load model over the file's
+        cfg.rate = []  # a flag chooses the load model over the file's
     if rate is not None:
         cfg.concurrency = []
     cfg = apply_overrides(
-        cfg, url=url, model=model, api=api, concurrency=concurrency, rate=rate, arrival=arrival,
-        burstiness=burstiness, think_time=think_time, duration=duration, requests=requests,
-        step_duration=step_duration, warmup_requests=warmup_requests, ramp_up=ramp_up, timeout=timeout,
+        cfg,
+        url=url,
+        model=model,
+        api=api,
+        concurrency=concurrency,
+        rate=rate,
+        arrival=arrival,
+        burstiness=burstiness,
+        think_time=think_time,
+        duration=duration,
+        requests=requests,
+        step_duration=step_duration,
+        warmup_requests=warmup_requests,
+        ramp_up=ramp_up,
+        timeout=timeout,
         max_error_rate=max_error_rate,
-        processes=processes, kind=workload, input_len=input_len, output_len=output_len,
-        dataset=dataset, seed=seed, server_metrics=server_metrics, prometheus=prometheus,
-        prometheus_selector=selector, nccl_inspector_dir=nccl_inspector_dir, server_pid=server_pid,
-        slo=read_slo(slo).text if slo is not None else None)
+        processes=processes,
+        kind=workload,
+        input_len=input_len,
+        output_len=output_len,
+        dataset=dataset,
+        seed=seed,
+        server_metrics=server_metrics,
+        prometheus=prometheus,
+        prometheus_selector=selector,
+        nccl_inspector_dir=nccl_inspector_dir,
+        server_pid=server_pid,
+        slo=read_slo(slo).text if slo is not None else None,
+    )
     if no_server_metrics:
         cfg.server_metrics = None
     if no_gpu:
@@ -187,10 +208,12 @@ def prepare_run(
     check(cfg, complete=True)
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
-    make_workload(cfg.workload, cfg.api)   # fails here, not mid-run, on a bad data set
+    make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
     if api_key and parse_http_url(cfg.url).has_credentials:
-        raise UserError("--url holds credentials (sent as Basic auth) and --api-key is set: both are "
-                        "the Authorization header; drop one")
+        raise UserError(
+            "--url holds credentials (sent as Basic auth) and --api-key is set: both are "
+            "the Authorization header; drop one"
+        )
     folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_out_folder(folder)
     cfg.out = str(folder)
@@ -215,8 +238,10 @@ def prepare_run(
     # recorded as aborted, and the run folder is closed with its summary.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     console = Console(stderr=True)
-    console.print(f"loadlab {command} -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
-                  highlight=False)
+    console.print(
+        f"loadlab {command} -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
+        highlight=False,
+    )
     return folder, console
 
 
@@ -229,8 +254,10 @@ def exit_on_outcome(outcome: RunOutcome) -> None:
         print(f"error: {outcome.reason}", file=sys.stderr)
         sys.exit(EXIT_CODES[outcome.cause])
     if outcome.status == "degraded":
-        print("error: a load-generator process died during the run (status degraded; see the warning above)",
-              file=sys.stderr)
+        print(
+            "error: a load-generator process died during the run (status degraded; see the warning above)",
+            file=sys.stderr,
+        )
         sys.exit(EXIT_DEGRADED)
 
 
@@ -277,12 +304,15 @@ def print_final_summary(folder: Path) -> None:
     try:
         summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        try:   # it could not be written (a full disk): recompute it from what was saved
+        try:  # it could not be written (a full disk): recompute it from what was saved
             summary = summarize(load_run(folder))
         except (UserError, OSError, ValueError) as again:
             # The run and its records are on disk: a missing table must not end it with a traceback.
-            print(f"warning: no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}; "
-                  f"{again}); `loadlab summary {folder}` recomputes it", file=sys.stderr)
+            print(
+                f"warning: no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}; "
+                f"{again}); `loadlab summary {folder}` recomputes it",
+                file=sys.stderr,
+            )
             return
     print_summary(summary, table_console())
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from loadlab.conductor.sweep import SweepOutcome
     from loadlab.metrics.slo import SloSpec
 
-DEFAULT_MAX = 512              # users, or requests/s with --rate auto
+DEFAULT_MAX = 512  # users, or requests/s with --rate auto
 DEFAULT_STEP_SECONDS = 20.0
 
 
@@ -76,11 +76,29 @@ def sweep(
     (throughput +<5 % for load +>=25 %). One run folder, analyzed at the end; prints why it stopped."""
     from loadlab.cli.run import exit_on_outcome, print_final_analysis, print_final_summary
 
-    outcome = start_sweep(url=url, slo=slo, max_load=max_load, rate=rate, start=start,
-                          step_duration=step_duration, max_steps=max_steps, model=model, api=api, out=out,
-                          input_len=input_len, output_len=output_len, workload=workload, dataset=dataset,
-                          timeout=timeout, processes=processes, server_metrics=server_metrics,
-                          no_server_metrics=no_server_metrics, no_gpu=no_gpu, api_key=api_key, command="sweep")
+    outcome = start_sweep(
+        url=url,
+        slo=slo,
+        max_load=max_load,
+        rate=rate,
+        start=start,
+        step_duration=step_duration,
+        max_steps=max_steps,
+        model=model,
+        api=api,
+        out=out,
+        input_len=input_len,
+        output_len=output_len,
+        workload=workload,
+        dataset=dataset,
+        timeout=timeout,
+        processes=processes,
+        server_metrics=server_metrics,
+        no_server_metrics=no_server_metrics,
+        no_gpu=no_gpu,
+        api_key=api_key,
+        command="sweep",
+    )
     folder = Path(outcome.folder)
     print_final_summary(folder)
     print_final_analysis(folder)
@@ -88,11 +106,30 @@ def sweep(
     exit_on_outcome(outcome.run)
 
 
-def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str | None, start: float,
-                step_duration: float, max_steps: int | None, model: str | None, api: str | None,
-                out: Path | None, input_len: str | None, output_len: str | None, workload: str | None,
-                dataset: str | None, timeout: float | None, processes: int | None, server_metrics: str | None,
-                no_server_metrics: bool, no_gpu: bool, api_key: str | None, command: str) -> SweepOutcome:
+def start_sweep(
+    *,
+    url: str,
+    slo: str | None,
+    max_load: float | None,
+    rate: str | None,
+    start: float,
+    step_duration: float,
+    max_steps: int | None,
+    model: str | None,
+    api: str | None,
+    out: Path | None,
+    input_len: str | None,
+    output_len: str | None,
+    workload: str | None,
+    dataset: str | None,
+    timeout: float | None,
+    processes: int | None,
+    server_metrics: str | None,
+    no_server_metrics: bool,
+    no_gpu: bool,
+    api_key: str | None,
+    command: str,
+) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
     from loadlab.cli.run import prepare_run
     from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
@@ -121,11 +158,22 @@ def start_sweep(*, url: str, slo: str | None, max_load: float | None, rate: str 
     if note:
         print(f"note: {note}", file=sys.stderr)
     cfg = apply_overrides(
-        RunConfig(), url=url, model=model, api=api, concurrency=None if rate else str(int(start)),
-        rate=str(start) if rate else None, step_duration=step_duration, timeout=timeout, processes=processes,
+        RunConfig(),
+        url=url,
+        model=model,
+        api=api,
+        concurrency=None if rate else str(int(start)),
+        rate=str(start) if rate else None,
+        step_duration=step_duration,
+        timeout=timeout,
+        processes=processes,
         kind=workload,
-        input_len=input_len, output_len=output_len, dataset=dataset, server_metrics=server_metrics,
-        slo=spec.text if spec else None)
+        input_len=input_len,
+        output_len=output_len,
+        dataset=dataset,
+        server_metrics=server_metrics,
+        slo=spec.text if spec else None,
+    )
     if no_server_metrics:
         cfg.server_metrics = None
     if no_gpu:
@@ -141,8 +189,10 @@ def goodput_note(spec: SloSpec | None) -> str:
     """What to add when the SLO's per-request objectives would otherwise judge nothing ("" if fine)."""
     if spec is None or spec.per_request is None or any(o.metric == "goodput" for o in spec.objectives):
         return ""
-    return ("per-request objectives (ttft=, itl=, tpot=, e2e=) only define goodput; add e.g. goodput=95% "
-            "to judge steps by them")
+    return (
+        "per-request objectives (ttft=, itl=, tpot=, e2e=) only define goodput; add e.g. goodput=95% "
+        "to judge steps by them"
+    )
 
 
 def print_sweep(outcome: SweepOutcome) -> None:
@@ -157,16 +207,24 @@ def print_sweep(outcome: SweepOutcome) -> None:
         table.add_column(name, justify="left" if name in ("step", "judged") else "right")
     for j in sorted(judge_all(outcome.results, outcome.limits.mode), key=lambda j: j.step.target):
         d = j.step.derived
-        table.add_row(j.step.label, f"{d.get('output_tokens_per_s', math.nan):.0f}",
-                      f"{d.get('tokens_per_s_per_user_p50', math.nan):.1f}", f"{d.get('e2e_p50', math.nan):.2f}",
-                      f"{j.step.error_rate:.1%}", f"[red]{j.bad}[/red]: {j.reason}" if j.bad else f"good: {j.reason}")
+        table.add_row(
+            j.step.label,
+            f"{d.get('output_tokens_per_s', math.nan):.0f}",
+            f"{d.get('tokens_per_s_per_user_p50', math.nan):.1f}",
+            f"{d.get('e2e_p50', math.nan):.2f}",
+            f"{j.step.error_rate:.1%}",
+            f"[red]{j.bad}[/red]: {j.reason}" if j.bad else f"good: {j.reason}",
+        )
     console = table_console()
     console.print(table)
     decision = outcome.decision
     console.print(f"sweep stopped ({decision.stop}): {decision.reason}", highlight=False, markup=False)
     if decision.good is not None:
-        console.print(f"highest good load: {decision.good.label}; plan capacity with "
-                      f"`loadlab plan {outcome.folder} --users N`", highlight=False, markup=False)
+        console.print(
+            f"highest good load: {decision.good.label}; plan capacity with `loadlab plan {outcome.folder} --users N`",
+            highlight=False,
+            markup=False,
+        )
     print(f"run folder: {outcome.folder}", file=sys.stderr)
 
 

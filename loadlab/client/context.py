@@ -22,11 +22,11 @@ class ClientContext:
     """
 
     config: RunConfig
-    worker: str                          # this process's id, e.g. "host:pid"
+    worker: str  # this process's id, e.g. "host:pid"
     worker_index: int = 0
     worker_count: int = 1
     step: StepInfo | None = None
-    hold_new_users: bool = False         # users started now wait for the next step (see ClosedLoopUser)
+    hold_new_users: bool = False  # users started now wait for the next step (see ClosedLoopUser)
     anchor: ClockAnchor = field(default_factory=process_anchor)
 
     def rate_share(self) -> float:

@@ -10,7 +10,7 @@ import os
 
 from loadlab.errors import UserError
 
-API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")   # looked up in this order
+API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")  # looked up in this order
 
 
 def api_key_from_env() -> str:

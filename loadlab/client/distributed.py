@@ -26,14 +26,13 @@ from loadlab.client.shipping import MasterShipper, worker_id
 from loadlab.clock import now
 from loadlab.errors import UserError
 
-CONNECT_TIMEOUT_S = 60.0   # all workers must have joined within this time
-EXIT_GRACE_S = 10.0        # after quit, workers get this long to exit before they are killed
-WATCH_S = 0.1              # how often the master checks that its worker processes are alive
-LATE_MESSAGES_S = 0.25     # what a dead worker sent just before it died is received within this
+CONNECT_TIMEOUT_S = 60.0  # all workers must have joined within this time
+EXIT_GRACE_S = 10.0  # after quit, workers get this long to exit before they are killed
+WATCH_S = 0.1  # how often the master checks that its worker processes are alive
+LATE_MESSAGES_S = 0.25  # what a dead worker sent just before it died is received within this
 
 
-def start_master_with_workers(environment: Environment, n: int,
-                              timeout: float = CONNECT_TIMEOUT_S) -> MasterRunner:
+def start_master_with_workers(environment: Environment, n: int, timeout: float = CONNECT_TIMEOUT_S) -> MasterRunner:
     """Make `environment`'s runner a master on 127.0.0.1 and start `n` local worker processes.
 
     Returns once all `n` workers have joined (UserError if they do not within `timeout`). The
@@ -47,9 +46,13 @@ def start_master_with_workers(environment: Environment, n: int,
     runner = environment.create_master_runner(master_bind_host="127.0.0.1", master_bind_port=0)
     port = runner.server.port
     shipper = MasterShipper(environment)
-    procs = [subprocess.Popen([sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)],
-                              preexec_fn=_prepare_worker) for _ in range(n)]
-    atexit.register(_kill, procs)   # a crash of this process must not leave workers behind
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "loadlab.client.worker", "--master-port", str(port)], preexec_fn=_prepare_worker
+        )
+        for _ in range(n)
+    ]
+    atexit.register(_kill, procs)  # a crash of this process must not leave workers behind
     runner.greenlet.spawn(_end_with_runner, procs)
     runner.greenlet.spawn(_watch_workers, procs, shipper)
 
@@ -58,8 +61,11 @@ def start_master_with_workers(environment: Environment, n: int,
         exited = [p for p in procs if p.poll() is not None]
         if exited or time.monotonic() > deadline:
             runner.quit()
-            why = (f"worker process exited with code {exited[0].returncode}" if exited
-                   else f"only {len(shipper.ready_workers())} of {n} joined after {timeout:.0f} s")
+            why = (
+                f"worker process exited with code {exited[0].returncode}"
+                if exited
+                else f"only {len(shipper.ready_workers())} of {n} joined after {timeout:.0f} s"
+            )
             raise UserError(f"could not start {n} load-generator processes: {why}")
         gevent.sleep(0.05)
     return runner
@@ -73,8 +79,8 @@ def _prepare_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):   # not Linux: Locust's heartbeat ends orphans after 60 s
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: Locust's heartbeat ends orphans after 60 s
         pass
 
 
@@ -85,7 +91,7 @@ def _end_with_runner(procs: list[subprocess.Popen]) -> None:
             gevent.sleep(3600)
     finally:
         deadline = time.monotonic() + EXIT_GRACE_S
-        for p in procs:   # they got Locust's quit message: most exit on their own
+        for p in procs:  # they got Locust's quit message: most exit on their own
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -129,4 +135,3 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
-

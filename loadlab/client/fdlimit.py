@@ -21,7 +21,7 @@ def raise_open_file_limit() -> int:
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):   # e.g. above fs.nr_open: keep what we have
+        except (ValueError, OSError):  # e.g. above fs.nr_open: keep what we have
             pass
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
@@ -30,6 +30,8 @@ def descriptor_warning(streams_per_process: int, limit: int) -> str:
     """A one-line warning when `streams_per_process` sockets plus the reserve exceed `limit`, else ""."""
     if limit == resource.RLIM_INFINITY or streams_per_process + RESERVED_FDS <= limit:
         return ""
-    return (f"{streams_per_process} streams per process need about {streams_per_process + RESERVED_FDS} "
-            f"open files but the limit is {limit} (the hard limit): requests beyond it will fail; "
-            "raise `ulimit -Hn` or use --processes")
+    return (
+        f"{streams_per_process} streams per process need about {streams_per_process + RESERVED_FDS} "
+        f"open files but the limit is {limit} (the hard limit): requests beyond it will fail; "
+        "raise `ulimit -Hn` or use --processes"
+    )

@@ -39,7 +39,7 @@ _ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 # Locust monkey-patches `select`, and gevent's version has no epoll.
 _epoll = get_original("select", "epoll")
 _EPOLLIN = get_original("select", "EPOLLIN")
-_TLS_SOCKETS = (SSLSocket, get_original("ssl", "SSLSocket"))   # gevent's, and the standard one
+_TLS_SOCKETS = (SSLSocket, get_original("ssl", "SSLSocket"))  # gevent's, and the standard one
 
 # The longest pause between passes. Two tokens of one stream read together share the later time,
 # so whenever a read brings more than one token the pause halves (down to none) and it grows back
@@ -63,24 +63,23 @@ class LineSink(Protocol):
 class Body(NamedTuple):
     """A body read to its end."""
 
-    nbytes: int            # the bytes of its lines
-    end: float             # perf_counter() time its last bytes arrived
+    nbytes: int  # the bytes of its lines
+    end: float  # perf_counter() time its last bytes arrived
 
 
 class _Stream:
     """One response being read: its socket (non-blocking while registered) and where lines go."""
 
-    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls",
-                 "saved_timeout")
+    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls", "saved_timeout")
 
     def __init__(self, resp: HTTPSocketResponse, sink: LineSink) -> None:
         self.resp = resp
         self.sink = sink
         self.sock = resp._sock
         self.tls = isinstance(self.sock, _TLS_SOCKETS)
-        self.done: AsyncResult[BaseException | None] = AsyncResult()   # None (the body ended) or the exception
+        self.done: AsyncResult[BaseException | None] = AsyncResult()  # None (the body ended) or the exception
         self.nbytes = 0
-        self.end = time.perf_counter()       # when the latest bytes arrived
+        self.end = time.perf_counter()  # when the latest bytes arrived
         self.kernel_times = False
         if self.sock is not None and not self.tls:
             try:
@@ -109,7 +108,7 @@ class _Stream:
         """Read what the socket has (never waits) and return the number of tokens it completed.
         `skew` converts the kernel's wall-clock stamps to perf_counter() seconds."""
         resp, sock = self.resp, self.sock
-        assert sock is not None   # only a stream with a socket is read (BodyReader.read)
+        assert sock is not None  # only a stream with a socket is read (BodyReader.read)
         t = time.perf_counter()
         try:
             if self.kernel_times:
@@ -119,11 +118,11 @@ class _Stream:
                     t = min(t, sec + nsec * 1e-9 - skew)
             else:
                 data = sock.recv(resp.block_size)
-                while self.tls and _tls(sock).pending():   # decrypted bytes the descriptor cannot signal
+                while self.tls and _tls(sock).pending():  # decrypted bytes the descriptor cannot signal
                     data += sock.recv(resp.block_size)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return 0               # nothing to read after all; epoll reports it again
-        resp.feed(data)            # may complete the message and return the socket to its pool
+            return 0  # nothing to read after all; epoll reports it again
+        resp.feed(data)  # may complete the message and return the socket to its pool
         if not data and not resp.message_complete:
             raise HTTPConnectionClosed("connection closed mid-body.")
         self.end = t
@@ -137,8 +136,8 @@ class BodyReader:
         self.pid = os.getpid()
         self._epoll = _epoll()
         self._streams: dict[int, _Stream] = {}
-        self._untimed = 0      # registered streams without kernel timestamps
-        self._greenlet: gevent.Greenlet | None = None   # the reader; runs while there are streams
+        self._untimed = 0  # registered streams without kernel timestamps
+        self._greenlet: gevent.Greenlet | None = None  # the reader; runs while there are streams
 
     def read(self, resp: HTTPSocketResponse, sink: LineSink) -> Body:
         """Hand the body of `resp` (its headers read) to `sink` in batches of complete lines, and
@@ -148,7 +147,7 @@ class BodyReader:
         stream = _Stream(resp, sink)
         sock = stream.sock
         sink.timed_by("kernel" if stream.kernel_times else "read")
-        stream.hand_on(stream.end)   # lines that came with the headers: timed when we got them
+        stream.hand_on(stream.end)  # lines that came with the headers: timed when we got them
         if not resp.message_complete and stream.tls and _tls(sock).pending():
             stream.take(0.0)
         if resp.message_complete:
@@ -157,7 +156,7 @@ class BodyReader:
             raise HTTPConnectionClosed("connection closed.")
         fd = sock.fileno()
         stream.saved_timeout = sock.gettimeout()
-        sock.settimeout(0.0)   # the reader must never wait on one socket: reads raise instead
+        sock.settimeout(0.0)  # the reader must never wait on one socket: reads raise instead
         self._streams[fd] = stream
         self._untimed += not stream.kernel_times
         self._epoll.register(fd, _EPOLLIN)
@@ -185,9 +184,9 @@ class BodyReader:
         self._untimed -= not stream.kernel_times
         try:
             self._epoll.unregister(fd)
-        except OSError:   # the parser closed the socket (Connection: close), which unregisters it
+        except OSError:  # the parser closed the socket (Connection: close), which unregisters it
             pass
-        assert stream.sock is not None   # a stream without one is never registered
+        assert stream.sock is not None  # a stream without one is never registered
         stream.sock.settimeout(stream.saved_timeout)
         reader = self._greenlet
         if not self._streams and reader is not None and reader is not gevent.getcurrent():
@@ -199,7 +198,7 @@ class BodyReader:
     def _run(self) -> None:
         hub, poll, streams = get_hub(), self._epoll.poll, self._streams
         # Its own watcher: a reader ended by _drop may still be scheduled to run once more.
-        readable = hub.loop.io(self._epoll.fileno(), 1)   # a registered socket has data
+        readable = hub.loop.io(self._epoll.fileno(), 1)  # a registered socket has data
         pause = GATHER_S
         try:
             while streams:
@@ -215,7 +214,7 @@ class BodyReader:
                         continue
                     try:
                         merged |= stream.take(skew) > 1
-                    except Exception as e:   # the stream's own failure: its greenlet raises it
+                    except Exception as e:  # the stream's own failure: its greenlet raises it
                         self._drop(fd, stream)
                         stream.done.set(e)
                         continue
@@ -224,7 +223,7 @@ class BodyReader:
                         stream.done.set(None)
                 pause = next_pause(pause, merged)
                 if streams and not self._untimed and pause:
-                    gevent.sleep(pause)   # let packets gather (see GATHER_S)
+                    gevent.sleep(pause)  # let packets gather (see GATHER_S)
         finally:
             readable.close()
             if self._greenlet is gevent.getcurrent():

@@ -38,12 +38,12 @@ class SelfCheck:
         self._sink: SampleSink | None = None
         self._count = 0
         self.last_cpu = 0.0
-        self.recent_lags: deque[float] = deque(maxlen=100)   # the last ~10 s of probes
+        self.recent_lags: deque[float] = deque(maxlen=100)  # the last ~10 s of probes
 
     def start(self, sink: SampleSink) -> None:
         """Start sampling in background greenlets; returns at once."""
         self._sink = sink
-        self._cpu.sample()   # primes the CPU counter
+        self._cpu.sample()  # primes the CPU counter
         self._greenlets = [gevent.spawn(self._probe_lag), gevent.spawn(self._sample_cpu)]
 
     def stop(self) -> None:

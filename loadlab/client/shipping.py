@@ -57,12 +57,17 @@ from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
 from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
-HELLO, CONTEXT, RECORDS, FLUSH, DONE = ("loadlab_hello", "loadlab_context", "loadlab_records",
-                                        "loadlab_flush", "loadlab_done")
-SHIP_INTERVAL_S = 0.5          # a worker sends its records at least this often
-STEP_WATCH_S = 0.02           # the master notices a step set without llm_step this fast
-FINAL_FLUSH_GRACE_S = 15.0     # the master waits this long (plus stop_timeout) for workers' DONE ...
-MISSING_WORKER_WAIT_S = 5.0    # ... but only this long for one Locust marks missing (dead, or starved)
+HELLO, CONTEXT, RECORDS, FLUSH, DONE = (
+    "loadlab_hello",
+    "loadlab_context",
+    "loadlab_records",
+    "loadlab_flush",
+    "loadlab_done",
+)
+SHIP_INTERVAL_S = 0.5  # a worker sends its records at least this often
+STEP_WATCH_S = 0.02  # the master notices a step set without llm_step this fast
+FINAL_FLUSH_GRACE_S = 15.0  # the master waits this long (plus stop_timeout) for workers' DONE ...
+MISSING_WORKER_WAIT_S = 5.0  # ... but only this long for one Locust marks missing (dead, or starved)
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +112,21 @@ def worker_id(pid: int | None = None) -> str:
 class WorkerLoss:
     """A worker process that died mid-run, as the master saw it."""
 
-    worker: str          # host:pid
-    time: float          # epoch seconds when the master noticed
-    reason: str          # e.g. "killed by SIGKILL"
-    aborted: int         # its requests in flight, recorded as aborted
-    workers_left: int    # worker processes still running
-    workers: int         # worker processes the run had
+    worker: str  # host:pid
+    time: float  # epoch seconds when the master noticed
+    reason: str  # e.g. "killed by SIGKILL"
+    aborted: int  # its requests in flight, recorded as aborted
+    workers_left: int  # worker processes still running
+    workers: int  # worker processes the run had
 
     def message(self) -> str:
         """One line for run.json, summary.json and the console."""
         at = datetime.fromtimestamp(self.time, UTC).isoformat(timespec="milliseconds")
-        return (f"load-generator process {self.worker} died at {at} ({self.reason}): its {self.aborted} "
-                f"requests in flight are recorded as aborted; the run went on with {self.workers_left} "
-                f"of {self.workers} processes, without replacing its load")
+        return (
+            f"load-generator process {self.worker} died at {at} ({self.reason}): its {self.aborted} "
+            f"requests in flight are recorded as aborted; the run went on with {self.workers_left} "
+            f"of {self.workers} processes, without replacing its load"
+        )
 
 
 class WorkerShipper:
@@ -133,10 +140,10 @@ class WorkerShipper:
         self.worker = worker_id()
         self._buffer: list[dict[str, Any]] = []
         self._samples: list[dict[str, Any]] = []
-        self._started: list[dict[str, Any]] = []   # requests sent since the last message
-        self._start_notice = False                 # a message for them is on its way
-        self._last_counts = (-1, -1)      # (in flight, ready users) last sent
-        self._seq = 0                     # of the last CONTEXT taken, echoed in RECORDS
+        self._started: list[dict[str, Any]] = []  # requests sent since the last message
+        self._start_notice = False  # a message for them is on its way
+        self._last_counts = (-1, -1)  # (in flight, ready users) last sent
+        self._seq = 0  # of the last CONTEXT taken, echoed in RECORDS
         self.events = events = add_loadlab_events(environment.events)
         events.llm_request.add_listener(self._on_record)
         events.llm_request_sent.add_listener(self._on_sent)
@@ -162,8 +169,17 @@ class WorkerShipper:
         if not (started or records or samples or always or counts != self._last_counts):
             return
         try:
-            self.runner.send_message(RECORDS, {"records": records, "samples": samples, "started": started,
-                                               "in_flight": counts[0], "ready": counts[1], "seq": self._seq})
+            self.runner.send_message(
+                RECORDS,
+                {
+                    "records": records,
+                    "samples": samples,
+                    "started": started,
+                    "in_flight": counts[0],
+                    "ready": counts[1],
+                    "seq": self._seq,
+                },
+            )
             self._last_counts = counts
         except RPCError as e:  # keep them for the next try; the connection may come back
             self._started[:0] = started
@@ -196,14 +212,14 @@ class WorkerShipper:
     def _ship_loop(self) -> None:
         while True:
             gevent.sleep(SHIP_INTERVAL_S)
-            if self._seq == 0:   # no context yet: the master may not have listened when we said HELLO
+            if self._seq == 0:  # no context yet: the master may not have listened when we said HELLO
                 self._hello()
             self.ship()
 
     def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
         data = msg.data
         config = _from_dict(RunConfig, data["config"])
-        config.url = data["url"]            # secrets travel beside the stored form of the config
+        config.url = data["url"]  # secrets travel beside the stored form of the config
         config.api_key = data["api_key"]
         step = StepInfo(**data["step"]) if data["step"] else None
         context = find_context(environment)
@@ -220,10 +236,10 @@ class WorkerShipper:
         self._seq = data["seq"]
         if new_step:
             self.events.llm_step.fire(step=step)
-        self.ship(always=True)   # the master learns that this context arrived, and what is in flight
+        self.ship(always=True)  # the master learns that this context arrived, and what is in flight
 
     def _on_flush(self, environment: Environment, msg: Message, **_: Any) -> None:
-        self.runner.stop()   # fires test_stop (which ships) unless the users were already stopped
+        self.runner.stop()  # fires test_stop (which ships) unless the users were already stopped
         self.ship()
         # Locust's own last statistics too: its master waits only ~0.5 s for them on quit.
         self.runner._send_stats()
@@ -238,16 +254,16 @@ class MasterShipper:
         assert isinstance(runner, MasterRunner), "MasterShipper needs a master runner"
         self.environment = environment
         self.runner = runner
-        self.workers: dict[str, str] = {}          # Locust client id -> loadlab worker id (from HELLO)
+        self.workers: dict[str, str] = {}  # Locust client id -> loadlab worker id (from HELLO)
         self.anchors: dict[str, ClockAnchor] = {}  # Locust client id -> that worker's clock anchor
-        self.in_flight: dict[str, int] = {}        # Locust client id -> requests in flight there
-        self.ready: dict[str, int] = {}            # Locust client id -> users with an open connection there
-        self.seen_seq: dict[str, int] = {}         # Locust client id -> last CONTEXT it answered
-        self.started: dict[str, dict[str, dict[str, Any]]] = {}   # client id -> request id -> sent, no record yet
-        self.lost: dict[str, WorkerLoss] = {}      # Locust client id -> how its process died
-        self.closing = False                       # the final collection began: workers may exit
+        self.in_flight: dict[str, int] = {}  # Locust client id -> requests in flight there
+        self.ready: dict[str, int] = {}  # Locust client id -> users with an open connection there
+        self.seen_seq: dict[str, int] = {}  # Locust client id -> last CONTEXT it answered
+        self.started: dict[str, dict[str, dict[str, Any]]] = {}  # client id -> request id -> sent, no record yet
+        self.lost: dict[str, WorkerLoss] = {}  # Locust client id -> how its process died
+        self.closing = False  # the final collection began: workers may exit
         self._seq = 0
-        self._sent: tuple[StepInfo | None, bool] = (None, False)   # the step and hold_new_users last sent
+        self._sent: tuple[StepInfo | None, bool] = (None, False)  # the step and hold_new_users last sent
         self._round = 0
         self._pending: set[str] = set()
         setattr(environment, _MASTER, self)
@@ -280,19 +296,32 @@ class MasterShipper:
         The others go on; nothing waits for it any more."""
         client_id = next((c for c, w in self.workers.items() if w == worker), None)
         if client_id is None or client_id in self.lost:
-            return   # never joined (start-up reports that itself), or already counted
+            return  # never joined (start-up reports that itself), or already counted
         at = now() if at is None else at
         started = self.started.pop(client_id, {})
         self.in_flight.pop(client_id, None)
         self.ready.pop(client_id, None)
         self._pending.discard(client_id)
         for fields in started.values():
-            self.events.llm_request.fire(record=RequestRecord(
-                **fields, worker=worker, first_token_time=math.nan, end_time=at,
-                error=ErrorCategory.ABORTED.value, error_detail=f"worker process died ({reason})"))
+            self.events.llm_request.fire(
+                record=RequestRecord(
+                    **fields,
+                    worker=worker,
+                    first_token_time=math.nan,
+                    end_time=at,
+                    error=ErrorCategory.ABORTED.value,
+                    error_detail=f"worker process died ({reason})",
+                )
+            )
         workers = len(self.joined_workers())
-        loss = WorkerLoss(worker=worker, time=at, reason=reason, aborted=len(started),
-                          workers_left=workers - len(self.lost) - 1, workers=workers)
+        loss = WorkerLoss(
+            worker=worker,
+            time=at,
+            reason=reason,
+            aborted=len(started),
+            workers_left=workers - len(self.lost) - 1,
+            workers=workers,
+        )
         self.lost[client_id] = loss
         log.warning("%s", loss.message())
         self.events.llm_worker_lost.fire(loss=loss)
@@ -313,11 +342,15 @@ class MasterShipper:
         workers = self.joined_workers()
         self._seq += 1
         self._sent = (context.step, context.hold_new_users)
-        base = {"seq": self._seq, "config": context.config.to_dict(), "url": context.config.url,
-                "api_key": context.config.api_key,
-                "step": dataclasses.asdict(context.step) if context.step else None,
-                "hold_new_users": context.hold_new_users,
-                "worker_count": len(workers)}
+        base = {
+            "seq": self._seq,
+            "config": context.config.to_dict(),
+            "url": context.config.url,
+            "api_key": context.config.api_key,
+            "step": dataclasses.asdict(context.step) if context.step else None,
+            "hold_new_users": context.hold_new_users,
+            "worker_count": len(workers),
+        }
         for index, client_id in enumerate(workers):
             self.runner.send_message(CONTEXT, {**base, "worker_index": index}, client_id=client_id)
 
@@ -327,12 +360,13 @@ class MasterShipper:
         self.send_context()
         context = find_context(self.environment)
         if context is None or context.step is not None:
-            return   # a step is on (plain Locust's stop): Locust's own stop_timeout applies
+            return  # a step is on (plain Locust's stop): Locust's own stop_timeout applies
         deadline = time.monotonic() + (self.environment.stop_timeout or 0)
 
         def busy() -> bool:
-            return any(self.seen_seq.get(c, 0) < self._seq or self.in_flight.get(c, 0) > 0
-                       for c in self.ready_workers())
+            return any(
+                self.seen_seq.get(c, 0) < self._seq or self.in_flight.get(c, 0) > 0 for c in self.ready_workers()
+            )
 
         while busy() and time.monotonic() < deadline:
             gevent.sleep(0.05)
@@ -354,10 +388,10 @@ class MasterShipper:
         live_deadline = asked + (self.environment.stop_timeout or 0) + FINAL_FLUSH_GRACE_S
         missing_deadline = asked + MISSING_WORKER_WAIT_S
         while self._pending:
-            self._pending &= set(clients)   # Locust forgot it: gone for good
+            self._pending &= set(clients)  # Locust forgot it: gone for good
             live = self._pending & set(self.ready_workers())
             if time.monotonic() > (live_deadline if live else missing_deadline):
-                for client_id in list(self._pending):   # what they had in flight is recorded as aborted
+                for client_id in list(self._pending):  # what they had in flight is recorded as aborted
                     self.worker_lost(self.workers[client_id], "sent no final records")
                 return
             gevent.sleep(0.05)
@@ -365,7 +399,7 @@ class MasterShipper:
     def _on_step(self, step: StepInfo, **_: Any) -> None:
         context_of(self.environment).step = step
         self.send_context()
-        for client_id in self.joined_workers():   # again, for listeners added after the workers joined
+        for client_id in self.joined_workers():  # again, for listeners added after the workers joined
             self._announce(client_id)
 
     def _watch_step(self) -> None:
@@ -387,11 +421,11 @@ class MasterShipper:
         self.workers[msg.node_id] = msg.data["worker"]
         self.anchors[msg.node_id] = ClockAnchor(**msg.data["anchor"])
         self._announce(msg.node_id)
-        self.send_context()   # every worker: the worker count changed
+        self.send_context()  # every worker: the worker count changed
 
     def _on_records(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.node_id in self.lost:
-            return   # its in-flight requests are already recorded as aborted
+            return  # its in-flight requests are already recorded as aborted
         self.in_flight[msg.node_id] = msg.data["in_flight"]
         self.ready[msg.node_id] = msg.data.get("ready", 0)
         self.seen_seq[msg.node_id] = msg.data["seq"]
@@ -417,7 +451,7 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
         if f.name not in data:
             continue
         value, hint = data[f.name], hints[f.name]
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):   # `X | None`
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`
             hint = next(a for a in typing.get_args(hint) if a is not type(None))
         if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
             value = _from_dict(hint, value)

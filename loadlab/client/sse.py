@@ -89,8 +89,7 @@ def _decode(payload: bytes) -> Event:
         if not isinstance(choice, dict):
             raise MalformedEvent(_short(payload))
         delta = choice.get("delta") or {}
-        text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") \
-            or delta.get("reasoning")
+        text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
         if text:
             content = True
         if choice.get("finish_reason"):
@@ -98,9 +97,12 @@ def _decode(payload: bytes) -> Event:
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         usage = {}
-    return Event(content=content, finish_reason=finish_reason,
-                 prompt_tokens=_int(usage.get("prompt_tokens")),
-                 completion_tokens=_int(usage.get("completion_tokens")))
+    return Event(
+        content=content,
+        finish_reason=finish_reason,
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+    )
 
 
 def _int(value: object) -> int:
@@ -120,5 +122,5 @@ def event_text(line: bytes) -> str:
             delta = choice.get("delta") or {}
             parts.append(choice.get("text") or delta.get("content") or "")
         return "".join(parts)
-    except (ValueError, AttributeError, TypeError):   # an odd shape the byte scan let through
+    except (ValueError, AttributeError, TypeError):  # an odd shape the byte scan let through
         return ""

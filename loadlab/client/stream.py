@@ -32,8 +32,7 @@ from loadlab.urls import parse_http_url
 from loadlab.workload.spec import RequestSpec
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
-_CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL,
-                   errno.EHOSTDOWN}
+_CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL, errno.EHOSTDOWN}
 _NAN = math.nan
 
 
@@ -41,12 +40,12 @@ _NAN = math.nan
 class Endpoint:
     """Where and how every request of a run is sent; built once per process from the RunConfig."""
 
-    base_url: str              # scheme://host:port, what the HTTP client pool is keyed by
-    path: str                  # e.g. /v1/chat/completions
+    base_url: str  # scheme://host:port, what the HTTP client pool is keyed by
+    path: str  # e.g. /v1/chat/completions
     api: str
     model: str
     timeout: float
-    authorization: str = field(default="", repr=False)   # the header's value, "" = none
+    authorization: str = field(default="", repr=False)  # the header's value, "" = none
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Endpoint:
@@ -54,13 +53,18 @@ class Endpoint:
         base_url, prefix, authorization = split_url(config.url, config.api_key)
         if config.api not in API_PATHS:
             raise UserError(f"unknown --api {config.api!r} (use chat or completions)")
-        return cls(base_url=base_url, path=prefix + API_PATHS[config.api], api=config.api,
-                   model=config.model, timeout=config.timeout, authorization=authorization)
+        return cls(
+            base_url=base_url,
+            path=prefix + API_PATHS[config.api],
+            api=config.api,
+            model=config.model,
+            timeout=config.timeout,
+            authorization=authorization,
+        )
 
     def headers(self, request_id: str) -> dict[str, str]:
         """Request headers; the API key travels only here, never into a record or a file."""
-        h = {"Content-Type": "application/json", "Accept": "text/event-stream",
-             "X-Request-Id": request_id}
+        h = {"Content-Type": "application/json", "Accept": "text/event-stream", "X-Request-Id": request_id}
         if self.authorization:
             h["Authorization"] = self.authorization
         return h
@@ -77,9 +81,12 @@ def split_url(url: str, api_key: str = "") -> tuple[str, str, str]:
 
 def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
     """The JSON body of one streaming request."""
-    body: dict[str, object] = {"model": endpoint.model, "stream": True,
-                               "stream_options": {"include_usage": True},
-                               "max_tokens": spec.max_tokens}
+    body: dict[str, object] = {
+        "model": endpoint.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": spec.max_tokens,
+    }
     if endpoint.api == "chat":
         body["messages"] = spec.messages
     else:
@@ -97,8 +104,8 @@ class StreamResult:
 
     record: RequestRecord
     response_bytes: int
-    text: str = ""             # the answer, collected only for conversations (the next turn needs it)
-    aborted: bool = False      # the greenlet was killed (run stopping): the caller re-raises
+    text: str = ""  # the answer, collected only for conversations (the next turn needs it)
+    aborted: bool = False  # the greenlet was killed (run stopping): the caller re-raises
 
 
 class _Failure(Exception):
@@ -108,20 +115,38 @@ class _Failure(Exception):
         self.detail = detail
 
 
-def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, request_id: str,
-                   scheduled: float, anchor: ClockAnchor, *, worker: str, step: int,
-                   warmup: bool) -> StreamResult:
+def stream_request(
+    http: HTTPClient,
+    endpoint: Endpoint,
+    spec: RequestSpec,
+    request_id: str,
+    scheduled: float,
+    anchor: ClockAnchor,
+    *,
+    worker: str,
+    step: int,
+    warmup: bool,
+) -> StreamResult:
     """Send one streaming request and time every event; never raises (GreenletExit is reported).
 
     `scheduled` is the perf_counter() reading when the request was due; the per-request timeout
     counts from the send and covers a stream that stalls midway.
     """
-    rec = RequestRecord(request_id=request_id, worker=worker, step=step, warmup=warmup,
-                        api=endpoint.api, scheduled_time=anchor.to_wall(scheduled),
-                        send_time=_NAN, first_token_time=_NAN, end_time=_NAN,
-                        input_tokens=spec.input_tokens, max_tokens=spec.max_tokens,
-                        conversation=spec.conversation or "",
-                        turn=spec.turn if spec.turn is not None else -1)
+    rec = RequestRecord(
+        request_id=request_id,
+        worker=worker,
+        step=step,
+        warmup=warmup,
+        api=endpoint.api,
+        scheduled_time=anchor.to_wall(scheduled),
+        send_time=_NAN,
+        first_token_time=_NAN,
+        end_time=_NAN,
+        input_tokens=spec.input_tokens,
+        max_tokens=spec.max_tokens,
+        conversation=spec.conversation or "",
+        turn=spec.turn if spec.turn is not None else -1,
+    )
     perf_times: list[float] = []
     # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.
     content_lines: list[bytes] | None = [] if spec.conversation is not None else None
@@ -133,8 +158,9 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
     end = send
     try:
         timer.start()
-        resp = http.request("POST", endpoint.path, body=build_body(spec, endpoint),
-                            headers=endpoint.headers(request_id))
+        resp = http.request(
+            "POST", endpoint.path, body=build_body(spec, endpoint), headers=endpoint.headers(request_id)
+        )
         rec.status = resp.status_code
         if rec.status != 200:
             raise _http_failure(resp)
@@ -146,7 +172,7 @@ def stream_request(http: HTTPClient, endpoint: Endpoint, spec: RequestSpec, requ
             raise
         end = time.perf_counter()
         _fail(rec, ErrorCategory.TIMEOUT, f"no complete response within {endpoint.timeout:g} s")
-    except (Exception, GreenletExit) as e:   # every failure is counted; the run goes on
+    except (Exception, GreenletExit) as e:  # every failure is counted; the run goes on
         end = time.perf_counter()
         category, detail = error_category(e, responded=resp is not None)
         aborted = category is ErrorCategory.ABORTED
@@ -180,11 +206,11 @@ def error_category(e: BaseException, responded: bool) -> tuple[ErrorCategory, st
         # have no read timeout): an unreachable host, like a refusal or a TLS failure.
         if isinstance(e, (socket.gaierror, TimeoutError, ssl.SSLError)) or getattr(e, "errno", None) in _CONNECT_ERRNOS:
             return ErrorCategory.CONNECT, str(e) or type(e).__name__
-    if isinstance(e, TimeoutError):   # (socket.timeout is TimeoutError)
+    if isinstance(e, TimeoutError):  # (socket.timeout is TimeoutError)
         return ErrorCategory.TIMEOUT, "network timeout"
     if isinstance(e, (HTTPParseError, ConnectionError)):
         return ErrorCategory.DISCONNECT, f"connection broke mid-stream: {e}"
-    return ErrorCategory.CLIENT, f"{type(e).__name__}: {e}"   # a bug or an unforeseen failure
+    return ErrorCategory.CLIENT, f"{type(e).__name__}: {e}"  # a bug or an unforeseen failure
 
 
 class _EventReader:
@@ -192,8 +218,9 @@ class _EventReader:
     each token's arrival time (and, when `content_lines` is a list, each content line), finish
     reason, usage. Raises _Failure."""
 
-    def __init__(self, resp: HTTPSocketResponse, rec: RequestRecord, perf_times: list[float],
-                 content_lines: list[bytes] | None) -> None:
+    def __init__(
+        self, resp: HTTPSocketResponse, rec: RequestRecord, perf_times: list[float], content_lines: list[bytes] | None
+    ) -> None:
         self.resp = resp
         self.rec = rec
         self.perf_times = perf_times
@@ -209,7 +236,7 @@ class _EventReader:
         number of tokens (content events) in it."""
         rec = self.rec
         tokens = 0
-        for line in batch[:-1].split(b"\n"):   # line endings dropped (a "\r" may remain)
+        for line in batch[:-1].split(b"\n"):  # line endings dropped (a "\r" may remain)
             if line.startswith(b"data:"):
                 self.seen_event = True
                 try:
@@ -231,7 +258,7 @@ class _EventReader:
                 if event.done:
                     self.done = True
                 continue
-            if not line or line == b"\r":   # the blank line after every event
+            if not line or line == b"\r":  # the blank line after every event
                 continue
             if line_kind(line) == "invalid":
                 if not self.seen_event:

@@ -38,11 +38,11 @@ from loadlab.workload.distributions import sample_seconds
 # Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their
 # start delay grows, which the self-check reports as client-limited).
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
-_IDLE_S = 0.05   # how often an idle user looks for a new step / budget
+_IDLE_S = 0.05  # how often an idle user looks for a new step / budget
 # A closed-loop user that just failed pauses before its next request, twice as long after each
 # failure in a row (reset by a success): a failing endpoint answers at once, and without a pause
 # every user would send thousands of requests per second at it.
-FAILURE_PAUSE_S = (0.05, 1.0)   # first pause, longest pause
+FAILURE_PAUSE_S = (0.05, 1.0)  # first pause, longest pause
 
 
 class RequestFailed(Exception):
@@ -54,17 +54,17 @@ class ProcessState:
 
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
-        self.config: RunConfig | None = None   # what `endpoint` and `workload` were built from
+        self.config: RunConfig | None = None  # what `endpoint` and `workload` were built from
         self.endpoint: Endpoint
         self.workload: Workload
         self.sync_config()
-        self.in_flight = 0             # requests sent here and not finished yet
-        self.cap_waits = 0             # open-loop arrivals that found every slot taken
-        self.ready = 0                 # closed-loop users here whose connection is open
+        self.in_flight = 0  # requests sent here and not finished yet
+        self.cap_waits = 0  # open-loop arrivals that found every slot taken
+        self.ready = 0  # closed-loop users here whose connection is open
         self._issued: dict[int, int] = defaultdict(int)
         self._ids = itertools.count()
-        self._users = itertools.count()   # closed-loop users started here, in order
-        self._ramp_places = itertools.count()   # closed-loop users that took a place in a ramp-up
+        self._users = itertools.count()  # closed-loop users started here, in order
+        self._ramp_places = itertools.count()  # closed-loop users that took a place in a ramp-up
 
     @property
     def ctx(self) -> ClientContext:
@@ -150,7 +150,7 @@ def process_state(environment: Environment) -> ProcessState:
         state = ProcessState(environment)
         setattr(environment, _STATE, state)
     else:
-        state.sync_config()   # users are made when a test starts: the config may be new
+        state.sync_config()  # users are made when a test starts: the config may be new
     return state
 
 
@@ -188,18 +188,32 @@ class LLMUser(FastHttpUser):
     def send_one(self, scheduled: float, step: int, warmup: bool) -> RequestRecord:
         """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill."""
         state = self.state
-        workload = state.workload   # the one that answers for this request, even if replaced meanwhile
+        workload = state.workload  # the one that answers for this request, even if replaced meanwhile
         spec = workload.next_request()
         ctx = state.ctx
         request_id = state.next_id()
         state.in_flight += 1
         self.loadlab_events.llm_request_sent.fire(
-            request_id=request_id, step=step, warmup=warmup, api=state.endpoint.api,
-            scheduled_time=ctx.anchor.to_wall(scheduled), input_tokens=spec.input_tokens,
-            max_tokens=spec.max_tokens)
+            request_id=request_id,
+            step=step,
+            warmup=warmup,
+            api=state.endpoint.api,
+            scheduled_time=ctx.anchor.to_wall(scheduled),
+            input_tokens=spec.input_tokens,
+            max_tokens=spec.max_tokens,
+        )
         try:
-            result = stream_request(self.http, state.endpoint, spec, request_id, scheduled,
-                                    ctx.anchor, worker=ctx.worker, step=step, warmup=warmup)
+            result = stream_request(
+                self.http,
+                state.endpoint,
+                spec,
+                request_id,
+                scheduled,
+                ctx.anchor,
+                worker=ctx.worker,
+                step=step,
+                warmup=warmup,
+            )
         finally:
             state.in_flight -= 1
         workload.complete(spec, result.text, result.record.ok)
@@ -214,11 +228,14 @@ class LLMUser(FastHttpUser):
         # A request cut off by the tester's stop says nothing about the server: it is kept in the
         # run folder (category "aborted") but not counted as a failure in Locust's statistics.
         if not result.aborted:
-            events.request.fire(request_type="POST", name=self.state.endpoint.path,
-                                response_time=_ms(rec.end_time - rec.send_time),
-                                response_length=result.response_bytes,
-                                exception=None if rec.ok else RequestFailed(rec.error),
-                                context={})
+            events.request.fire(
+                request_type="POST",
+                name=self.state.endpoint.path,
+                response_time=_ms(rec.end_time - rec.send_time),
+                response_length=result.response_bytes,
+                exception=None if rec.ok else RequestFailed(rec.error),
+                context={},
+            )
         events.llm_request.fire(record=rec)
 
 
@@ -237,7 +254,7 @@ class ClosedLoopUser(LLMUser):
 
     def on_start(self) -> None:
         self._rng = self.state.think_rng()
-        self._failures = 0     # failed requests in a row
+        self._failures = 0  # failed requests in a row
         ctx = self.state.ctx
         self._joins_after = ctx.step.index if ctx.hold_new_users and ctx.step is not None else -1
         self._started = False  # it sent its first request (or waited for its place to)
@@ -254,7 +271,7 @@ class ClosedLoopUser(LLMUser):
         try:
             pool.return_socket(pool.get_socket())
         except OSError:
-            pass   # the first request fails the same way, and is counted (category connect)
+            pass  # the first request fails the same way, and is counted (category connect)
 
     def _step(self) -> StepInfo | None:
         """The closed-loop step this user takes part in now, if any."""
@@ -267,7 +284,7 @@ class ClosedLoopUser(LLMUser):
         """A new user's first request waits for its place within the step's ramp-up."""
         self._started = True
         ramp = step.ramp_end - step.start_time
-        if ramp > 0:   # (NaN: no ramp-up of ours; Locust's spawn rate spreads the users)
+        if ramp > 0:  # (NaN: no ramp-up of ours; Locust's spawn rate spreads the users)
             place = step.start_time + ramp * self.state.ramp_place()
             gevent.sleep(max(0.0, place - now()))
 
@@ -276,8 +293,8 @@ class ClosedLoopUser(LLMUser):
             self._failures = 0
             return
         first, longest = FAILURE_PAUSE_S
-        gevent.sleep(min(longest, first * 2 ** self._failures))
-        self._failures = min(self._failures + 1, 16)   # (bounded: no float overflow)
+        gevent.sleep(min(longest, first * 2**self._failures))
+        self._failures = min(self._failures + 1, 16)  # (bounded: no float overflow)
 
     @task
     def one_request(self) -> None:
@@ -286,7 +303,7 @@ class ClosedLoopUser(LLMUser):
             self._wait_for_place(step)
             step = self._step()
         warmup = None if step is None else self.state.claim(step.index)
-        if step is None or warmup is None:   # no closed-loop step running, or its budget is spent
+        if step is None or warmup is None:  # no closed-loop step running, or its budget is spent
             gevent.sleep(_IDLE_S)
             return
         self._pause_after(self.send_one(time.perf_counter(), step.index, warmup))
@@ -317,7 +334,7 @@ class OpenLoopUser(LLMUser):
                 if step is None or step.mode != "open":
                     gevent.sleep(_IDLE_S)
                     continue
-                if current is None or step.index != current.index:   # a new step: a new rate from now on
+                if current is None or step.index != current.index:  # a new step: a new rate from now on
                     current = step
                     gaps = arrival_gaps(ctx.config.arrival, ctx.rate_share(), ctx.config.burstiness, rng)
                     due = time.perf_counter() + next(gaps)
@@ -332,8 +349,8 @@ class OpenLoopUser(LLMUser):
                     continue
                 requests.spawn(self._arrival, slots, due, step.index, warmup)
                 due += next(gaps)
-                gevent.sleep(0)   # behind schedule, still let the step loop and the streams run
-            requests.join()   # drain: each request is bounded by the per-request timeout
+                gevent.sleep(0)  # behind schedule, still let the step loop and the streams run
+            requests.join()  # drain: each request is bounded by the per-request timeout
         finally:
             requests.kill()
 

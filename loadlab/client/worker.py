@@ -22,8 +22,7 @@ def user_classes() -> list[type[User]]:
     """Every runnable user class of loadlab.client.users (the master picks which ones run)."""
     from loadlab.client import users
 
-    return [obj for obj in vars(users).values()
-            if inspect.isclass(obj) and issubclass(obj, User) and not obj.abstract]
+    return [obj for obj in vars(users).values() if inspect.isclass(obj) and issubclass(obj, User) and not obj.abstract]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,8 +39,9 @@ def build_collectors(config: RunConfig) -> list[Collector]:
     if config.prometheus:
         from loadlab.collect.prometheus_server import PrometheusCollector
 
-        collectors.append(PrometheusCollector(config.prometheus, config.prometheus_selector,
-                                              step=config.metrics_interval))
+        collectors.append(
+            PrometheusCollector(config.prometheus, config.prometheus_selector, step=config.metrics_interval)
+        )
     if config.gpu:
         from loadlab.collect.gpu import GpuCollector
 

@@ -31,12 +31,12 @@ INSPECTOR_PATTERNS = ("*.log", "*.jsonl")
 class CollectiveRecord:
     """One Inspector record: the latest collective of one communicator on one rank."""
 
-    end_time: float        # epoch seconds: kernel stop (verbose) or the dump time
-    coll: str              # AllReduce, AllGather, ReduceScatter, Broadcast, Send, Recv, ...
+    end_time: float  # epoch seconds: kernel stop (verbose) or the dump time
+    coll: str  # AllReduce, AllGather, ReduceScatter, Broadcast, Send, Recv, ...
     comm: str
     rank: int
     n_ranks: int
-    seq: int               # coll_sn: the communicator's collective sequence number
+    seq: int  # coll_sn: the communicator's collective sequence number
     exec_seconds: float
     msg_bytes: float
     busbw_bytes_per_s: float
@@ -46,14 +46,23 @@ class CollectiveRecord:
         """Parse one JSON line; ValueError/KeyError/TypeError when it is not an Inspector record."""
         d = json.loads(line)
         header, meta, perf = d["header"], d["metadata"], d["coll_perf"]
-        stops = [k["kernel_stop_ts"] for k in (perf.get("event_trace_ts") or {}).get("kernel_events", [])
-                 if k.get("kernel_stop_ts")]
+        stops = [
+            k["kernel_stop_ts"]
+            for k in (perf.get("event_trace_ts") or {}).get("kernel_events", [])
+            if k.get("kernel_stop_ts")
+        ]
         end_us = max(stops) if stops else meta["dump_timestamp_us"]
-        return cls(end_time=float(end_us) / 1e6, coll=str(perf["coll"]), comm=str(header["id"]),
-                   rank=int(header["rank"]), n_ranks=int(header["n_ranks"]), seq=int(perf["coll_sn"]),
-                   exec_seconds=float(perf["coll_exec_time_us"]) / 1e6,
-                   msg_bytes=float(perf["coll_msg_size_bytes"]),
-                   busbw_bytes_per_s=float(perf.get("coll_busbw_gbs", 0.0)) * 1e9)
+        return cls(
+            end_time=float(end_us) / 1e6,
+            coll=str(perf["coll"]),
+            comm=str(header["id"]),
+            rank=int(header["rank"]),
+            n_ranks=int(header["n_ranks"]),
+            seq=int(perf["coll_sn"]),
+            exec_seconds=float(perf["coll_exec_time_us"]) / 1e6,
+            msg_bytes=float(perf["coll_msg_size_bytes"]),
+            busbw_bytes_per_s=float(perf.get("coll_busbw_gbs", 0.0)) * 1e9,
+        )
 
 
 class _Tail:
@@ -122,8 +131,12 @@ class NcclInspectorCollector(PollingCollector):
                 calls = self._calls(rec)
                 seconds[rec.rank] += rec.exec_seconds * calls
                 labels = {"coll": rec.coll, "rank": str(rec.rank), "comm": rec.comm, "n_ranks": str(rec.n_ranks)}
-                for signal, value in (("collective_time", rec.exec_seconds), ("collective_bytes", rec.msg_bytes),
-                                      ("collective_busbw", rec.busbw_bytes_per_s), ("collective_calls", calls)):
+                for signal, value in (
+                    ("collective_time", rec.exec_seconds),
+                    ("collective_bytes", rec.msg_bytes),
+                    ("collective_busbw", rec.busbw_bytes_per_s),
+                    ("collective_calls", calls),
+                ):
                     samples.append(Sample(rec.end_time, self.source, signal, float(value), dict(labels)))
         self._ranks.update(seconds)
         t = now()

@@ -32,8 +32,7 @@ def series_sample(name: str, labels: dict[str, str], value: float, time: float, 
     if name.endswith("_created") or math.isnan(value):
         return None
     canonical = canonical_name(name)
-    return Sample(time=time, source=source, signal=canonical.signal,
-                  value=value * canonical.scale, labels=dict(labels))
+    return Sample(time=time, source=source, signal=canonical.signal, value=value * canonical.scale, labels=dict(labels))
 
 
 def parse_metrics_text(text: str, time: float, source: str) -> list[Sample]:

@@ -22,7 +22,7 @@ from loadlab.errors import UserError
 from loadlab.store.schema import Coverage, Sample
 from loadlab.urls import parse_http_url, without_credentials
 
-if TYPE_CHECKING:   # imported in pull() only: it imports requests
+if TYPE_CHECKING:  # imported in pull() only: it imports requests
     from prometheus_api_client import PrometheusConnect
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class PrometheusCollector:
         if not step > 0:
             raise UserError(f"Prometheus query step must be > 0, got {step}")
         parsed = parse_http_url(url, "--prometheus")
-        self.url = str(parsed).rstrip("/")      # without credentials: it is logged
+        self.url = str(parsed).rstrip("/")  # without credentials: it is logged
         self._auth = (parsed.username, parsed.password) if parsed.has_credentials else None
         self.query = series_query(selector)
         self.step = step
@@ -115,8 +115,9 @@ class PrometheusCollector:
         from urllib3.util.retry import Retry
 
         # No retries inside urllib3: each one logs a warning line; stop() retries quietly.
-        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=Retry(total=0),
-                                   auth=self._auth)
+        client = PrometheusConnect(
+            url=self.url, disable_ssl=True, timeout=self.timeout, retry=Retry(total=0), auth=self._auth
+        )
         samples: list[Sample] = []
         try:
             chunk = self.step * MAX_POINTS_PER_QUERY
@@ -132,8 +133,12 @@ class PrometheusCollector:
     def _query(self, client: PrometheusConnect, start: float, end: float) -> list[Sample]:
         # The library rounds start/end to whole seconds; exact floats go in through params.
         result = client.custom_query_range(
-            self.query, start_time=_utc(start), end_time=_utc(end), step=str(self.step),
-            params={"start": f"{start:.3f}", "end": f"{end:.3f}"})
+            self.query,
+            start_time=_utc(start),
+            end_time=_utc(end),
+            step=str(self.step),
+            params={"start": f"{start:.3f}", "end": f"{end:.3f}"},
+        )
         samples: list[Sample] = []
         for series in result:
             labels = dict(series["metric"])

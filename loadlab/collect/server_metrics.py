@@ -79,5 +79,7 @@ class ServerMetricsCollector(PollingCollector):
                 if len(self._urls) > 1:
                     self._urls.pop(0)
                     continue
-                raise MetricsNotFound(f"{self.url} answered 404: no metrics there (SGLang needs --enable-metrics; "
-                                      "or set --server-metrics URL / --no-server-metrics)") from None
+                raise MetricsNotFound(
+                    f"{self.url} answered 404: no metrics there (SGLang needs --enable-metrics; "
+                    "or set --server-metrics URL / --no-server-metrics)"
+                ) from None

@@ -13,34 +13,34 @@ from loadlab.collect.gpu.reading import signal_names as gpu_signal_names
 
 # Canonical signals from serving engines. Histograms become one sample per bucket (label `le`)
 # plus `<signal>_sum` and `<signal>_count`.
-REQUESTS_RUNNING = "requests_running"      # gauge: requests in the running batch
-REQUESTS_WAITING = "requests_waiting"      # gauge: requests queued, not yet scheduled
-KV_USAGE = "kv_usage"                      # gauge: KV-cache blocks in use, 0..1
-PREEMPTIONS = "preemptions"                # counter: requests preempted / retracted
-PROMPT_TOKENS = "prompt_tokens"            # counter: prefill tokens processed
-GENERATION_TOKENS = "generation_tokens"    # counter: tokens generated
+REQUESTS_RUNNING = "requests_running"  # gauge: requests in the running batch
+REQUESTS_WAITING = "requests_waiting"  # gauge: requests queued, not yet scheduled
+KV_USAGE = "kv_usage"  # gauge: KV-cache blocks in use, 0..1
+PREEMPTIONS = "preemptions"  # counter: requests preempted / retracted
+PROMPT_TOKENS = "prompt_tokens"  # counter: prefill tokens processed
+GENERATION_TOKENS = "generation_tokens"  # counter: tokens generated
 PREFIX_CACHE_QUERIES = "prefix_cache_queries"  # counter: tokens of requests looked up in the prefix cache
-PREFIX_CACHE_HITS = "prefix_cache_hits"    # counter: of those, tokens whose KV was reused
-TOKENS_PER_STEP = "tokens_per_step"        # histogram: tokens carried by one engine step
-BATCH_SIZE = "batch_size"                  # histogram (or gauge): sequences in one engine step
-TTFT = "ttft"                              # histogram, seconds
-ITL = "itl"                                # histogram, seconds
-E2E = "e2e"                                # histogram, seconds
-QUEUE_TIME = "queue_time"                  # histogram, seconds
-PREFILL_TIME = "prefill_time"              # histogram, seconds
-DECODE_TIME = "decode_time"                # histogram, seconds
-STEP_TIME = "step_time"                    # histogram, seconds (label `phase` when known)
-COLLECTIVE_TIME = "collective_time"        # histogram, seconds of collectives per step
+PREFIX_CACHE_HITS = "prefix_cache_hits"  # counter: of those, tokens whose KV was reused
+TOKENS_PER_STEP = "tokens_per_step"  # histogram: tokens carried by one engine step
+BATCH_SIZE = "batch_size"  # histogram (or gauge): sequences in one engine step
+TTFT = "ttft"  # histogram, seconds
+ITL = "itl"  # histogram, seconds
+E2E = "e2e"  # histogram, seconds
+QUEUE_TIME = "queue_time"  # histogram, seconds
+PREFILL_TIME = "prefill_time"  # histogram, seconds
+DECODE_TIME = "decode_time"  # histogram, seconds
+STEP_TIME = "step_time"  # histogram, seconds (label `phase` when known)
+COLLECTIVE_TIME = "collective_time"  # histogram, seconds of collectives per step
 # vLLM's own analytic estimate of each step's work, per GPU (only with --enable-mfu-metrics).
-ESTIMATED_FLOPS = "estimated_flops"        # counter: FLOPs
-ESTIMATED_READ_BYTES = "estimated_read_bytes"    # counter: bytes read from device memory
+ESTIMATED_FLOPS = "estimated_flops"  # counter: FLOPs
+ESTIMATED_READ_BYTES = "estimated_read_bytes"  # counter: bytes read from device memory
 ESTIMATED_WRITE_BYTES = "estimated_write_bytes"  # counter: bytes written to device memory
 
 # GPU signals, ratios 0..1. The NVML collector (loadlab.collect.gpu, `GpuReading`) owns their
 # full list; these are the ones DCGM exporter series map onto, named as NVML's.
-GPU_UTIL = "gpu_util"                      # share of time at least one kernel ran
-GPU_MEM_UTIL = "gpu_mem_util"              # share of time device memory was read or written
-GPU_MEM_USED = "gpu_mem_used"              # bytes
+GPU_UTIL = "gpu_util"  # share of time at least one kernel ran
+GPU_MEM_UTIL = "gpu_mem_util"  # share of time device memory was read or written
+GPU_MEM_USED = "gpu_mem_used"  # bytes
 GPU_SM_ACTIVE = "gpu_sm_active"
 GPU_SM_OCCUPANCY = "gpu_sm_occupancy"
 GPU_TENSOR_ACTIVE = "gpu_tensor_active"
@@ -62,52 +62,58 @@ def _table(pairs: dict[str, str]) -> dict[str, SignalMapping]:
 
 # Keys are metric family names as exposed: counters without the `_total` that prometheus_client
 # appends, histograms without `_bucket`/`_sum`/`_count` (see `canonical_name`).
-VLLM = _table({
-    "vllm:num_requests_running": REQUESTS_RUNNING,
-    "vllm:num_requests_waiting": REQUESTS_WAITING,
-    "vllm:kv_cache_usage_perc": KV_USAGE,              # a fraction despite the name
-    "vllm:gpu_cache_usage_perc": KV_USAGE,             # older name
-    "vllm:num_preemptions": PREEMPTIONS,
-    "vllm:prompt_tokens": PROMPT_TOKENS,
-    "vllm:generation_tokens": GENERATION_TOKENS,
-    "vllm:prefix_cache_queries": PREFIX_CACHE_QUERIES,
-    "vllm:prefix_cache_hits": PREFIX_CACHE_HITS,
-    "vllm:iteration_tokens_total": TOKENS_PER_STEP,    # a histogram whose name ends in _total
-    "vllm:time_to_first_token_seconds": TTFT,
-    "vllm:inter_token_latency_seconds": ITL,
-    "vllm:time_per_output_token_seconds": ITL,         # older name
-    "vllm:e2e_request_latency_seconds": E2E,
-    "vllm:request_queue_time_seconds": QUEUE_TIME,
-    "vllm:request_prefill_time_seconds": PREFILL_TIME,
-    "vllm:request_decode_time_seconds": DECODE_TIME,
-    "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
-    "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
-    "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
-})
+VLLM = _table(
+    {
+        "vllm:num_requests_running": REQUESTS_RUNNING,
+        "vllm:num_requests_waiting": REQUESTS_WAITING,
+        "vllm:kv_cache_usage_perc": KV_USAGE,  # a fraction despite the name
+        "vllm:gpu_cache_usage_perc": KV_USAGE,  # older name
+        "vllm:num_preemptions": PREEMPTIONS,
+        "vllm:prompt_tokens": PROMPT_TOKENS,
+        "vllm:generation_tokens": GENERATION_TOKENS,
+        "vllm:prefix_cache_queries": PREFIX_CACHE_QUERIES,
+        "vllm:prefix_cache_hits": PREFIX_CACHE_HITS,
+        "vllm:iteration_tokens_total": TOKENS_PER_STEP,  # a histogram whose name ends in _total
+        "vllm:time_to_first_token_seconds": TTFT,
+        "vllm:inter_token_latency_seconds": ITL,
+        "vllm:time_per_output_token_seconds": ITL,  # older name
+        "vllm:e2e_request_latency_seconds": E2E,
+        "vllm:request_queue_time_seconds": QUEUE_TIME,
+        "vllm:request_prefill_time_seconds": PREFILL_TIME,
+        "vllm:request_decode_time_seconds": DECODE_TIME,
+        "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
+        "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
+        "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
+    }
+)
 
-SGLANG = _table({
-    "sglang:num_running_reqs": REQUESTS_RUNNING,
-    "sglang:num_queue_reqs": REQUESTS_WAITING,
-    "sglang:token_usage": KV_USAGE,
-    # The counter; `sglang:num_retracted_reqs` is a per-batch gauge and keeps its raw name.
-    "sglang:num_retracted_requests": PREEMPTIONS,
-    "sglang:prompt_tokens": PROMPT_TOKENS,
-    "sglang:generation_tokens": GENERATION_TOKENS,
-    "sglang:time_to_first_token_seconds": TTFT,
-    "sglang:inter_token_latency_seconds": ITL,
-    "sglang:e2e_request_latency_seconds": E2E,
-    "sglang:queue_time_seconds": QUEUE_TIME,
-})
+SGLANG = _table(
+    {
+        "sglang:num_running_reqs": REQUESTS_RUNNING,
+        "sglang:num_queue_reqs": REQUESTS_WAITING,
+        "sglang:token_usage": KV_USAGE,
+        # The counter; `sglang:num_retracted_reqs` is a per-batch gauge and keeps its raw name.
+        "sglang:num_retracted_requests": PREEMPTIONS,
+        "sglang:prompt_tokens": PROMPT_TOKENS,
+        "sglang:generation_tokens": GENERATION_TOKENS,
+        "sglang:time_to_first_token_seconds": TTFT,
+        "sglang:inter_token_latency_seconds": ITL,
+        "sglang:e2e_request_latency_seconds": E2E,
+        "sglang:queue_time_seconds": QUEUE_TIME,
+    }
+)
 
-TGI = _table({
-    "tgi_batch_current_size": REQUESTS_RUNNING,
-    "tgi_queue_size": REQUESTS_WAITING,
-    "tgi_request_queue_duration": QUEUE_TIME,
-    # Per request mean, not per gap: the closest TGI has to an inter-token latency.
-    "tgi_request_mean_time_per_token_duration": ITL,
-    "tgi_request_duration": E2E,
-    "tgi_batch_forward_duration": STEP_TIME,           # label method="prefill"|"decode"
-})
+TGI = _table(
+    {
+        "tgi_batch_current_size": REQUESTS_RUNNING,
+        "tgi_queue_size": REQUESTS_WAITING,
+        "tgi_request_queue_duration": QUEUE_TIME,
+        # Per request mean, not per gap: the closest TGI has to an inter-token latency.
+        "tgi_request_mean_time_per_token_duration": ITL,
+        "tgi_request_duration": E2E,
+        "tgi_batch_forward_duration": STEP_TIME,  # label method="prefill"|"decode"
+    }
+)
 
 # trtllm-serve exposes `trtllm_*`; some front ends (Dynamo) re-export them as `trtllm:*`.
 _TRTLLM = {
@@ -123,15 +129,17 @@ _TRTLLM = {
 TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items() for sep in ("_", ":")})
 
 # The bundled reference server speaks vLLM's names (tokens per step too) plus these engine-internal histograms.
-REFERENCE = _table({
-    "loadlab_server_step_seconds": STEP_TIME,          # label phase="prefill"|"decode"|"mixed"
-    "loadlab_server_batch_size": BATCH_SIZE,
-    "loadlab_server_collective_seconds": COLLECTIVE_TIME,
-})
+REFERENCE = _table(
+    {
+        "loadlab_server_step_seconds": STEP_TIME,  # label phase="prefill"|"decode"|"mixed"
+        "loadlab_server_batch_size": BATCH_SIZE,
+        "loadlab_server_collective_seconds": COLLECTIVE_TIME,
+    }
+)
 
 # dcgm-exporter, as scraped by a Prometheus server. Profiling fields are already 0..1.
 DCGM = {
-    "DCGM_FI_DEV_GPU_UTIL": SignalMapping(GPU_UTIL, scale=0.01),      # percent
+    "DCGM_FI_DEV_GPU_UTIL": SignalMapping(GPU_UTIL, scale=0.01),  # percent
     "DCGM_FI_DEV_MEM_COPY_UTIL": SignalMapping(GPU_MEM_UTIL, scale=0.01),  # percent
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": SignalMapping(GPU_GR_ENGINE_ACTIVE),
     "DCGM_FI_PROF_SM_ACTIVE": SignalMapping(GPU_SM_ACTIVE),
@@ -147,7 +155,11 @@ GPU_EXPORTER_PREFIX = "loadlab_"
 GPU_EXPORTER = {GPU_EXPORTER_PREFIX + name: SignalMapping(name) for name in gpu_signal_names()}
 
 SERVER_FAMILIES: dict[str, dict[str, SignalMapping]] = {
-    "vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "trtllm": TRTLLM, "reference": REFERENCE,
+    "vllm": VLLM,
+    "sglang": SGLANG,
+    "tgi": TGI,
+    "trtllm": TRTLLM,
+    "reference": REFERENCE,
 }
 ALL_MAPPINGS: dict[str, SignalMapping] = {
     raw: m for table in (*SERVER_FAMILIES.values(), DCGM, GPU_EXPORTER) for raw, m in table.items()
@@ -172,4 +184,3 @@ def canonical_name(sample_name: str) -> SignalMapping:
                 scale = 1.0 if canonical_suffix == "_count" else mapping.scale
                 return SignalMapping(mapping.signal + canonical_suffix, scale)
     return SignalMapping(sample_name)
-

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 from loadlab.store.schema import ErrorCategory, RequestRecord
 
-REJECTED_AFTER = 3      # first requests that must all be rejected alike
-MIN_REQUESTS = 20       # measured requests a step needs before its error rate can end it
-_REJECTED_STATUS = {401: "check the API key (--api-key, $LOADLAB_API_KEY)",
-                    403: "check the API key and its permissions",
-                    404: "check --model and --url"}     # what to do about each
+REJECTED_AFTER = 3  # first requests that must all be rejected alike
+MIN_REQUESTS = 20  # measured requests a step needs before its error rate can end it
+_REJECTED_STATUS = {
+    401: "check the API key (--api-key, $LOADLAB_API_KEY)",
+    403: "check the API key and its permissions",
+    404: "check --model and --url",
+}  # what to do about each
 
 
 @dataclass(frozen=True)
@@ -38,17 +40,17 @@ class ErrorBudget:
     """Counts what the checks need from each finished request (call `add` for every record)."""
 
     def __init__(self, max_error_rate: float | None) -> None:
-        self.max_error_rate = max_error_rate      # None: no error budget
+        self.max_error_rate = max_error_rate  # None: no error budget
         self._sent: dict[int, int] = defaultdict(int)
         self._failed: dict[int, int] = defaultdict(int)
         self._succeeded = 0
-        self._rejections: list[RequestRecord] = []   # the first failures, while all are alike
+        self._rejections: list[RequestRecord] = []  # the first failures, while all are alike
         self._rejected_alike = True
 
     def add(self, rec: RequestRecord) -> None:
         """Take one finished request."""
         if rec.error == ErrorCategory.ABORTED.value:
-            return           # cut off by the tester's own stop: says nothing about the endpoint
+            return  # cut off by the tester's own stop: says nothing about the endpoint
         if rec.ok:
             self._succeeded += 1
         elif self._rejected_alike and len(self._rejections) < REJECTED_AFTER:
@@ -78,13 +80,18 @@ class ErrorBudget:
         if self._succeeded or not self._rejected_alike or len(self._rejections) < minimum:
             return None
         rec = self._rejections[0]
-        return Breach("rejected", f"the endpoint rejected every request ({rec.error_detail}): "
-                                  f"{_REJECTED_STATUS[rec.status]}")
+        return Breach(
+            "rejected", f"the endpoint rejected every request ({rec.error_detail}): {_REJECTED_STATUS[rec.status]}"
+        )
 
     def _over_budget(self, step: int, label: str, minimum: int) -> Breach | None:
         sent, failed = self._sent[step], self._failed[step]
         limit = self.max_error_rate
         if limit is None or sent < minimum or failed <= limit * sent:
             return None
-        return Breach("error-budget", f"step {label}: {failed} of {sent} measured requests failed "
-                                      f"({failed / sent:.0%} > --max-error-rate {limit:g})", step)
+        return Breach(
+            "error-budget",
+            f"step {label}: {failed} of {sent} measured requests failed "
+            f"({failed / sent:.0%} > --max-error-rate {limit:g})",
+            step,
+        )

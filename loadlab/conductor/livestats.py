@@ -23,8 +23,8 @@ from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_st
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.schema import ErrorCategory, RequestRecord
 
-RATE_WINDOW_S = 10.0     # tokens/s and requests/s are averaged over this many recent seconds
-_RECENT_DELAYS = 200     # start delays kept for the live client-limited warning
+RATE_WINDOW_S = 10.0  # tokens/s and requests/s are averaged over this many recent seconds
+_RECENT_DELAYS = 200  # start delays kept for the live client-limited warning
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,13 @@ def request_latencies(record: RequestRecord, open_loop: bool) -> Latencies:
     """One record's metrics, by the run summary's formulas (loadlab.metrics.requests)."""
     start = float(request_start(record.scheduled_time, record.send_time, open_loop))
     tokens = int(output_tokens(record.completion_tokens, record.client_tokens))
-    return Latencies(ttft=record.first_token_time - start, e2e=record.end_time - start,
-                     tpot=float(time_per_output_token(record.first_token_time, record.end_time, tokens)),
-                     itls=inter_token_gaps(record.token_times).tolist(), output_tokens=tokens)
+    return Latencies(
+        ttft=record.first_token_time - start,
+        e2e=record.end_time - start,
+        tpot=float(time_per_output_token(record.first_token_time, record.end_time, tokens)),
+        itls=inter_token_gaps(record.token_times).tolist(),
+        output_tokens=tokens,
+    )
 
 
 class LiveStats:
@@ -55,8 +59,7 @@ class LiveStats:
     the counts are kept (the status line of a long run needs no percentiles, nor their memory).
     """
 
-    def __init__(self, open_loop: bool, in_flight: Callable[[], int] = lambda: 0,
-                 keep_latencies: bool = True) -> None:
+    def __init__(self, open_loop: bool, in_flight: Callable[[], int] = lambda: 0, keep_latencies: bool = True) -> None:
         self.open_loop = open_loop
         self.in_flight = in_flight
         self.keep_latencies = keep_latencies
@@ -82,7 +85,7 @@ class LiveStats:
         with self._lock:
             if math.isfinite(record.send_time):
                 self._start_delays.append(record.send_time - record.scheduled_time)
-            if record.error == ErrorCategory.ABORTED.value:   # cut off by the stop: no failure
+            if record.error == ErrorCategory.ABORTED.value:  # cut off by the stop: no failure
                 self._aborted += 1
                 return
             if not record.ok:
@@ -162,5 +165,10 @@ class LiveStats:
 def _percentiles_ms(values: list[float]) -> dict:
     """count, mean, p50/p90/p99 in ms; None (JSON null) where there are no values."""
     d = Distribution.of([v * 1000.0 for v in values], unit="ms")
-    return {"count": d.count, **{k: (None if math.isnan(v) else v) for k, v in
-                                 (("mean", d.mean), ("p50", d.p50), ("p90", d.p90), ("p99", d.p99))}}
+    return {
+        "count": d.count,
+        **{
+            k: (None if math.isnan(v) else v)
+            for k, v in (("mean", d.mean), ("p50", d.p50), ("p90", d.p90), ("p99", d.p99))
+        },
+    }

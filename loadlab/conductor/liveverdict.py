@@ -50,17 +50,17 @@ from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
 
 log = logging.getLogger("loadlab")
 
-WINDOW_S = 30.0           # the live verdict judges this many recent seconds (issue 10.9)
-EVERY_S = 5.0             # ... this often, or less often when a verdict costs more than:
-MAX_CORE_SHARE = 0.02     # the judge process's CPU / the time between verdicts
-MIN_WINDOW_S = 5.0        # a step younger than this has no verdict yet
-SAMPLE_MARGIN_S = 10.0    # samples kept before the window: a counter's increase needs the scrape before it
-MAX_RECORDS = 50_000      # the buffers' bounds whatever the rate (older entries go first)
+WINDOW_S = 30.0  # the live verdict judges this many recent seconds (issue 10.9)
+EVERY_S = 5.0  # ... this often, or less often when a verdict costs more than:
+MAX_CORE_SHARE = 0.02  # the judge process's CPU / the time between verdicts
+MIN_WINDOW_S = 5.0  # a step younger than this has no verdict yet
+SAMPLE_MARGIN_S = 10.0  # samples kept before the window: a counter's increase needs the scrape before it
+MAX_RECORDS = 50_000  # the buffers' bounds whatever the rate (older entries go first)
 MAX_SAMPLES = 200_000
 UNAVAILABLE = "verdict: unavailable"
-SampleRow = tuple[float, str, str, str, float]   # a row of the samples table (SAMPLE_SCHEMA's order)
-MAX_UNSENT = 16 << 20     # bytes waiting for the judge process: more and it is given up as stuck
-_LENGTH = struct.Struct("<I")   # each message: its length, then its pickle
+SampleRow = tuple[float, str, str, str, float]  # a row of the samples table (SAMPLE_SCHEMA's order)
+MAX_UNSENT = 16 << 20  # bytes waiting for the judge process: more and it is given up as stuck
+_LENGTH = struct.Struct("<I")  # each message: its length, then its pickle
 # Not `-m` this module: its answers would be __main__'s classes, which the run's process cannot unpickle.
 JUDGE_COMMAND = (sys.executable, "-c", "from loadlab.conductor.liveverdict import main; main()")
 
@@ -89,7 +89,7 @@ class LiveWindow:
     def prune(self, now: float) -> None:
         """Forget what ended before the longest window still needed (arrival order is roughly
         time order; a late straggler is filtered out when a window is taken)."""
-        horizon = now - 2 * self.seconds - SAMPLE_MARGIN_S   # the window ends up to seconds/2 before now
+        horizon = now - 2 * self.seconds - SAMPLE_MARGIN_S  # the window ends up to seconds/2 before now
         while self._records and self._records[0].end_time < horizon:
             self._records.popleft()
         while self._samples and self._samples[0][0] < horizon:
@@ -105,9 +105,9 @@ class LiveWindow:
         start = max(end - self.seconds, begin)
         if end - start < MIN_WINDOW_S:
             return None
-        if step.mode == "closed":   # requests that straddle an edge count their time inside (Little's law)
+        if step.mode == "closed":  # requests that straddle an edge count their time inside (Little's law)
             chosen = [r for r in records if r.end_time >= start and r.send_time <= end]
-        else:                       # the window's arrivals
+        else:  # the window's arrivals
             chosen = [r for r in records if start <= r.send_time <= end]
         samples = [s for s in self._samples if start - SAMPLE_MARGIN_S <= s[0] <= end]
         return LiveRun(StepInfo(step.index, step.label, step.mode, step.target, start, end), chosen, samples)
@@ -124,12 +124,23 @@ class LiveRun:
     def judge(self, config: dict) -> StepVerdict:
         """The analyzer's verdict of this window."""
         step = self.step
-        meta = RunMeta(status=FINISHED, config=config, versions={}, host={}, anchor=ClockAnchor(step.start_time, 0.0),
-                       started_at=step.start_time, ended_at=step.end_time, steps=[step])
+        meta = RunMeta(
+            status=FINISHED,
+            config=config,
+            versions={},
+            host={},
+            anchor=ClockAnchor(step.start_time, 0.0),
+            started_at=step.start_time,
+            ended_at=step.end_time,
+            steps=[step],
+        )
         requests = requests_table(self.records).to_pandas()
-        requests["token_times"] = None   # as load_run(without=("token_times",)): the analysis needs no token times
-        columns = dict(zip(SAMPLE_SCHEMA.names, zip(*self.samples))) if self.samples else \
-            {name: [] for name in SAMPLE_SCHEMA.names}
+        requests["token_times"] = None  # as load_run(without=("token_times",)): the analysis needs no token times
+        columns = (
+            dict(zip(SAMPLE_SCHEMA.names, zip(*self.samples, strict=True), strict=True))
+            if self.samples
+            else {name: [] for name in SAMPLE_SCHEMA.names}
+        )
         samples = pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA).to_pandas()
         run = RunData(Path("live"), meta, requests, samples)
         seconds = step.end_time - step.start_time
@@ -159,7 +170,7 @@ def answer(window: LiveWindow, step: StepInfo, now: float, config: dict[str, Any
             return Answer(step.index, "", "", "", time.process_time() - cpu)
         verdict = live.judge(config)
         return Answer(step.index, verdict_line(verdict), verdict.constraint, "", time.process_time() - cpu)
-    except Exception as e:   # any fault of the analysis: the run goes on, the line says so
+    except Exception as e:  # any fault of the analysis: the run goes on, the line says so
         return Answer(step.index, UNAVAILABLE, "", f"{type(e).__name__}: {e}", time.process_time() - cpu)
 
 
@@ -196,13 +207,18 @@ class LiveVerdict:
     each tick of the run's loop (it never waits), `close()` at the end. `line` is the last verdict
     in words ("" before the first of a step, UNAVAILABLE after a failure)."""
 
-    def __init__(self, config: dict[str, Any], current_step: Callable[[], StepInfo | None],
-                 clock: Callable[[], float], every: float = EVERY_S,
-                 command: tuple[str, ...] = JUDGE_COMMAND) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        current_step: Callable[[], StepInfo | None],
+        clock: Callable[[], float],
+        every: float = EVERY_S,
+        command: tuple[str, ...] = JUDGE_COMMAND,
+    ) -> None:
         self.line = ""
         self.constraint = ""
         self.updates = 0
-        self.cpu_s = 0.0                # the judge process's CPU seconds, all updates together
+        self.cpu_s = 0.0  # the judge process's CPU seconds, all updates together
         self._current_step = current_step
         self._clock = clock
         self._every = every
@@ -217,8 +233,9 @@ class LiveVerdict:
         self._failed = False
         self._proc: subprocess.Popen[bytes] | None = None
         try:
-            self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL)
+            self._proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
             assert self._proc.stdin is not None and self._proc.stdout is not None
             os.set_blocking(self._proc.stdin.fileno(), False)
             os.set_blocking(self._proc.stdout.fileno(), False)
@@ -240,7 +257,7 @@ class LiveVerdict:
         """Send what came in, take an answer, ask for the next verdict when due; the line to show."""
         try:
             self._poll()
-        except Exception as e:   # the live verdict never ends a run
+        except Exception as e:  # the live verdict never ends a run
             self._fail(f"{type(e).__name__}: {e}")
         return self.line
 
@@ -253,7 +270,7 @@ class LiveVerdict:
             assert proc.stdin is not None
             proc.stdin.close()
             proc.wait(timeout=2)
-        except Exception:   # stuck or gone: it must not outlive the run
+        except Exception:  # stuck or gone: it must not outlive the run
             proc.kill()
             proc.wait()
 
@@ -262,7 +279,7 @@ class LiveVerdict:
             return
         self._receive()
         step = self._current_step()
-        if step is not None and step.index != self._step:   # a new step: the last verdict no longer holds
+        if step is not None and step.index != self._step:  # a new step: the last verdict no longer holds
             self._step, self.line, self.constraint = step.index, "", ""
         if self._records or self._samples:
             self._send(("add", self._records, self._samples))
@@ -287,7 +304,7 @@ class LiveVerdict:
             while self._unsent:
                 n = os.write(self._proc.stdin.fileno(), self._unsent)
                 del self._unsent[:n]
-        except BlockingIOError:   # the pipe is full: the rest goes at the next tick
+        except BlockingIOError:  # the pipe is full: the rest goes at the next tick
             pass
 
     def _receive(self) -> None:
@@ -302,8 +319,8 @@ class LiveVerdict:
             length = _LENGTH.unpack_from(self._received)[0]
             if len(self._received) < _LENGTH.size + length:
                 break
-            taken: Answer = pickle.loads(bytes(self._received[_LENGTH.size:_LENGTH.size + length]))
-            del self._received[:_LENGTH.size + length]
+            taken: Answer = pickle.loads(bytes(self._received[_LENGTH.size : _LENGTH.size + length]))
+            del self._received[: _LENGTH.size + length]
             self._take(taken)
 
     def _take(self, taken: Answer) -> None:
@@ -316,11 +333,11 @@ class LiveVerdict:
         elif taken.step == self._step and taken.line:
             self.updates += 1
             self.line, self.constraint = taken.line, taken.constraint
-        elif not taken.line:   # the step is too young: look again soon, not after a whole period
+        elif not taken.line:  # the step is too young: look again soon, not after a whole period
             self._next = min(self._next, self._clock() + 1.0)
 
     def _fail(self, why: str) -> None:
-        if not self._failed:   # once: a fault that repeats every few seconds would flood the log
+        if not self._failed:  # once: a fault that repeats every few seconds would flood the log
             log.warning("the live verdict is unavailable (the run goes on): %s", why)
         self._failed = True
         self.line, self.constraint = UNAVAILABLE, ""

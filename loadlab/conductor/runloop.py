@@ -21,6 +21,9 @@ A run whose worker process died (`--processes N`) ends `degraded`, with a warnin
 
 from __future__ import annotations
 
+from locust.env import Environment
+from locust.runners import LocalRunner, Runner
+
 import logging
 import math
 import time
@@ -30,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gevent
-from locust.env import Environment
-from locust.runners import LocalRunner, Runner
 from rich.console import Console
 
 from loadlab.analyze.summary import write_summary
@@ -56,9 +57,9 @@ from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import RequestRecord, Sample, StepInfo
 
 DEFAULT_STEP_SECONDS = 60.0
-READY_WAIT_S = 10.0      # a step waits at most this long for its users' connections
-_TICK_S = 0.25           # how often the loop checks stop conditions and redraws
-_SPAWN_RATE = 10_000.0   # users per second: all at once (the ramp-up spreads their first requests)
+READY_WAIT_S = 10.0  # a step waits at most this long for its users' connections
+_TICK_S = 0.25  # how often the loop checks stop conditions and redraws
+_SPAWN_RATE = 10_000.0  # users per second: all at once (the ramp-up spreads their first requests)
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,10 @@ class StepPlan:
 
     index: int
     label: str
-    mode: str                 # "closed" | "open"
-    target: float             # users or requests/s
-    seconds: float            # 0: no time limit (ends by request count)
-    requests: int             # finished requests (warm-up included) that end it; 0: no count limit
+    mode: str  # "closed" | "open"
+    target: float  # users or requests/s
+    seconds: float  # 0: no time limit (ends by request count)
+    requests: int  # finished requests (warm-up included) that end it; 0: no count limit
 
 
 def plan_steps(config: RunConfig) -> list[StepPlan]:
@@ -92,9 +93,9 @@ def plan_steps(config: RunConfig) -> list[StepPlan]:
 class RunOutcome:
     """How a run ended, for the exit code: `cause` says why it stopped itself, `reason` in one line."""
 
-    status: str               # finished | degraded | interrupted | stopped | failed (as in run.json)
-    cause: str = ""           # "" | "rejected" | "error-budget" | "write-error"
-    reason: str = ""          # one line saying why, when there is a cause
+    status: str  # finished | degraded | interrupted | stopped | failed (as in run.json)
+    cause: str = ""  # "" | "rejected" | "error-budget" | "write-error"
+    reason: str = ""  # one line saying why, when there is a cause
 
 
 class Conductor:
@@ -107,26 +108,26 @@ class Conductor:
     """
 
     def __init__(self, config: RunConfig, folder: Path, console: Console, mode: str, step_count: int = 0) -> None:
-        endpoint = Endpoint.from_config(config)   # validates url and api before anything starts
+        endpoint = Endpoint.from_config(config)  # validates url and api before anything starts
         self.config = config
         self.folder = Path(folder)
         self.mode = mode
-        self.step_count = step_count           # for the label "step i/N" (0: not known ahead)
+        self.step_count = step_count  # for the label "step i/N" (0: not known ahead)
         self.collectors = build_collectors(config)
         self.env, self.runner = _start_environment(config, endpoint.base_url, mode, process_anchor())
         try:
             self.writer = RunWriter(self.folder, config, context_of(self.env).anchor)
         except BaseException:
-            self.runner.quit()   # e.g. the folder already holds a run: end the workers too
+            self.runner.quit()  # e.g. the folder already holds a run: end the workers too
             raise
         self.writer.start_autoflush(1.0)
         self.status = FINISHED
         self.breach: Breach | None = None
-        self.labels: dict[int, str] = {}       # the steps run so far
+        self.labels: dict[int, str] = {}  # the steps run so far
         self.live = LiveStats(mode == "open", in_flight=lambda: in_flight_total(self.env), keep_latencies=False)
         self.budget = ErrorBudget(config.max_error_rate)
-        self._finished: Counter[int] = Counter()   # requests finished per step, warm-up included
-        self._users = 0                            # users the last step asked for (open loop: schedulers)
+        self._finished: Counter[int] = Counter()  # requests finished per step, warm-up included
+        self._users = 0  # users the last step asked for (open loop: schedulers)
         # The live verdict of the last seconds, judged in a process of its own (liveverdict.py).
         self.verdict = LiveVerdict(config.to_dict(), lambda: context_of(self.env).step, now)
         events = add_loadlab_events(self.env.events)
@@ -156,7 +157,7 @@ class Conductor:
                     return True
                 if self._stop_now(plan):
                     return False
-                gevent.sleep(min(_TICK_S, left))   # a step ends on time, not on the next tick
+                gevent.sleep(min(_TICK_S, left))  # a step ends on time, not on the next tick
         finally:
             # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
             # shutdown would count as idle time and lower the achieved concurrency).
@@ -172,7 +173,7 @@ class Conductor:
         self._drain()
         try:
             self.writer.flush()
-        except OSError as e:   # the rows stay buffered for close()'s last tries
+        except OSError as e:  # the rows stay buffered for close()'s last tries
             self.writer.fail(e)
             self.status = FAILED
             return False
@@ -190,10 +191,10 @@ class Conductor:
         context_of(env).step = None
         try:
             if self.status == FINISHED and isinstance(runner, LocalRunner):
-                self._drain()   # (a master's stop drains its workers)
+                self._drain()  # (a master's stop drains its workers)
         except KeyboardInterrupt:
             self.status = INTERRUPTED
-        self.selfcheck.stop()   # what follows is shutdown, not measurement
+        self.selfcheck.stop()  # what follows is shutdown, not measurement
         env.stop_timeout = self.config.timeout if self.status == FINISHED else 0
         runner.stop()
         runner.quit()
@@ -202,7 +203,7 @@ class Conductor:
         self.verdict.close()
         for c in self.collectors:
             c.stop()
-        if self.status == FINISHED:   # judged on all its requests now, however few
+        if self.status == FINISHED:  # judged on all its requests now, however few
             self.breach = self.budget.final(self.labels)
             if self.losses:
                 self.status = DEGRADED
@@ -212,7 +213,7 @@ class Conductor:
         writer.close(self.status, coverage=coverage, reason=reason)
         try:
             write_summary(load_run(self.folder), parse_slo(self.config.slo).per_request if self.config.slo else None)
-        except OSError as e:   # the parts are there: `loadlab summary` recomputes it
+        except OSError as e:  # the parts are there: `loadlab summary` recomputes it
             writer.fail(e)
         if writer.failure:
             return RunOutcome(FAILED, "write-error", writer.failure_line())
@@ -222,10 +223,19 @@ class Conductor:
         """Redraw the status line (rate-limited by the display)."""
         live = self.live
         tokens_per_s, _ = live.recent_rates()
-        self._screen.update(LiveStatus(
-            elapsed=time.perf_counter() - self._started, step_label=label, in_flight=in_flight_total(self.env),
-            done=live.done, errors=live.failed, output_tokens=live.output_tokens, tokens_per_s=tokens_per_s,
-            warning=self._warning(), verdict=self.verdict.poll()))
+        self._screen.update(
+            LiveStatus(
+                elapsed=time.perf_counter() - self._started,
+                step_label=label,
+                in_flight=in_flight_total(self.env),
+                done=live.done,
+                errors=live.failed,
+                output_tokens=live.output_tokens,
+                tokens_per_s=tokens_per_s,
+                warning=self._warning(),
+                verdict=self.verdict.poll(),
+            )
+        )
 
     def _on_record(self, record: RequestRecord, **_: object) -> None:
         self._finished[record.step] += 1
@@ -245,18 +255,25 @@ class Conductor:
             users = int(plan.target)
             new_users, self._users = max(0, users - self._users), users
             if new_users:
-                ctx.hold_new_users = True   # they join this step, not the one still running
+                ctx.hold_new_users = True  # they join this step, not the one still running
                 publish_context(env)
             self.runner.start(users, spawn_rate=_SPAWN_RATE)
             self._wait_until_ready(users)
             start = now()
-            ramp = self.config.ramp_up if new_users > 1 else 0.0   # (one alone starts at once)
-            info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
-                            start_time=start, ramp_end=start + ramp)
+            ramp = self.config.ramp_up if new_users > 1 else 0.0  # (one alone starts at once)
+            info = StepInfo(
+                index=plan.index,
+                label=plan.label,
+                mode=plan.mode,
+                target=plan.target,
+                start_time=start,
+                ramp_end=start + ramp,
+            )
         else:
             start = now()
-            info = StepInfo(index=plan.index, label=plan.label, mode=plan.mode, target=plan.target,
-                            start_time=start, ramp_end=start)
+            info = StepInfo(
+                index=plan.index, label=plan.label, mode=plan.mode, target=plan.target, start_time=start, ramp_end=start
+            )
         ctx.step = info
         ctx.hold_new_users = False
         self.writer.begin_step(info)

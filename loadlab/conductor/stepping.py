@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from loadlab.analyze.derive import Derived
 from loadlab.analyze.saturation import KNEE_LOAD_GROWTH, OVERLOADED, PAST_KNEE, StepLoad, saturation
 
-MAX_ERROR_RATE = 0.01       # a step whose requests fail more often than this is bad (issue 10.5)
-BISECT_RESOLUTION = 0.1     # bisect until the first bad load is within 10 % of the last good one
+MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad (issue 10.5)
+BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
 # ... or, for the knee, within the load growth the saturation rule needs to call a step flat:
 # a step closer to the last good one could never be judged past the knee.
 DEFAULT_MAX_STEPS = 12
@@ -33,7 +33,7 @@ class SweepLimits:
     """The sweep's bounds: closed loop (users) or open loop (requests/s), where it starts, the
     highest load it may try and how many steps it may run."""
 
-    mode: str = "closed"            # closed | open
+    mode: str = "closed"  # closed | open
     start: float = 1.0
     max_load: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
@@ -46,10 +46,10 @@ class StepResult:
     index: int
     label: str
     target: float
-    derived: dict[str, float]       # the analyzer's derived values (output_tokens_per_s, e2e_p50, ...)
+    derived: dict[str, float]  # the analyzer's derived values (output_tokens_per_s, e2e_p50, ...)
     error_rate: float = 0.0
-    slo_failures: list[str] = field(default_factory=list)   # the SLO checks the step failed
-    client_limited: str = ""        # why the load generator limited the step ("" = it did not)
+    slo_failures: list[str] = field(default_factory=list)  # the SLO checks the step failed
+    client_limited: str = ""  # why the load generator limited the step ("" = it did not)
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,9 @@ def judge(step: StepResult, below: StepResult | None, mode: str) -> Judgement:
     if step.client_limited:
         return Judgement(step, CLIENT, f"the load generator limited {step.label} ({step.client_limited})")
     if step.error_rate > MAX_ERROR_RATE:
-        return Judgement(step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} "
-                                       f"(> {MAX_ERROR_RATE:.0%})")
+        return Judgement(
+            step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} (> {MAX_ERROR_RATE:.0%})"
+        )
     if step.slo_failures:
         return Judgement(step, SLO, f"SLO breached at {step.label}: {'; '.join(step.slo_failures)}")
     loads = [_load(s, mode) for s in (below, step) if s is not None]
@@ -96,8 +97,11 @@ def judge_all(results: list[StepResult], mode: str) -> list[Judgement]:
     """Each step judged in the order run, against the highest good step of lower load before it."""
     judgements: list[Judgement] = []
     for step in results:
-        below = max((j.step for j in judgements if not j.bad and j.step.target < step.target),
-                    key=lambda s: s.target, default=None)
+        below = max(
+            (j.step for j in judgements if not j.bad and j.step.target < step.target),
+            key=lambda s: s.target,
+            default=None,
+        )
         judgements.append(judge(step, below, mode))
     return judgements
 
@@ -112,8 +116,13 @@ def next_step(results: list[StepResult], limits: SweepLimits) -> Decision:
     if bad is None:
         top = max(r.target for r in results)
         if top >= limits.max_load:
-            return Decision(None, MAX_LOAD, f"reached --max {limits.max_load:g} without a knee, SLO breach "
-                                            f"or errors: the server scales at least this far", good)
+            return Decision(
+                None,
+                MAX_LOAD,
+                f"reached --max {limits.max_load:g} without a knee, SLO breach "
+                f"or errors: the server scales at least this far",
+                good,
+            )
         target = _doubled(top, limits)
     elif good is None:
         return Decision(None, bad.bad, f"{bad.reason} (the lowest load tried)", None, bad)

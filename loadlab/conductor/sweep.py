@@ -16,8 +16,7 @@ from rich.console import Console
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.measures import measure
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
-from loadlab.conductor.stepping import (RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all,
-                                        next_step)
+from loadlab.conductor.stepping import RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all, next_step
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.gate.checks import FAIL, SLO, check_run
@@ -40,8 +39,9 @@ class SweepOutcome:
     limits: SweepLimits
 
 
-def run_sweep(config: RunConfig, folder: Path, console: Console, limits: SweepLimits,
-              spec: SloSpec | None, step_seconds: float) -> SweepOutcome:
+def run_sweep(
+    config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None, step_seconds: float
+) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
     # The folder is read while the run goes on: the reader's "cut off" warning is expected.
     logging.getLogger("loadlab.store.reader").setLevel(logging.ERROR)
@@ -57,9 +57,13 @@ def run_sweep(config: RunConfig, folder: Path, console: Console, limits: SweepLi
                 break
             try:
                 results.append(read_step(Path(folder), plan, spec))
-            except (UserError, OSError, ValueError, KeyError) as e:   # what was measured stays in the folder
-                decision = Decision(None, RUN_STOPPED, f"could not read {plan.label} back from the run folder "
-                                                       f"({type(e).__name__}: {e}): the sweep ends here")
+            except (UserError, OSError, ValueError, KeyError) as e:  # what was measured stays in the folder
+                decision = Decision(
+                    None,
+                    RUN_STOPPED,
+                    f"could not read {plan.label} back from the run folder "
+                    f"({type(e).__name__}: {e}): the sweep ends here",
+                )
                 break
             decision = next_step(results, limits)
     except KeyboardInterrupt:
@@ -68,7 +72,7 @@ def run_sweep(config: RunConfig, folder: Path, console: Console, limits: SweepLi
     outcome = conductor.close()
     try:
         write_sweep_json(Path(folder), limits, decision, results)
-    except OSError as e:   # what was measured is in the run folder already
+    except OSError as e:  # what was measured is in the run folder already
         console.print(f"warning: {SWEEP_JSON} not written ({e.strerror or e})", highlight=False)
     return SweepOutcome(outcome, decision, results, Path(folder), limits)
 
@@ -91,21 +95,38 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
     if spec is not None:
         suffix = f" [{plan.label}]"
         checks = check_run(values, spec, analysis.to_dict()).checks
-        failures = [f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})" for c in checks
-                    if c.kind == SLO and c.status == FAIL and c.name.endswith(suffix)]
+        failures = [
+            f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})"
+            for c in checks
+            if c.kind == SLO and c.status == FAIL and c.name.endswith(suffix)
+        ]
     error_rate = step.value("error_rate")
     client = step.summary.client
-    limited = client.limited and (spec is None or spec.check_client)   # client_limited=any: not judged
-    return StepResult(plan.index, plan.label, plan.target, {k: d.value for k, d in verdict.derived.items()},
-                      0.0 if math.isnan(error_rate) else error_rate, failures,
-                      "; ".join(client.reasons) if limited else "")
+    limited = client.limited and (spec is None or spec.check_client)  # client_limited=any: not judged
+    return StepResult(
+        plan.index,
+        plan.label,
+        plan.target,
+        {k: d.value for k, d in verdict.derived.items()},
+        0.0 if math.isnan(error_rate) else error_rate,
+        failures,
+        "; ".join(client.reasons) if limited else "",
+    )
 
 
 def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, results: list[StepResult]) -> None:
     """sweep.json: the limits, each step's judgement and why the sweep stopped."""
-    steps = [{"index": j.step.index, "label": j.step.label, "target": j.step.target,
-              "bad": j.bad, "reason": j.reason} for j in judge_all(results, limits.mode)]
-    data = {"format": 1, "limits": asdict(limits), "stop": decision.stop, "reason": decision.reason,
-            "good_step": decision.good.index if decision.good else None,
-            "bad_step": decision.bad.step.index if decision.bad else None, "steps": steps}
+    steps = [
+        {"index": j.step.index, "label": j.step.label, "target": j.step.target, "bad": j.bad, "reason": j.reason}
+        for j in judge_all(results, limits.mode)
+    ]
+    data = {
+        "format": 1,
+        "limits": asdict(limits),
+        "stop": decision.stop,
+        "reason": decision.reason,
+        "good_step": decision.good.index if decision.good else None,
+        "bad_step": decision.bad.step.index if decision.bad else None,
+        "steps": steps,
+    }
     write_json_atomic(folder / SWEEP_JSON, data)

@@ -13,6 +13,8 @@ include extended tabs; the run folder (--loadlab-out) keeps everything.
 
 from __future__ import annotations
 
+from locust.env import Environment
+
 import json
 import math
 import time
@@ -22,7 +24,6 @@ from pathlib import Path
 
 import gevent
 from flask import Response, jsonify, request
-from locust.env import Environment
 
 from loadlab.client.context import add_loadlab_events
 from loadlab.collect import signals as sig
@@ -33,10 +34,17 @@ from loadlab.store.schema import Sample
 TAB_KEY = "llm"
 ROUTE = "/loadlab/stats"
 HISTORY_EVERY_S = 2.0
-HISTORY_POINTS = 900          # 30 minutes of points; older ones scroll out
+HISTORY_POINTS = 900  # 30 minutes of points; older ones scroll out
 # The label column is not called "name": Locust's tables sort rows by "name" unless told otherwise.
-_COLUMNS = [("metric", "Metric"), ("value", "Value"), ("p50", "p50"), ("p90", "p90"),
-            ("p99", "p99"), ("mean", "Mean"), ("count", "Count")]
+_COLUMNS = [
+    ("metric", "Metric"),
+    ("value", "Value"),
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("mean", "Mean"),
+    ("count", "Count"),
+]
 _LATENCIES = [("ttft", "TTFT (ms)"), ("itl", "ITL (ms)"), ("tpot", "TPOT (ms)"), ("e2e", "E2E (ms)")]
 _CHARTS = Path(__file__).with_name("webui_charts.js")
 
@@ -55,12 +63,16 @@ class ServerGauges:
 
     def values(self) -> dict[str, float | None]:
         """running and waiting summed over engines, KV usage averaged; None before any scrape."""
+
         def of(signal: str) -> list[float]:
             return [v for (name, _), v in self._last.items() if name == signal]
 
         running, waiting, kv = of(sig.REQUESTS_RUNNING), of(sig.REQUESTS_WAITING), of(sig.KV_USAGE)
-        return {"running": sum(running) if running else None, "waiting": sum(waiting) if waiting else None,
-                "kv_usage": sum(kv) / len(kv) if kv else None}
+        return {
+            "running": sum(running) if running else None,
+            "waiting": sum(waiting) if waiting else None,
+            "kv_usage": sum(kv) / len(kv) if kv else None,
+        }
 
 
 def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerdict | None = None) -> None:
@@ -106,7 +118,8 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
 
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
-        {"key": TAB_KEY, "structure": [{"key": key, "title": title} for key, title in _COLUMNS]}]
+        {"key": TAB_KEY, "structure": [{"key": key, "title": title} for key, title in _COLUMNS]}
+    ]
     environment.events.reset_stats.add_listener(live.reset)
     environment.events.reset_stats.add_listener(history.clear)
     gevent.spawn(record_history)
@@ -115,10 +128,16 @@ def install_llm_tab(environment: Environment, live: LiveStats, verdict: LiveVerd
 def history_point(snapshot: dict, latency: dict[str, dict], server: dict[str, float | None]) -> dict:
     """One point of the charts: the time (epoch s) and each series' value (None: not measured);
     `latency`: the recent TTFT and ITL percentiles (LiveStats.recent_latencies)."""
-    return {"t": time.time(), "tokens_per_s": snapshot["output_tokens_per_s"],
-            "ttft_p50": latency["ttft"]["p50"], "ttft_p99": latency["ttft"]["p99"],
-            "itl_p50": latency["itl"]["p50"], "itl_p99": latency["itl"]["p99"],
-            "in_flight": snapshot["in_flight"], **server}
+    return {
+        "t": time.time(),
+        "tokens_per_s": snapshot["output_tokens_per_s"],
+        "ttft_p50": latency["ttft"]["p50"],
+        "ttft_p99": latency["ttft"]["p99"],
+        "itl_p50": latency["itl"]["p50"],
+        "itl_p99": latency["itl"]["p99"],
+        "in_flight": snapshot["in_flight"],
+        **server,
+    }
 
 
 def charts_html() -> str:
@@ -131,8 +150,14 @@ def tab_rows(snapshot: dict, verdict: str = "") -> list[dict]:
     rows = [{"metric": "Live verdict (last 30 s)", "value": verdict}] if verdict else []
     for key, title in _LATENCIES:
         d = snapshot["latency_ms"][key]
-        rows.append({"metric": title, "value": "", **{k: _fmt(d[k]) for k in ("p50", "p90", "p99", "mean")},
-                     "count": d["count"]})
+        rows.append(
+            {
+                "metric": title,
+                "value": "",
+                **{k: _fmt(d[k]) for k in ("p50", "p90", "p99", "mean")},
+                "count": d["count"],
+            }
+        )
     window = f"last {snapshot['window_s']:.0f} s"
     rows += [
         {"metric": f"Output tokens/s ({window})", "value": _fmt(snapshot["output_tokens_per_s"])},

@@ -19,7 +19,7 @@ from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
 from loadlab.store.reader import load_run
 
-ANALYSIS_JSON = "analysis.json"   # written by the analyzer (loadlab analyze); read here as plain JSON
+ANALYSIS_JSON = "analysis.json"  # written by the analyzer (loadlab analyze); read here as plain JSON
 PASS, FAIL, INVALID, ERROR, SKIPPED = "pass", "fail", "invalid", "error", "skipped"
 VALIDITY, SLO, BASELINE = "validity", "slo", "baseline"
 
@@ -29,7 +29,7 @@ class Check:
     """One check and its outcome. `status`: pass | fail | invalid (the run cannot be gated) |
     error (the check cannot be evaluated) | skipped (nothing to compare)."""
 
-    kind: str          # validity | slo | baseline
+    kind: str  # validity | slo | baseline
     name: str
     status: str
     measured: str = ""
@@ -54,20 +54,26 @@ class GateResult:
         return ("PASS", "FAIL", "INVALID")[self.exit_code]
 
 
-def gate_run(folder: Path, spec: SloSpec | None, baseline: Path | None = None,
-             max_regression: float = 0.0, seed: int = 0) -> GateResult:
+def gate_run(
+    folder: Path, spec: SloSpec | None, baseline: Path | None = None, max_regression: float = 0.0, seed: int = 0
+) -> GateResult:
     """Check the run in `folder` (and its analysis.json); UserError when it (or the baseline) is
     not a run folder."""
     if spec is None and baseline is None:
         raise UserError("nothing to check: give --slo and/or --baseline")
     per_request = spec.per_request if spec else None
     base = measure(load_run(baseline), per_request) if baseline is not None else None
-    return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base,
-                     max_regression, seed)
+    return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base, max_regression, seed)
 
 
-def check_run(values: RunValues, spec: SloSpec | None, analysis: dict[str, Any] | str | None = None,
-              base: RunValues | None = None, max_regression: float = 0.0, seed: int = 0) -> GateResult:
+def check_run(
+    values: RunValues,
+    spec: SloSpec | None,
+    analysis: dict[str, Any] | str | None = None,
+    base: RunValues | None = None,
+    max_regression: float = 0.0,
+    seed: int = 0,
+) -> GateResult:
     """The gate's checks on a measured run (`analysis`: analysis.json's object, None when there is
     none, or why it could not be read); with `base`, the baseline check too. For callers that
     hold the run in memory, e.g. a sweep judging each step as it goes."""
@@ -78,36 +84,63 @@ def check_run(values: RunValues, spec: SloSpec | None, analysis: dict[str, Any] 
     if base is not None:
         comparison = compare_runs(base, values, max_regression, seed)
         result.checks += [_baseline_check(c, max_regression) for c in comparison.changes] or [
-            Check(BASELINE, f"baseline {base.summary.path}", ERROR, detail="no step in common with the baseline")]
+            Check(BASELINE, f"baseline {base.summary.path}", ERROR, detail="no step in common with the baseline")
+        ]
         result.notes += comparison.differences
     return result
 
 
-def _validity(values: RunValues, objectives: tuple[Objective, ...], spec: SloSpec | None,
-              analysis: dict[str, Any] | str | None) -> list[Check]:
+def _validity(
+    values: RunValues, objectives: tuple[Objective, ...], spec: SloSpec | None, analysis: dict[str, Any] | str | None
+) -> list[Check]:
     """The run may be gated: it finished, and each gated step has enough requests and was not
     limited by the load generator."""
     summary = values.summary
     finished = summary.status == "finished" and not summary.cut_off
     reason = f" ({summary.reason})" if summary.reason else ""
-    checks = [Check(VALIDITY, "run finished", PASS if finished else INVALID,
-                    "cut off" if summary.cut_off else summary.status,
-                    "" if finished else f"run status {summary.status}{reason}: not a whole measurement")]
+    checks = [
+        Check(
+            VALIDITY,
+            "run finished",
+            PASS if finished else INVALID,
+            "cut off" if summary.cut_off else summary.status,
+            "" if finished else f"run status {summary.status}{reason}: not a whole measurement",
+        )
+    ]
     minimum = spec.min_requests if spec else 1
     for step in _gated_steps(values, objectives):
         s = step.summary
-        checks.append(Check(VALIDITY, f"at least {minimum} requests [{s.label}]",
-                            PASS if s.succeeded >= minimum else INVALID, f"{s.succeeded} succeeded",
-                            "" if s.succeeded >= minimum else "too few successful requests to judge the step"))
+        checks.append(
+            Check(
+                VALIDITY,
+                f"at least {minimum} requests [{s.label}]",
+                PASS if s.succeeded >= minimum else INVALID,
+                f"{s.succeeded} succeeded",
+                "" if s.succeeded >= minimum else "too few successful requests to judge the step",
+            )
+        )
         if spec is None or spec.check_client:
-            checks.append(Check(VALIDITY, f"not client-limited [{s.label}]",
-                                INVALID if s.client.limited else PASS,
-                                "client-limited" if s.client.limited else "ok", "; ".join(s.client.reasons)))
+            checks.append(
+                Check(
+                    VALIDITY,
+                    f"not client-limited [{s.label}]",
+                    INVALID if s.client.limited else PASS,
+                    "client-limited" if s.client.limited else "ok",
+                    "; ".join(s.client.reasons),
+                )
+            )
     if isinstance(analysis, dict) and (spec is None or spec.check_client):
         overall = _entry(analysis, None)
         limited = bool(overall.get("client_limited"))
-        checks.append(Check(VALIDITY, "not client-limited [analysis.json]", INVALID if limited else PASS,
-                            "client-limited" if limited else "ok", str(overall.get("headline", "")) if limited else ""))
+        checks.append(
+            Check(
+                VALIDITY,
+                "not client-limited [analysis.json]",
+                INVALID if limited else PASS,
+                "client-limited" if limited else "ok",
+                str(overall.get("headline", "")) if limited else "",
+            )
+        )
     return checks
 
 
@@ -149,8 +182,9 @@ def _metric_check(objective: Objective, step: StepValues) -> Check:
     sense = ">=" if METRICS[objective.metric].higher_is_better else "<="
     if math.isnan(value):
         return Check(SLO, name, FAIL, "no value", f"nothing measured to compare with {sense} {limit}")
-    return Check(SLO, name, PASS if objective.passes(value) else FAIL, format_value(value, unit),
-                 f"limit {sense} {limit}")
+    return Check(
+        SLO, name, PASS if objective.passes(value) else FAIL, format_value(value, unit), f"limit {sense} {limit}"
+    )
 
 
 def _verdict_check(objective: Objective, step: StepValues, analysis: dict[str, Any] | str | None) -> Check:
@@ -163,8 +197,13 @@ def _verdict_check(objective: Objective, step: StepValues, analysis: dict[str, A
     if key not in entry:
         return Check(SLO, name, ERROR, detail=f"not checkable: {ANALYSIS_JSON} has no {key} for this step")
     found = str(entry[key])
-    return Check(SLO, name, FAIL if found in objective.excluded else PASS, found,
-                 f"must not be {' or '.join(objective.excluded)}")
+    return Check(
+        SLO,
+        name,
+        FAIL if found in objective.excluded else PASS,
+        found,
+        f"must not be {' or '.join(objective.excluded)}",
+    )
 
 
 def _baseline_check(change: Change, max_regression: float) -> Check:
@@ -173,8 +212,9 @@ def _baseline_check(change: Change, max_regression: float) -> Check:
     if change.call == NOT_COMPARABLE:
         return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}")
     measured = f"{change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}]"
-    detail = (f"baseline {base}, now {new}; noise {change.noise:.1%}, allowed regression "
-              f"{max_regression:.1%}: {change.call}")
+    detail = (
+        f"baseline {base}, now {new}; noise {change.noise:.1%}, allowed regression {max_regression:.1%}: {change.call}"
+    )
     return Check(BASELINE, name, FAIL if change.call == REGRESSION else PASS, measured, detail)
 
 
@@ -184,8 +224,11 @@ def _entry(analysis: dict[str, Any], index: int | None) -> dict[str, Any]:
         entry = analysis.get("overall")
     else:
         steps = analysis.get("steps")
-        entry = next((s for s in steps if isinstance(s, dict) and s.get("index") == index), None) \
-            if isinstance(steps, list) else None
+        entry = (
+            next((s for s in steps if isinstance(s, dict) and s.get("index") == index), None)
+            if isinstance(steps, list)
+            else None
+        )
     return entry if isinstance(entry, dict) else {}
 
 

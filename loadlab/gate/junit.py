@@ -15,9 +15,13 @@ _ELEMENT = {FAIL: "failure", INVALID: "error", ERROR: "error", SKIPPED: "skipped
 def junit_xml(result: GateResult) -> str:
     """The JUnit XML document (one <testsuite> in <testsuites>) of a gate's result."""
     counts = Counter(_ELEMENT.get(c.status, "") for c in result.checks)
-    attrs = {"name": f"loadlab gate {result.run}", "tests": str(len(result.checks)),
-             "failures": str(counts["failure"]), "errors": str(counts["error"]),
-             "skipped": str(counts["skipped"])}
+    attrs = {
+        "name": f"loadlab gate {result.run}",
+        "tests": str(len(result.checks)),
+        "failures": str(counts["failure"]),
+        "errors": str(counts["error"]),
+        "skipped": str(counts["skipped"]),
+    }
     root = ET.Element("testsuites", attrs)
     suite = ET.SubElement(root, "testsuite", attrs)
     for check in result.checks:

@@ -9,11 +9,17 @@ _MARK = {PASS: "✅ pass", FAIL: "❌ fail", INVALID: "⚠️ invalid", ERROR: "
 
 def gate_markdown(result: GateResult) -> str:
     """A heading with the verdict and exit code, one table row per check, then the notes."""
-    lines = [f"## loadlab gate: {result.verdict} (exit {result.exit_code})", "",
-             f"Run: `{_cell(result.run)}`", "",
-             "| check | status | measured | detail |", "|---|---|---|---|"]
-    lines += [f"| {_cell(c.name)} | {_MARK[c.status]} | {_cell(c.measured)} | {_cell(c.detail)} |"
-              for c in result.checks]
+    lines = [
+        f"## loadlab gate: {result.verdict} (exit {result.exit_code})",
+        "",
+        f"Run: `{_cell(result.run)}`",
+        "",
+        "| check | status | measured | detail |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {_cell(c.name)} | {_MARK[c.status]} | {_cell(c.measured)} | {_cell(c.detail)} |" for c in result.checks
+    ]
     if result.notes:
         lines += ["", "Differences between the runs:", ""] + [f"- {_cell(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"
@@ -21,5 +27,4 @@ def gate_markdown(result: GateResult) -> str:
 
 def _cell(text: str) -> str:
     """Text safe inside a table cell: no pipes or newlines, no HTML."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\n", " "))
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|").replace("\n", " ")

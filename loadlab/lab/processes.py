@@ -11,7 +11,7 @@ import time
 import urllib.request
 from typing import IO
 
-STOP_GRACE = 20.0            # SIGTERM to SIGKILL
+STOP_GRACE = 20.0  # SIGTERM to SIGKILL
 
 
 class NotReady(Exception):
@@ -25,21 +25,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_child(args: list[str], log: IO[bytes] | None = None, nice: int = 0,
-                cpus: tuple[int, ...] = ()) -> subprocess.Popen:
+def start_child(
+    args: list[str], log: IO[bytes] | None = None, nice: int = 0, cpus: tuple[int, ...] = ()
+) -> subprocess.Popen:
     """Start a child with its output in `log` (else inherited), niced by `nice` (a raised priority
     only where privileges allow) and pinned to `cpus` when given."""
-    def limit() -> None:   # runs in the child before exec
+
+    def limit() -> None:  # runs in the child before exec
         if nice:
             try:
                 os.nice(nice)
-            except PermissionError:   # a raised priority needs privileges: run at the default one
+            except PermissionError:  # a raised priority needs privileges: run at the default one
                 pass
         if cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cpus)
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=limit if nice or cpus else None,
-                            stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+
+    return subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=limit if nice or cpus else None,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+    )
 
 
 def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 
-FULL_SECONDS = 30.0          # seconds per load step
-SHORT_SECONDS = 12.0         # --short: enough for the analyzer's steady window on a busy 2-core host
+FULL_SECONDS = 30.0  # seconds per load step
+SHORT_SECONDS = 12.0  # --short: enough for the analyzer's steady window on a busy 2-core host
 SERVER_READY_TIMEOUT = 240.0  # torch's import and the model's build, on a busy machine
-RUN_MARGIN = 90.0            # a run's limit: its steps plus this (start-up, drain, summary)
+RUN_MARGIN = 90.0  # a run's limit: its steps plus this (start-up, drain, summary)
 ANALYZE_TIMEOUT = 120.0
 
 MATCH, MISMATCH, SKIPPED, FAILED = "match", "mismatch", "skipped", "failed"
@@ -37,19 +37,19 @@ class Result:
     """One scenario's outcome: the expected class against the analyzer's verdict on its last step."""
 
     name: str
-    expect: str                      # the expected constraint; "" when only the saturation is judged
+    expect: str  # the expected constraint; "" when only the saturation is judged
     expect_saturation: list[str]
-    status: str                      # match | client_limited | mismatch | skipped | failed
+    status: str  # match | client_limited | mismatch | skipped | failed
     constraint: str = ""
     saturation: str = ""
     confidence: float | None = None
     runner_up: str = ""
-    server_side: str = ""            # a client-limited step: what the server-side evidence alone named
+    server_side: str = ""  # a client-limited step: what the server-side evidence alone named
     headline: str = ""
-    evidence: list[str] = field(default_factory=list)   # the chosen class's rows that spoke for it
-    reason: str = ""                 # why skipped or failed
+    evidence: list[str] = field(default_factory=list)  # the chosen class's rows that spoke for it
+    reason: str = ""  # why skipped or failed
     folder: str = ""
-    seconds: float = 0.0             # wall time of the scenario, server start included
+    seconds: float = 0.0  # wall time of the scenario, server start included
 
     @property
     def expected(self) -> str:
@@ -62,8 +62,9 @@ class Result:
         return self.constraint if self.expect else self.saturation
 
 
-def run_scenario(scenario: Scenario, folder: Path, step_seconds: float, device: str,
-                 say: Callable[[str], None] = lambda line: None) -> Result:
+def run_scenario(
+    scenario: Scenario, folder: Path, step_seconds: float, device: str, say: Callable[[str], None] = lambda line: None
+) -> Result:
     """Run `scenario` into `folder` (server.log, run.log and the run folder `run/`) and judge it."""
     started = time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
@@ -85,20 +86,43 @@ class LabFailure(Exception):
     """A scenario could not be judged (no analysis.json, or one without steps): one line."""
 
 
-def _serve_and_load(scenario: Scenario, folder: Path, run: Path, step_seconds: float, device: str,
-                    say: Callable[[str], None]) -> int:
+def _serve_and_load(
+    scenario: Scenario, folder: Path, run: Path, step_seconds: float, device: str, say: Callable[[str], None]
+) -> int:
     """Start the server, run the load against it, end both; `loadlab run`'s exit code."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server_args = [sys.executable, "-m", "reference_server", "--port", str(port), "--device", device,
-                   *(("--twin", scenario.twin) if scenario.twin else ()), *scenario.server]
+    server_args = [
+        sys.executable,
+        "-m",
+        "reference_server",
+        "--port",
+        str(port),
+        "--device",
+        device,
+        *(("--twin", scenario.twin) if scenario.twin else ()),
+        *scenario.server,
+    ]
     with open(folder / "server.log", "wb") as log:
         server = start_child(server_args, log, scenario.server_nice, scenario.server_cpus)
     try:
         say(f"{scenario.name}: server {' '.join(server_args[3:])} (pid {server.pid})")
         wait_healthy(url + "/health", server, SERVER_READY_TIMEOUT)
-        load_args = [sys.executable, "-m", "loadlab.cli", "run", "--url", url, *scenario.load,
-                     "--step-duration", f"{step_seconds:g}", "--out", str(run), "--server-pid", str(server.pid)]
+        load_args = [
+            sys.executable,
+            "-m",
+            "loadlab.cli",
+            "run",
+            "--url",
+            url,
+            *scenario.load,
+            "--step-duration",
+            f"{step_seconds:g}",
+            "--out",
+            str(run),
+            "--server-pid",
+            str(server.pid),
+        ]
         if device == "cpu":
             load_args.append("--no-gpu")
         say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
@@ -119,8 +143,13 @@ def _analysis(run: Path) -> dict:
     """The run's analysis.json; `loadlab analyze` writes it when the run did not."""
     path = run / "analysis.json"
     if not path.exists():
-        done = subprocess.run([sys.executable, "-m", "loadlab.cli", "analyze", str(run), "--json"],
-                              capture_output=True, text=True, timeout=ANALYZE_TIMEOUT, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "loadlab.cli", "analyze", str(run), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=ANALYZE_TIMEOUT,
+            check=False,
+        )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise LabFailure(f"loadlab analyze failed (exit code {done.returncode}): {last}")
@@ -142,14 +171,17 @@ def _judge(result: Result, analysis: dict, scenario: Scenario) -> None:
     result.runner_up = (step.get("runner_up") or {}).get("constraint", "")
     result.server_side = (step.get("server_side") or {}).get("constraint", "")
     result.headline = step.get("headline", "")
-    result.evidence = [e["text"] for e in step.get("evidence", [])
-                       if e.get("constraint") == result.constraint and e.get("direction") == "for"]
+    result.evidence = [
+        e["text"]
+        for e in step.get("evidence", [])
+        if e.get("constraint") == result.constraint and e.get("direction") == "for"
+    ]
     saturation_ok = not scenario.expect_saturation or result.saturation in scenario.expect_saturation
     if result.constraint == CLIENT and scenario.expect != CLIENT:
         # (a light-load scenario is judged on saturation alone, which the analyzer still reports)
         server_side_ok = result.server_side == scenario.expect if scenario.expect else True
         result.status = CLIENT_LIMITED if server_side_ok and saturation_ok else MISMATCH
-    elif scenario.expect is None:   # judged on saturation; any server-side class may set the latency
+    elif scenario.expect is None:  # judged on saturation; any server-side class may set the latency
         result.status = MATCH if saturation_ok and result.constraint != INSUFFICIENT_DATA else MISMATCH
     else:
         result.status = MATCH if result.constraint == scenario.expect and saturation_ok else MISMATCH

@@ -29,21 +29,21 @@ class Scenario:
     """One provoked bottleneck: how to start the server, what load to send, what should bind."""
 
     name: str
-    expect: str | None                   # the constraint the analyzer should name; None: any (judged on saturation)
-    why: str                             # one line: what makes `expect` bind
-    server: tuple[str, ...]              # flags of `python -m reference_server`
-    load: tuple[str, ...]                # flags of `loadlab run` (load shape and workload)
-    expect_saturation: tuple[str, ...] = ()   # accepted saturation states; () = any
-    server_nice: int = 10                # nice the server: the client keeps its CPU on a busy host
-    client_nice: int = -5                # ignored without the privilege to raise a priority
-    server_cpus: tuple[int, ...] = ()    # pin the server to these cores (() = anywhere)
-    client_cpus: tuple[int, ...] = ()    # pin the load generator to these cores
-    twin: str = ""                       # a GPU twin (`--twin SPEC`): GPU timing on a CPU host
+    expect: str | None  # the constraint the analyzer should name; None: any (judged on saturation)
+    why: str  # one line: what makes `expect` bind
+    server: tuple[str, ...]  # flags of `python -m reference_server`
+    load: tuple[str, ...]  # flags of `loadlab run` (load shape and workload)
+    expect_saturation: tuple[str, ...] = ()  # accepted saturation states; () = any
+    server_nice: int = 10  # nice the server: the client keeps its CPU on a busy host
+    client_nice: int = -5  # ignored without the privilege to raise a priority
+    server_cpus: tuple[int, ...] = ()  # pin the server to these cores (() = anywhere)
+    client_cpus: tuple[int, ...] = ()  # pin the load generator to these cores
+    twin: str = ""  # a GPU twin (`--twin SPEC`): GPU timing on a CPU host
 
     @property
     def steps(self) -> int:
         """How many load steps `load` asks for (values of --concurrency or --rate)."""
-        load = dict(zip(self.load[::2], self.load[1::2]))
+        load = dict(zip(self.load[::2], self.load[1::2], strict=True))
         return len((load.get("--concurrency") or load.get("--rate") or "").split(","))
 
 
@@ -51,56 +51,79 @@ TINY = ("--preset", "tiny", "--max-model-len", "256")
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
-        "kv_capacity", KV_CAPACITY,
+        "kv_capacity",
+        KV_CAPACITY,
         "64 KV blocks of 16 tokens hold eight 120-token requests: 24 of 32 users wait for blocks",
         server=(*TINY, "--num-kv-blocks", "64"),
         load=("--concurrency", "32", "--api", "completions", "--input-len", "100", "--output-len", "20"),
-        expect_saturation=SATURATED),
+        expect_saturation=SATURATED,
+    ),
     Scenario(
-        "scheduling", SCHEDULING,
+        "scheduling",
+        SCHEDULING,
         "--max-num-seqs 2 under 16 users: the queue is long while the KV pool is nearly empty",
         server=(*TINY, "--max-num-seqs", "2"),
         load=("--concurrency", "16", "--input-len", "32", "--output-len", "32"),
-        expect_saturation=SATURATED),
+        expect_saturation=SATURATED,
+    ),
     Scenario(
-        "network", NETWORK,
+        "network",
+        NETWORK,
         "--tensor-parallel 2 on the tiny preset: two all-reduces per layer over gloo outweigh its small matmuls",
         server=(*TINY, "--tensor-parallel", "2"),
-        load=("--concurrency", "4", "--input-len", "32", "--output-len", "32")),
+        load=("--concurrency", "4", "--input-len", "32", "--output-len", "32"),
+    ),
     Scenario(
-        "compute", COMPUTE,
+        "compute",
+        COMPUTE,
         "900-token prompts, 2-token answers: step time grows with the prompt tokens in the step",
         server=("--preset", "tiny", "--max-num-batched-tokens", "4096"),
-        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2")),
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2"),
+    ),
     Scenario(
-        "memory_bandwidth", MEMORY_BANDWIDTH,
+        "memory_bandwidth",
+        MEMORY_BANDWIDTH,
         "batches of 1-2 sequences of the small preset: each decode step reads its 100 MB of weights for 1-2 tokens",
         server=("--preset", "small", "--max-model-len", "256"),
-        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "8", "--output-len", "16")),
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "8", "--output-len", "16"),
+    ),
     Scenario(
-        "client", CLIENT,
+        "client",
+        CLIENT,
         "the load generator, niced, shares one core with the busy server: 32 users' streams wait for CPU",
         server=TINY,
         load=("--concurrency", "32", "--input-len", "16", "--output-len", "16"),
-        server_nice=0, client_nice=19, server_cpus=(0,), client_cpus=(0,)),
+        server_nice=0,
+        client_nice=19,
+        server_cpus=(0,),
+        client_cpus=(0,),
+    ),
     Scenario(
-        "under_loaded", None,
+        "under_loaded",
+        None,
         "1 then 2 users who think 1 s between requests: the server idles, throughput doubles",
         server=TINY,
         load=("--concurrency", "1,2", "--think-time", "1", "--input-len", "32", "--output-len", "32"),
-        expect_saturation=(UNDER_LOADED,)),
+        expect_saturation=(UNDER_LOADED,),
+    ),
     # GPU timing without a GPU (the twin keeps time like an H100 running Llama-3-8B): where CPU
     # physics differ from a GPU's, these show the GPU's answer. Skipped while the server has no --twin.
     Scenario(
-        "memory_bandwidth-twin", MEMORY_BANDWIDTH,
+        "memory_bandwidth-twin",
+        MEMORY_BANDWIDTH,
         "H100 twin of Llama-3-8B, 1-4 users: decode reads 16 GB of weights per step, far below the ridge",
-        server=("--max-model-len", "2048"), twin="h100:llama-3-8b",
-        load=("--concurrency", "1,2,4", "--input-len", "64", "--output-len", "64")),
+        server=("--max-model-len", "2048"),
+        twin="h100:llama-3-8b",
+        load=("--concurrency", "1,2,4", "--input-len", "64", "--output-len", "64"),
+    ),
     Scenario(
-        "compute-twin", COMPUTE,
+        "compute-twin",
+        COMPUTE,
         "H100 twin of Llama-3-8B, 1500-token prompts and 2-token answers: prefill is far above the ridge",
-        server=("--max-model-len", "2048", "--max-num-batched-tokens", "8192"), twin="h100:llama-3-8b",
-        load=("--concurrency", "1,4", "--input-len", "1500", "--output-len", "2")),
+        server=("--max-model-len", "2048", "--max-num-batched-tokens", "8192"),
+        twin="h100:llama-3-8b",
+        load=("--concurrency", "1,4", "--input-len", "1500", "--output-len", "2"),
+    ),
 )
 
 
@@ -113,6 +136,7 @@ def select(names: str | None) -> list[Scenario]:
     known = {s.name for s in SCENARIOS}
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
-        raise ValueError(f"unknown scenario {', '.join(unknown) or repr(names)}; "
-                         f"choose from {', '.join(s.name for s in SCENARIOS)}")
+        raise ValueError(
+            f"unknown scenario {', '.join(unknown) or repr(names)}; choose from {', '.join(s.name for s in SCENARIOS)}"
+        )
     return [s for s in SCENARIOS if s.name in wanted]

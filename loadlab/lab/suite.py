@@ -13,8 +13,9 @@ from loadlab.lab.scenarios import Scenario
 PROBE_TIMEOUT = 120.0
 
 
-def run_lab(scenarios: list[Scenario], out: Path, short: bool, device: str,
-            say: Callable[[str], None] = lambda line: None) -> Iterator[Result]:
+def run_lab(
+    scenarios: list[Scenario], out: Path, short: bool, device: str, say: Callable[[str], None] = lambda line: None
+) -> Iterator[Result]:
     """Each scenario's result as it finishes (so an interrupted lab keeps the ones done), each
     run in its own sub-folder of `out`; a twin scenario is skipped (with the reason) when the
     reference server has no --twin."""
@@ -45,8 +46,13 @@ def resolve_device(device: str) -> str:
 def server_has_twin() -> bool:
     """Whether `python -m reference_server` takes --twin."""
     try:
-        done = subprocess.run([sys.executable, "-m", "reference_server", "--help"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "reference_server", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return False
     return "--twin" in done.stdout

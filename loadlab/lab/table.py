@@ -15,8 +15,13 @@ from rich.table import Table
 from loadlab.lab.runner import CLIENT_LIMITED, FAILED, MATCH, MISMATCH, SKIPPED, Result
 
 FORMAT = 1
-MARK = {MATCH: "yes", CLIENT_LIMITED: "client-limited; server side yes", MISMATCH: "NO", SKIPPED: "skipped",
-        FAILED: "failed"}
+MARK = {
+    MATCH: "yes",
+    CLIENT_LIMITED: "client-limited; server side yes",
+    MISMATCH: "NO",
+    SKIPPED: "skipped",
+    FAILED: "failed",
+}
 STYLE = {MATCH: "green", CLIENT_LIMITED: "yellow", MISMATCH: "bold red", SKIPPED: "dim", FAILED: "bold red"}
 
 
@@ -35,7 +40,7 @@ class LabRun:
         return [r for r in self.results if r.status in (MATCH, CLIENT_LIMITED, MISMATCH)]
 
     def tally(self) -> str:
-        """"5 of 7 judged scenarios as expected, 1 client-limited (server side as expected)"."""
+        """ "5 of 7 judged scenarios as expected, 1 client-limited (server side as expected)"."""
         text = f"{sum(r.status == MATCH for r in self.results)} of {len(self.judged)} judged scenarios as expected"
         limited = sum(r.status == CLIENT_LIMITED for r in self.results)
         return text + (f", {limited} client-limited (server side as expected)" if limited else "")
@@ -50,11 +55,18 @@ class LabRun:
 
     def to_dict(self) -> dict[str, Any]:
         """lab.json's content."""
-        return {"format": FORMAT, "command": self.command, "device": self.device, "step_seconds": self.step_seconds,
-                "folder": self.folder, "matched": sum(r.status == MATCH for r in self.results),
-                "client_limited": sum(r.status == CLIENT_LIMITED for r in self.results),
-                "judged": len(self.judged), "confusion": self.confusion(),
-                "results": [asdict(r) for r in self.results]}
+        return {
+            "format": FORMAT,
+            "command": self.command,
+            "device": self.device,
+            "step_seconds": self.step_seconds,
+            "folder": self.folder,
+            "matched": sum(r.status == MATCH for r in self.results),
+            "client_limited": sum(r.status == CLIENT_LIMITED for r in self.results),
+            "judged": len(self.judged),
+            "confusion": self.confusion(),
+            "results": [asdict(r) for r in self.results],
+        }
 
 
 def _rows(lab: LabRun) -> list[list[str]]:
@@ -75,11 +87,15 @@ HEADERS = ["scenario", "expected", "verdict", "saturation", "confidence", "runne
 
 def print_lab(lab: LabRun, console: Console) -> None:
     """The per-scenario table and the confusion matrix."""
-    table = Table(title=f"loadlab lab: {lab.tally()} ({lab.device}, {lab.step_seconds:g} s per step)",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title=f"loadlab lab: {lab.tally()} ({lab.device}, {lab.step_seconds:g} s per step)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     for header in HEADERS:
         table.add_column(header, overflow="fold", justify="right" if header == "confidence" else "left")
-    for r, row in zip(lab.results, _rows(lab)):
+    for r, row in zip(lab.results, _rows(lab), strict=True):
         table.add_row(*map(escape, row), style=STYLE[r.status])
     console.print(Group(table, _matrix(lab)))
 
@@ -92,18 +108,27 @@ def _matrix(lab: LabRun) -> Table:
     for v in verdicts:
         matrix.add_column(v, justify="right")
     for expected, row in confusion.items():
-        matrix.add_row(expected, *[(f"[green]{row[v]}[/]" if v == expected else f"[red]{row[v]}[/]")
-                                   if v in row else "" for v in verdicts])
+        matrix.add_row(
+            expected,
+            *[(f"[green]{row[v]}[/]" if v == expected else f"[red]{row[v]}[/]") if v in row else "" for v in verdicts],
+        )
     return matrix
 
 
 def to_markdown(lab: LabRun) -> str:
     """lab.md: the command, the per-scenario table and the confusion matrix."""
+
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    out = [f"`{lab.command}` ({lab.device}, {lab.step_seconds:g} s per step): {lab.tally()}.", "",
-           line(HEADERS), line(["---"] * len(HEADERS)), *map(line, _rows(lab)), ""]
+    out = [
+        f"`{lab.command}` ({lab.device}, {lab.step_seconds:g} s per step): {lab.tally()}.",
+        "",
+        line(HEADERS),
+        line(["---"] * len(HEADERS)),
+        *map(line, _rows(lab)),
+        "",
+    ]
     confusion = lab.confusion()
     verdicts = sorted({v for row in confusion.values() for v in row})
     out += [line(["expected \\ verdict", *verdicts]), line(["---"] * (len(verdicts) + 1))]

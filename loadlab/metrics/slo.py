@@ -28,8 +28,7 @@ from loadlab.errors import UserError
 
 # Per-request objectives (milliseconds), as Slo's fields name them.
 PER_REQUEST = ("ttft", "itl", "tpot", "e2e")
-CONSTRAINTS = ("client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network",
-               "insufficient_data")
+CONSTRAINTS = ("client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network", "insufficient_data")
 SATURATIONS = ("under_loaded", "at_knee", "past_knee", "overloaded", "unknown")
 DEFAULT_MIN_REQUESTS = 10
 
@@ -38,9 +37,9 @@ DEFAULT_MIN_REQUESTS = 10
 class MetricDef:
     """What an aggregate metric measures: its unit, which way is better, whether it needs a statistic."""
 
-    unit: str                  # s | tok/s | req/s | fraction
+    unit: str  # s | tok/s | req/s | fraction
     higher_is_better: bool
-    distribution: bool         # one value per request or gap: needs _pNN, _mean, _min or _max
+    distribution: bool  # one value per request or gap: needs _pNN, _mean, _min or _max
 
 
 METRICS: dict[str, MetricDef] = {
@@ -48,11 +47,11 @@ METRICS: dict[str, MetricDef] = {
     "itl": MetricDef("s", False, True),
     "tpot": MetricDef("s", False, True),
     "e2e": MetricDef("s", False, True),
-    "tps_user": MetricDef("tok/s", True, True),     # per-user speed: output tokens / (E2E − TTFT)
+    "tps_user": MetricDef("tok/s", True, True),  # per-user speed: output tokens / (E2E − TTFT)
     "output_tps": MetricDef("tok/s", True, False),
-    "rps": MetricDef("req/s", True, False),         # successful requests per second
+    "rps": MetricDef("req/s", True, False),  # successful requests per second
     "error_rate": MetricDef("fraction", False, False),
-    "goodput": MetricDef("req/s", True, False),     # or, given in %, the share of requests meeting the SLO
+    "goodput": MetricDef("req/s", True, False),  # or, given in %, the share of requests meeting the SLO
 }
 _EXCLUSIONS = {"verdict_not": ("verdict", CONSTRAINTS), "saturation_not": ("saturation", SATURATIONS)}
 _STAT = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>p\d+(?:\.\d+)?|mean|min|max)$")
@@ -78,12 +77,12 @@ class Objective:
     that index, any other string = the step with that label (e.g. "concurrency=8").
     """
 
-    text: str                         # the item as written, for messages
-    metric: str                       # a METRICS key, or "verdict" / "saturation"
-    stat: str = ""                    # p99, p99.9, mean, min, max; "" for a scalar metric
-    limit: float = math.nan           # in the metric's unit (seconds, fraction, ...)
-    share: bool = False               # goodput as a share of sent requests, not req/s
-    excluded: tuple[str, ...] = ()    # verdict / saturation values the step must not have
+    text: str  # the item as written, for messages
+    metric: str  # a METRICS key, or "verdict" / "saturation"
+    stat: str = ""  # p99, p99.9, mean, min, max; "" for a scalar metric
+    limit: float = math.nan  # in the metric's unit (seconds, fraction, ...)
+    share: bool = False  # goodput as a share of sent requests, not req/s
+    excluded: tuple[str, ...] = ()  # verdict / saturation values the step must not have
     step: int | str | None = None
 
     def passes(self, value: float) -> bool:
@@ -101,7 +100,7 @@ class SloSpec:
     text: str
     per_request: Slo | None = None
     objectives: tuple[Objective, ...] = ()
-    check_client: bool = True         # client_limited=false (default) vs any
+    check_client: bool = True  # client_limited=false (default) vs any
     min_requests: int = DEFAULT_MIN_REQUESTS
 
 
@@ -119,8 +118,10 @@ def parse_slo(text: str) -> SloSpec:
             raise UserError(f"bad SLO '{item}': expected NAME=VALUE (docs/slo.md)")
         if name in PER_REQUEST:
             if step is not None:
-                raise UserError(f"bad SLO '{item}': per-request objective '{name}' applies to every step; "
-                                f"for one step use an aggregate such as {name}_p99")
+                raise UserError(
+                    f"bad SLO '{item}': per-request objective '{name}' applies to every step; "
+                    f"for one step use an aggregate such as {name}_p99"
+                )
             per_request[f"{name}_ms"] = _seconds(item, value) * 1000
         elif name in ("client_limited", "min_requests"):
             if step is not None:
@@ -130,9 +131,13 @@ def parse_slo(text: str) -> SloSpec:
             objectives.append(_objective(item, name, value, step))
     if not items:
         raise UserError("bad SLO '': give at least one objective, e.g. ttft_p99=2s (docs/slo.md)")
-    return SloSpec(text=",".join(items), per_request=Slo(**per_request) if per_request else None,
-                   objectives=tuple(objectives), check_client=settings.get("client_limited", True),
-                   min_requests=settings.get("min_requests", DEFAULT_MIN_REQUESTS))
+    return SloSpec(
+        text=",".join(items),
+        per_request=Slo(**per_request) if per_request else None,
+        objectives=tuple(objectives),
+        check_client=settings.get("client_limited", True),
+        min_requests=settings.get("min_requests", DEFAULT_MIN_REQUESTS),
+    )
 
 
 def slo_text(table: dict[str, Any], where: str = "slo") -> str:
@@ -142,8 +147,11 @@ def slo_text(table: dict[str, Any], where: str = "slo") -> str:
         if key == "step":
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 raise UserError(f"{where}.step must hold tables such as [{where}.step.\"concurrency=8\"]")
-            items += [f"step={selector}:{k}={_toml_value(f'{where}.step.{selector}.{k}', v)}"
-                      for selector, sub in value.items() for k, v in sub.items()]
+            items += [
+                f"step={selector}:{k}={_toml_value(f'{where}.step.{selector}.{k}', v)}"
+                for selector, sub in value.items()
+                for k, v in sub.items()
+            ]
         else:
             items.append(f"{key}={_toml_value(f'{where}.{key}', value)}")
     text = ",".join(items)
@@ -176,7 +184,7 @@ def _split_step(item: str) -> tuple[int | str | None, str]:
     """The step selector of `step=SELECTOR:NAME=VALUE` (None without a prefix) and the rest."""
     if not item.lower().startswith("step="):
         return None, item
-    selector, sep, body = item[len("step="):].partition(":")
+    selector, sep, body = item[len("step=") :].partition(":")
     selector = selector.strip()
     if not sep or not selector:
         raise UserError(f"bad SLO '{item}': expected step=SELECTOR:NAME=VALUE, e.g. step=concurrency=8:ttft_p99=2s")
@@ -253,5 +261,10 @@ def _toml_value(key: str, value: Any) -> str:
 
 
 def _known() -> list[str]:
-    return [*PER_REQUEST, *(f"{m}_p99" if d.distribution else m for m, d in METRICS.items()),
-            *_EXCLUSIONS, "client_limited", "min_requests"]
+    return [
+        *PER_REQUEST,
+        *(f"{m}_p99" if d.distribution else m for m, d in METRICS.items()),
+        *_EXCLUSIONS,
+        "client_limited",
+        "min_requests",
+    ]

@@ -37,8 +37,16 @@ class Distribution:
         if a.size == 0:
             return cls(unit=unit)
         p50, p90, p99 = np.percentile(a, PERCENTILES)
-        return cls(unit=unit, count=int(a.size), mean=float(a.mean()), p50=float(p50),
-                   p90=float(p90), p99=float(p99), min=float(a.min()), max=float(a.max()))
+        return cls(
+            unit=unit,
+            count=int(a.size),
+            mean=float(a.mean()),
+            p50=float(p50),
+            p90=float(p90),
+            p99=float(p99),
+            min=float(a.min()),
+            max=float(a.max()),
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Distribution:

@@ -51,7 +51,7 @@ class MockServer:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.truth: deque[RequestTruth] = deque(maxlen=cfg.truth_limit)
-        self.active: dict[int, RequestTruth] = {}   # id(truth) -> requests being generated
+        self.active: dict[int, RequestTruth] = {}  # id(truth) -> requests being generated
         self.metrics = MockMetrics(cfg.model, running=lambda: len(self.active), kv_usage=self._kv_usage)
 
     def app(self) -> web.Application:
@@ -74,13 +74,20 @@ class MockServer:
     async def models(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return _error(401, "invalid or missing API key")
-        card = {"id": self.cfg.model, "object": "model", "created": int(time.time()),
-                "owned_by": "loadlab", "root": self.cfg.model, "max_model_len": self.cfg.max_model_len}
+        card = {
+            "id": self.cfg.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "loadlab",
+            "root": self.cfg.model,
+            "max_model_len": self.cfg.max_model_len,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.exposition(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     async def get_truth(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": [t.to_dict() for t in self.truth]})
@@ -100,8 +107,9 @@ class MockServer:
     async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
         received = now()
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        truth = RequestTruth(request_id=request_id, received_time=received,
-                             endpoint="chat" if chat else "completions", stream=False)
+        truth = RequestTruth(
+            request_id=request_id, received_time=received, endpoint="chat" if chat else "completions", stream=False
+        )
         self.truth.append(truth)
         try:
             req = await self._accept(request, chat)
@@ -165,12 +173,17 @@ class MockServer:
             raise BadRequest(404, f"The model `{req.model}` does not exist.", "model")
         output = req.max_tokens or self.cfg.output_len
         if req.prompt_tokens + output > self.cfg.max_model_len:
-            raise BadRequest(400, f"prompt ({req.prompt_tokens} tokens) plus max_tokens ({output}) is "
-                                  f"longer than the context window ({self.cfg.max_model_len})", "max_tokens")
+            raise BadRequest(
+                400,
+                f"prompt ({req.prompt_tokens} tokens) plus max_tokens ({output}) is "
+                f"longer than the context window ({self.cfg.max_model_len})",
+                "max_tokens",
+            )
         return req
 
-    async def _stream(self, request: web.Request, req: CompletionRequest, truth: RequestTruth,
-                      writer: ChunkWriter) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, req: CompletionRequest, truth: RequestTruth, writer: ChunkWriter
+    ) -> web.StreamResponse:
         """One SSE event per token on an absolute timer (no drift), faults injected half-way."""
         loop = asyncio.get_running_loop()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -207,8 +220,9 @@ class MockServer:
         self._finished(truth)
         return resp
 
-    async def _whole(self, request: web.Request, req: CompletionRequest, truth: RequestTruth,
-                     writer: ChunkWriter) -> web.StreamResponse:
+    async def _whole(
+        self, request: web.Request, req: CompletionRequest, truth: RequestTruth, writer: ChunkWriter
+    ) -> web.StreamResponse:
         """A non-streaming answer (also the not_sse fault: plain JSON where SSE was asked for)."""
         n = truth.output_tokens
         ttft = self.cfg.delay(self.cfg.ttft, self.rng)
@@ -282,7 +296,13 @@ def serve(cfg: MockConfig) -> None:
     ready = f"loadlab mock: model {cfg.model!r} on http://{cfg.host}:{cfg.port}"
     # A short shutdown timeout: stalled streams must not hold the process for stall_seconds.
     try:
-        web.run_app(MockServer(cfg).app(), host=cfg.host, port=cfg.port, access_log=None,
-                    print=lambda _: print(ready, flush=True), shutdown_timeout=1.0)
+        web.run_app(
+            MockServer(cfg).app(),
+            host=cfg.host,
+            port=cfg.port,
+            access_log=None,
+            print=lambda _: print(ready, flush=True),
+            shutdown_timeout=1.0,
+        )
     except OSError as e:  # port taken, address not ours
         raise UserError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}") from None

@@ -21,22 +21,22 @@ class MockConfig:
     host: str = "127.0.0.1"
     port: int = 8100
     model: str = "mock"
-    ttft: float = 0.05              # request arrival -> first token
-    itl: float = 0.02               # between tokens
-    output_len: int = 128           # tokens when the request names no max_tokens
-    jitter: float = 0.0             # each delay is scaled by 1 + U(-jitter, +jitter)
-    error_rate: float = 0.0         # fraction answered with an HTTP error from error_codes
+    ttft: float = 0.05  # request arrival -> first token
+    itl: float = 0.02  # between tokens
+    output_len: int = 128  # tokens when the request names no max_tokens
+    jitter: float = 0.0  # each delay is scaled by 1 + U(-jitter, +jitter)
+    error_rate: float = 0.0  # fraction answered with an HTTP error from error_codes
     error_codes: list[int] = field(default_factory=lambda: [500, 429])
-    disconnect_rate: float = 0.0    # fraction whose connection is closed mid-stream
-    malformed_rate: float = 0.0     # fraction with one invalid JSON event mid-stream
-    stall_rate: float = 0.0         # fraction that stop for stall_seconds mid-stream
+    disconnect_rate: float = 0.0  # fraction whose connection is closed mid-stream
+    malformed_rate: float = 0.0  # fraction with one invalid JSON event mid-stream
+    stall_rate: float = 0.0  # fraction that stop for stall_seconds mid-stream
     stall_seconds: float = 30.0
-    not_sse_rate: float = 0.0       # fraction of stream requests answered with plain JSON
+    not_sse_rate: float = 0.0  # fraction of stream requests answered with plain JSON
     api_key: str = field(default="", repr=False)  # "" = no authentication
     seed: int = 0
-    max_model_len: int = 32768      # prompt + output tokens allowed, as /v1/models reports
+    max_model_len: int = 32768  # prompt + output tokens allowed, as /v1/models reports
     kv_capacity_tokens: int = 65536  # tokens the simulated KV cache holds (kv_cache_usage_perc)
-    truth_limit: int = 20000        # /truth keeps this many most recent requests (bounded memory)
+    truth_limit: int = 20000  # /truth keeps this many most recent requests (bounded memory)
 
     def check(self) -> None:
         """UserError for settings that cannot work."""
@@ -73,7 +73,7 @@ class MockConfig:
 
 
 def parse_codes(text: str) -> list[int]:
-    """"500,429" -> [500, 429]; UserError when an entry is empty or not a number."""
+    """ "500,429" -> [500, 429]; UserError when an entry is empty or not a number."""
     try:
         return [int(c) for c in text.split(",")]
     except ValueError:

@@ -9,17 +9,17 @@ from dataclasses import asdict, dataclass, field
 class RequestTruth:
     """One request as the mock served it. Times are epoch seconds (loadlab.clock.now())."""
 
-    request_id: str                  # the X-Request-Id header, or generated
+    request_id: str  # the X-Request-Id header, or generated
     received_time: float
-    endpoint: str                    # "chat" | "completions"
+    endpoint: str  # "chat" | "completions"
     stream: bool
-    fault: str | None = None         # the injected fault, see MockConfig.draw_fault
-    status: int = 200                # HTTP status sent
+    fault: str | None = None  # the injected fault, see MockConfig.draw_fault
+    status: int = 200  # HTTP status sent
     prompt_tokens: int = 0
-    output_tokens: int = 0           # tokens the request asked for
+    output_tokens: int = 0  # tokens the request asked for
     # Right after each content event was handed to the socket (streaming only).
     token_times: list[float] = field(default_factory=list)
-    finished: bool = False           # the whole answer went out (and [DONE] when streaming)
+    finished: bool = False  # the whole answer went out (and [DONE] when streaming)
     client_disconnected: bool = False
     end_time: float | None = None
 

@@ -17,8 +17,7 @@ ANSWER_TEXT = "the quick brown fox jumps over the lazy dog and streams one token
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"id": "broken", "choices": [{"index": 0, "delta": {"content": "x"\n\n'
 
-_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-                429: "RateLimitError"}
+_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 429: "RateLimitError"}
 
 
 class BadRequest(Exception):
@@ -56,15 +55,17 @@ def parse_request(body: Any, chat: bool) -> CompletionRequest:
     else:
         prompt_tokens = _prompt_tokens(body.get("prompt"))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                   or max_tokens < 1):
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise BadRequest(400, "max_tokens must be a whole number >= 1", "max_tokens")
     options = body.get("stream_options") or {}
     model = body.get("model")
-    return CompletionRequest(model=model if isinstance(model, str) else None,
-                             stream=bool(body.get("stream", False)),
-                             include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-                             max_tokens=max_tokens, prompt_tokens=prompt_tokens)
+    return CompletionRequest(
+        model=model if isinstance(model, str) else None,
+        stream=bool(body.get("stream", False)),
+        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        max_tokens=max_tokens,
+        prompt_tokens=prompt_tokens,
+    )
 
 
 def _chat_tokens(messages: Any) -> int:
@@ -113,8 +114,10 @@ class ChunkWriter:
         self.created = int(time.time())
         self.model = model
         obj = "chat.completion.chunk" if chat else "text_completion"
-        self._head = (f'data: {{"id":{json.dumps(self.id)},"object":"{obj}","created":{self.created},'
-                      f'"model":{json.dumps(model)},"choices":[{{"index":0,').encode()
+        self._head = (
+            f'data: {{"id":{json.dumps(self.id)},"object":"{obj}","created":{self.created},'
+            f'"model":{json.dumps(model)},"choices":[{{"index":0,'
+        ).encode()
 
     def token(self, text: str, first: bool, last: bool) -> bytes:
         """The event carrying one token (`text` needs no JSON escaping: ANSWER_TEXT characters)."""
@@ -128,27 +131,44 @@ class ChunkWriter:
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The include_usage event: no choices, only the token counts."""
-        event: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                 "created": self.created, "model": self.model, "choices": [],
-                 "usage": usage(prompt_tokens, completion_tokens)}
+        event: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens),
+        }
         return b"data: " + json.dumps(event).encode() + b"\n\n"
 
     def whole(self, text: str, prompt_tokens: int) -> dict[str, Any]:
         """The non-streaming response body."""
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": None, "finish_reason": "length"}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice],
-                "usage": usage(prompt_tokens, len(text))}
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage(prompt_tokens, len(text)),
+        }
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     """The OpenAI `usage` object."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def answer_text(n: int) -> str:

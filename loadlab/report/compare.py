@@ -17,20 +17,42 @@ _STYLE = {REGRESSION: "bold red", IMPROVEMENT: "bold green"}
 
 def print_comparison(comparison: Comparison, console: Console) -> None:
     """One table per compared pair; then the differences between the runs."""
-    table = Table(title=f"{escape(comparison.new)} vs baseline {escape(comparison.base)}", title_justify="left",
-                  box=box.SIMPLE_HEAD, caption="change: new/baseline − 1, 95 % bootstrap interval; called only "
-                  "when the whole interval is beyond the noise (docs/compare.md)", caption_justify="left")
+    table = Table(
+        title=f"{escape(comparison.new)} vs baseline {escape(comparison.base)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption="change: new/baseline − 1, 95 % bootstrap interval; called only "
+        "when the whole interval is beyond the noise (docs/compare.md)",
+        caption_justify="left",
+    )
     columns: list[tuple[str, JustifyMethod]] = [
-        ("step", "left"), ("metric", "left"), ("baseline", "right"), ("new", "right"),
-        ("change [95 % interval]", "right"), ("noise", "right"), ("call", "left")]
+        ("step", "left"),
+        ("metric", "left"),
+        ("baseline", "right"),
+        ("new", "right"),
+        ("change [95 % interval]", "right"),
+        ("noise", "right"),
+        ("call", "left"),
+    ]
     for header, justify in columns:
         table.add_column(header, justify=justify, overflow="fold")
     for c in comparison.changes:
-        interval = (f"{c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}]" if math.isfinite(c.low)
-                    else f"{c.change:+.1%}" if math.isfinite(c.change) else "–")
-        table.add_row(escape(c.step), c.metric, _num(c.base, c.unit), _num(c.new, c.unit), interval,
-                      f"{c.noise:.1%}" if math.isfinite(c.noise) else "–",
-                      f"[{_STYLE[c.call]}]{c.call}[/]" if c.call in _STYLE else c.call)
+        interval = (
+            f"{c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}]"
+            if math.isfinite(c.low)
+            else f"{c.change:+.1%}"
+            if math.isfinite(c.change)
+            else "–"
+        )
+        table.add_row(
+            escape(c.step),
+            c.metric,
+            _num(c.base, c.unit),
+            _num(c.new, c.unit),
+            interval,
+            f"{c.noise:.1%}" if math.isfinite(c.noise) else "–",
+            f"[{_STYLE[c.call]}]{c.call}[/]" if c.call in _STYLE else c.call,
+        )
     console.print(table)
     for difference in comparison.differences:
         console.print(f"differs: {escape(difference)}")

@@ -15,7 +15,7 @@ from loadlab.analyze.summary import RunSummary, StepSummary
 from loadlab.metrics.stats import Distribution
 
 DASH = "–"
-WIDE = 160   # a table printed into a file or pipe should not wrap at 80 columns
+WIDE = 160  # a table printed into a file or pipe should not wrap at 80 columns
 
 
 def table_console() -> Console:
@@ -31,27 +31,57 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         console.print(line)
     if summary.client.limited:
         reasons = "\n".join(f"• {r}" for r in summary.client.reasons)
-        console.print(Panel(Text(reasons), title="CLIENT-LIMITED", title_align="left", style="bold red",
-                            subtitle="results measure the load generator, not only the server"))
+        console.print(
+            Panel(
+                Text(reasons),
+                title="CLIENT-LIMITED",
+                title_align="left",
+                style="bold red",
+                subtitle="results measure the load generator, not only the server",
+            )
+        )
 
 
 def _steps_table(summary: RunSummary) -> Table:
     status = summary.status if not summary.cut_off else "CUT OFF (still 'running')"
-    table = Table(title=Text(f"{summary.path} [{status}]"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 0, 0, 1), pad_edge=False,
-                  caption="TTFT/ITL/TPOT/E2E: ms, p50/p90/p99 over successful requests; warm-up excluded",
-                  caption_justify="left")
+    table = Table(
+        title=Text(f"{summary.path} [{status}]"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        caption="TTFT/ITL/TPOT/E2E: ms, p50/p90/p99 over successful requests; warm-up excluded",
+        caption_justify="left",
+    )
     table.add_column("step", overflow="fold")
-    for header in ("sent/ok/\nfail", "req/s", "out\ntok/s", "TTFT", "ITL", "TPOT", "E2E",
-                   "tok/s per\nuser p50", "achieved/\ntarget"):
+    for header in (
+        "sent/ok/\nfail",
+        "req/s",
+        "out\ntok/s",
+        "TTFT",
+        "ITL",
+        "TPOT",
+        "E2E",
+        "tok/s per\nuser p50",
+        "achieved/\ntarget",
+    ):
         table.add_column(header, justify="right", overflow="fold")
     if summary.slo is not None:
         table.add_column("goodput\nreq/s", justify="right", overflow="fold")
     rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
     for step in rows:
-        cells = [escape(step.label), _counts(step), _num(step.requests_per_s), _num(step.output_tokens_per_s),
-                 _ms(step.ttft), _ms(step.itl), _ms(step.tpot), _ms(step.e2e),
-                 _num(step.user_tokens_per_s.p50), _achieved(step)]
+        cells = [
+            escape(step.label),
+            _counts(step),
+            _num(step.requests_per_s),
+            _num(step.output_tokens_per_s),
+            _ms(step.ttft),
+            _ms(step.itl),
+            _ms(step.tpot),
+            _ms(step.e2e),
+            _num(step.user_tokens_per_s.p50),
+            _achieved(step),
+        ]
         if summary.slo is not None:
             cells.append(_num(step.goodput))
         table.add_row(*cells, style="bold" if step.index < 0 else None)
@@ -70,19 +100,29 @@ def _notes(summary: RunSummary) -> list[Text]:
         where = f" ({step.label})" if len(summary.steps) > 1 else ""
         notes.append(Text(f"errors{where}: {errors}", style="red"))
     for step in (s for s in summary.steps if s.mode == "open" and s.ttft_from_send.count):
-        notes.append(Text(f"{step.label}: TTFT from send time {_ms(step.ttft_from_send)} ms "
-                          f"(the table's TTFT counts from the scheduled time)"))
+        notes.append(
+            Text(
+                f"{step.label}: TTFT from send time {_ms(step.ttft_from_send)} ms "
+                f"(the table's TTFT counts from the scheduled time)"
+            )
+        )
     if o.aborted:
         notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
-    checks = [(o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
-              (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),
-              (o.tokens.usage_mismatch, "requests where usage.completion_tokens differs from the events counted"),
-              (o.tokens.usage_missing, "requests without usage (the client's count was used)"),
-              (o.tokens.read_timed, "requests timed when the client read them (TLS: no kernel receive timestamps)")]
+    checks = [
+        (o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
+        (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),
+        (o.tokens.usage_mismatch, "requests where usage.completion_tokens differs from the events counted"),
+        (o.tokens.usage_missing, "requests without usage (the client's count was used)"),
+        (o.tokens.read_timed, "requests timed when the client read them (TLS: no kernel receive timestamps)"),
+    ]
     notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
     if summary.coverage:
-        parts = [f"{c.source} " + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed")
-                 + (f" ({c.error})" if c.error else "") for c in summary.coverage]
+        parts = [
+            f"{c.source} "
+            + ("off" if not c.enabled else f"{c.ok_samples} ok/{c.failed_samples} failed")
+            + (f" ({c.error})" if c.error else "")
+            for c in summary.coverage
+        ]
         notes.append(Text("collectors: " + "; ".join(parts)))
     if summary.slo is not None:
         slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in vars(summary.slo).items() if v)
@@ -100,7 +140,7 @@ def _counts(step: StepSummary) -> str:
 def _achieved(step: StepSummary) -> str:
     if math.isnan(step.achieved):
         return DASH
-    return f"{_num(step.achieved)}/{step.target:g}"   # users (closed) or req/s (open), as the label says
+    return f"{_num(step.achieved)}/{step.target:g}"  # users (closed) or req/s (open), as the label says
 
 
 def _num(value: float | None) -> str:

@@ -11,15 +11,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-MAX_REFRESH_PER_S = 4        # rich.live redraws at most this often
-PLAIN_INTERVAL_S = 5.0       # not a terminal (CI logs, pipes): one line at most this often
+MAX_REFRESH_PER_S = 4  # rich.live redraws at most this often
+PLAIN_INTERVAL_S = 5.0  # not a terminal (CI logs, pipes): one line at most this often
 
 
 @dataclass
 class LiveStatus:
     """What the live display shows; the run fills it from its running counters."""
 
-    elapsed: float               # seconds since the run began
+    elapsed: float  # seconds since the run began
     step_label: str
     in_flight: int
     done: int
@@ -27,13 +27,15 @@ class LiveStatus:
     output_tokens: int
     tokens_per_s: float
     warning: str = ""
-    verdict: str = ""            # the live verdict of the last window ("" before the first)
+    verdict: str = ""  # the live verdict of the last window ("" before the first)
 
 
 def format_status(stats: LiveStatus) -> str:
     """One line of text for `stats`, and the live verdict on a second line when there is one."""
-    line = (f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
-            f"errors {stats.errors}  out tokens {stats.output_tokens}  {stats.tokens_per_s:.1f} tok/s")
+    line = (
+        f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
+        f"errors {stats.errors}  out tokens {stats.output_tokens}  {stats.tokens_per_s:.1f} tok/s"
+    )
     line += f"  ! {stats.warning}" if stats.warning else ""
     return line + (f"\n          {stats.verdict}" if stats.verdict else "")
 
@@ -68,10 +70,11 @@ class LiveDisplay:
         self._draw(stats)
         self._last_draw = now
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._live is not None:
-            if self._pending is not None:     # the final state stays on screen
+            if self._pending is not None:  # the final state stays on screen
                 self._draw(self._pending)
             self._live.stop()
             self._live = None

@@ -42,8 +42,10 @@ FORMATS: dict[str, tuple[str, Callable[[float], str]]] = {
     "gpu_dram_active": ("DRAM", _percent),
     "collective_share": ("coll.", _percent),
 }
-CAPTION = ("TTFT, ITL: p50 within the interval. running, waiting, KV, preempt: the server's metrics. "
-           "GPU (busy time), SM, DRAM: mean over GPUs. coll.: collective time / engine step time.")
+CAPTION = (
+    "TTFT, ITL: p50 within the interval. running, waiting, KV, preempt: the server's metrics. "
+    "GPU (busy time), SM, DRAM: mean over GPUs. coll.: collective time / engine step time."
+)
 
 
 def timeline_table(timeline: Timeline, title: str, interval: float) -> Table:

@@ -14,10 +14,16 @@ from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, format_value
 from loadlab.analyze.saturation import UNDER_LOADED
 
 DASH = "–"
-MAX_EVIDENCE = 6   # rows of evidence shown in the panel (analysis.json has them all)
-KEY_FIGURES = (("kv_usage_p90", "KV p90"), ("waiting_mean", "waiting"), ("queue_share", "queue"),
-               ("step_time_fixed_share", "fixed step"), ("collective_share", "coll."), ("gpu_sm_active", "SM"),
-               ("gpu_dram_active", "DRAM"))
+MAX_EVIDENCE = 6  # rows of evidence shown in the panel (analysis.json has them all)
+KEY_FIGURES = (
+    ("kv_usage_p90", "KV p90"),
+    ("waiting_mean", "waiting"),
+    ("queue_share", "queue"),
+    ("step_time_fixed_share", "fixed step"),
+    ("collective_share", "coll."),
+    ("gpu_sm_active", "SM"),
+    ("gpu_dram_active", "DRAM"),
+)
 
 
 def print_analysis(analysis: Analysis, console: Console) -> None:
@@ -27,24 +33,47 @@ def print_analysis(analysis: Analysis, console: Console) -> None:
 
 
 def _steps_table(analysis: Analysis) -> Table:
-    table = Table(title=Text("bottleneck analysis" + (" (run cut off)" if analysis.cut_off else "")),
-                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+    table = Table(
+        title=Text("bottleneck analysis" + (" (run cut off)" if analysis.cut_off else "")),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+    )
     columns: list[tuple[str, JustifyMethod]] = [
-        ("step", "left"), ("window", "right"), ("saturation", "left"), ("binds", "left"), ("conf.", "right"),
-        ("runner-up", "left"), ("key figures", "left"), ("headline", "left")]
+        ("step", "left"),
+        ("window", "right"),
+        ("saturation", "left"),
+        ("binds", "left"),
+        ("conf.", "right"),
+        ("runner-up", "left"),
+        ("key figures", "left"),
+        ("headline", "left"),
+    ]
     for header, justify in columns:
         table.add_column(header, justify=justify, overflow="fold")
     for s in analysis.steps:
         runner = f"{s.runner_up.constraint} {s.runner_up.confidence:.2f}" if s.runner_up else DASH
-        table.add_row(escape(s.label), f"{s.window.seconds:.0f} s", s.saturation, s.constraint,
-                      f"{s.confidence:.2f}", runner, _key_figures(s), escape(s.headline))
+        table.add_row(
+            escape(s.label),
+            f"{s.window.seconds:.0f} s",
+            s.saturation,
+            s.constraint,
+            f"{s.confidence:.2f}",
+            runner,
+            _key_figures(s),
+            escape(s.headline),
+        )
     return table
 
 
 def _key_figures(step: StepVerdict) -> str:
     """The few derived numbers that tell the classes apart, where measured."""
-    parts = [f"{label} {format_value(step.derived[name].value, step.derived[name].unit)}"
-             for name, label in KEY_FIGURES if name in step.derived]
+    parts = [
+        f"{label} {format_value(step.derived[name].value, step.derived[name].unit)}"
+        for name, label in KEY_FIGURES
+        if name in step.derived
+    ]
     return " · ".join(parts) or DASH
 
 
@@ -66,8 +95,13 @@ def _verdict_panel(analysis: Analysis) -> Panel:
     lines += [Text(f"note: {n}", style="yellow") for n in analysis.notes]
     style = "red" if overall.client_limited else ("yellow" if overall.constraint == "insufficient_data" else "green")
     title = f"verdict: {NAMES.get(overall.constraint, overall.constraint)} · {overall.saturation.replace('_', ' ')}"
-    return Panel(Group(*lines), title=title, title_align="left", border_style=style,
-                 subtitle=f"confidence {overall.confidence:.2f}" + (f" · {overall.server}" if overall.server else ""))
+    return Panel(
+        Group(*lines),
+        title=title,
+        title_align="left",
+        border_style=style,
+        subtitle=f"confidence {overall.confidence:.2f}" + (f" · {overall.server}" if overall.server else ""),
+    )
 
 
 def _focus_step(analysis: Analysis) -> StepVerdict | None:
@@ -81,11 +115,21 @@ def _focus_step(analysis: Analysis) -> StepVerdict | None:
 
 
 # The live line's figures: the chosen class's evidence, in the rule table's order, each short.
-_SHORT = {"kv_usage_p90": "KV {}", "waiting_mean": "{} waiting", "preemptions_per_min": "{} preemptions/min",
-          "queue_share": "queue {} of TTFT", "collective_share": "collectives {} of step time",
-          "step_time_fixed_share": "fixed step {}", "decode_share": "decode {} of E2E", "gpu_sm_active": "SM {}",
-          "gpu_dram_active": "DRAM {}", "gpu_tensor_active": "tensor {}", "mfu": "MFU {}", "mbu": "MBU {}",
-          "intensity_over_ridge": "intensity {} of ridge"}
+_SHORT = {
+    "kv_usage_p90": "KV {}",
+    "waiting_mean": "{} waiting",
+    "preemptions_per_min": "{} preemptions/min",
+    "queue_share": "queue {} of TTFT",
+    "collective_share": "collectives {} of step time",
+    "step_time_fixed_share": "fixed step {}",
+    "decode_share": "decode {} of E2E",
+    "gpu_sm_active": "SM {}",
+    "gpu_dram_active": "DRAM {}",
+    "gpu_tensor_active": "tensor {}",
+    "mfu": "MFU {}",
+    "mbu": "MBU {}",
+    "intensity_over_ridge": "intensity {} of ridge",
+}
 
 
 def verdict_line(step: StepVerdict) -> str:
@@ -96,11 +140,15 @@ def verdict_line(step: StepVerdict) -> str:
         return f"{name}: {step.headline}"
     if step.constraint == CLIENT:
         line = f"{name} limits this window: " + ", ".join(
-            e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for")
+            e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for"
+        )
         side = step.server_side
         return line + (f" (server-side evidence alone: {NAMES[side.constraint]})" if side else "")
-    figures = ", ".join(_SHORT[e.name].format(_short(e.value, e.unit))
-                        for e in step.evidence if e.constraint == step.constraint and e.name in _SHORT)
+    figures = ", ".join(
+        _SHORT[e.name].format(_short(e.value, e.unit))
+        for e in step.evidence
+        if e.constraint == step.constraint and e.name in _SHORT
+    )
     what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"
     return f"{name} {what}" + (f": {figures}" if figures else "")
 

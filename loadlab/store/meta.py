@@ -13,26 +13,26 @@ from loadlab.clock import ClockAnchor
 from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
-STOPPED, FAILED = "stopped", "failed"   # the run stopped itself (see conductor/budget.py); a write error
-DEGRADED = "degraded"   # ran to its end, but a load-generator process died on the way (see warnings)
+STOPPED, FAILED = "stopped", "failed"  # the run stopped itself (see conductor/budget.py); a write error
+DEGRADED = "degraded"  # ran to its end, but a load-generator process died on the way (see warnings)
 
 
 @dataclass
 class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
-    status: str                                   # running | finished | degraded | interrupted | stopped | failed
-    config: dict[str, Any]                        # RunConfig.to_dict()
+    status: str  # running | finished | degraded | interrupted | stopped | failed
+    config: dict[str, Any]  # RunConfig.to_dict()
     versions: dict[str, str]
     host: dict[str, Any]
-    anchor: ClockAnchor                           # of the run process
+    anchor: ClockAnchor  # of the run process
     worker_anchors: dict[str, ClockAnchor] = field(default_factory=dict)
     started_at: float = math.nan
     ended_at: float = math.nan
     steps: list[StepInfo] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
-    reason: str = ""                              # why it stopped or failed, or missed its error budget
-    warnings: list[str] = field(default_factory=list)   # what went wrong while measuring, one line each
+    reason: str = ""  # why it stopped or failed, or missed its error budget
+    warnings: list[str] = field(default_factory=list)  # what went wrong while measuring, one line each
     format: str = FORMAT
 
     @property
@@ -42,21 +42,23 @@ class RunMeta:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; NaN becomes null so any JSON reader accepts it."""
-        return json_safe({
-            "format": self.format,
-            "status": self.status,
-            "config": self.config,
-            "versions": self.versions,
-            "host": self.host,
-            "anchors": self.anchor.to_dict(),
-            "worker_anchors": {w: a.to_dict() for w, a in self.worker_anchors.items()},
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "steps": [asdict(s) for s in self.steps],
-            "coverage": [asdict(c) for c in self.coverage],
-            "reason": self.reason,
-            "warnings": self.warnings,
-        })
+        return json_safe(
+            {
+                "format": self.format,
+                "status": self.status,
+                "config": self.config,
+                "versions": self.versions,
+                "host": self.host,
+                "anchors": self.anchor.to_dict(),
+                "worker_anchors": {w: a.to_dict() for w, a in self.worker_anchors.items()},
+                "started_at": self.started_at,
+                "ended_at": self.ended_at,
+                "steps": [asdict(s) for s in self.steps],
+                "coverage": [asdict(c) for c in self.coverage],
+                "reason": self.reason,
+                "warnings": self.warnings,
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunMeta:
@@ -71,8 +73,12 @@ class RunMeta:
             worker_anchors={w: ClockAnchor(**a) for w, a in (d.get("worker_anchors") or {}).items()},
             started_at=float_or_nan(d.get("started_at")),
             ended_at=float_or_nan(d.get("ended_at")),
-            steps=[StepInfo(**{**s, "end_time": float_or_nan(s.get("end_time")),
-                                "ramp_end": float_or_nan(s.get("ramp_end"))}) for s in d.get("steps") or []],
+            steps=[
+                StepInfo(
+                    **{**s, "end_time": float_or_nan(s.get("end_time")), "ramp_end": float_or_nan(s.get("ramp_end"))}
+                )
+                for s in d.get("steps") or []
+            ],
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
             reason=d.get("reason") or "",
             warnings=[str(w) for w in d.get("warnings") or []],
@@ -102,5 +108,5 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(json_safe(data), indent=2) + "\n")
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)   # a half-written file would hold on to the space left
+        tmp.unlink(missing_ok=True)  # a half-written file would hold on to the space left
         raise

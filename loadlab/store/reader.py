@@ -42,7 +42,7 @@ class RunData:
     meta: RunMeta
     requests: pd.DataFrame
     samples: pd.DataFrame
-    warnings: list[str] = field(default_factory=list)   # parts skipped, cut-off run, ...
+    warnings: list[str] = field(default_factory=list)  # parts skipped, cut-off run, ...
 
 
 def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
@@ -113,12 +113,16 @@ def current_parts(folder: Path) -> list[tuple[int, int, Path]]:
         if m:
             found.append((int(m[1]), int(m[2] or m[1]), path))
     ranges = [(first, last) for first, last, _ in found if last > first]
-    return sorted((first, last, path) for first, last, path in found
-                  if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges))
+    return sorted(
+        (first, last, path)
+        for first, last, path in found
+        if not any(a <= first and last <= b and (a, b) != (first, last) for a, b in ranges)
+    )
 
 
-def read_part_tables(folder: Path, warnings: list[str], schema: pa.Schema | None = None,
-                     without: tuple[str, ...] = ()) -> list[pa.Table]:
+def read_part_tables(
+    folder: Path, warnings: list[str], schema: pa.Schema | None = None, without: tuple[str, ...] = ()
+) -> list[pa.Table]:
     """Every readable current part of one table (less the columns `without`); an unreadable one
     is skipped with a warning.
 

@@ -40,11 +40,11 @@ from loadlab.store.tables import requests_table, samples_table
 
 log = logging.getLogger(__name__)
 
-RESERVE = ".reserve"             # room kept for closing the folder when the disk fills up
-RESERVE_BYTES = 256 * 1024       # run.json + summary.json of a run with dozens of steps
-_CLOSE_TRIES = 3                 # final flush attempts after a write error ...
-_RETRY_PAUSE_S = 0.5             # ... this far apart (space may be freed meanwhile)
-_CHUNK_ROWS = 500                # after a write error, rows go out in parts this small: what fits is kept
+RESERVE = ".reserve"  # room kept for closing the folder when the disk fills up
+RESERVE_BYTES = 256 * 1024  # run.json + summary.json of a run with dozens of steps
+_CLOSE_TRIES = 3  # final flush attempts after a write error ...
+_RETRY_PAUSE_S = 0.5  # ... this far apart (space may be freed meanwhile)
+_CHUNK_ROWS = 500  # after a write error, rows go out in parts this small: what fits is kept
 
 
 class RunWriter:
@@ -60,18 +60,24 @@ class RunWriter:
                 (self.folder / sub).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create run folder {self.folder}: {e.strerror or e}") from None
-        self._lock = threading.Lock()          # guards buffers and meta
-        self._flush_lock = threading.Lock()    # one flush at a time: part numbers stay in order
+        self._lock = threading.Lock()  # guards buffers and meta
+        self._flush_lock = threading.Lock()  # one flush at a time: part numbers stay in order
         self._requests: list[RequestRecord] = []
         self._samples: list[Sample] = []
         self._parts = 0
         self._stop_autoflush = threading.Event()
         self._autoflush: threading.Thread | None = None
         self._closed = False
-        self.failure = ""        # the first write error ("" = none): the run must stop
-        self.unsaved = 0         # requests still unwritten when the folder was closed
-        self.meta = RunMeta(status=RUNNING, config=config.to_dict(), versions=_versions(),
-                            host=_host(), anchor=anchor, started_at=self._now())
+        self.failure = ""  # the first write error ("" = none): the run must stop
+        self.unsaved = 0  # requests still unwritten when the folder was closed
+        self.meta = RunMeta(
+            status=RUNNING,
+            config=config.to_dict(),
+            versions=_versions(),
+            host=_host(),
+            anchor=anchor,
+            started_at=self._now(),
+        )
         try:
             write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
             (self.folder / RESERVE).write_bytes(bytes(RESERVE_BYTES))
@@ -140,8 +146,9 @@ class RunWriter:
         """Flush every `interval` seconds in the background until close()."""
         if self._autoflush is not None:
             return
-        self._autoflush = threading.Thread(target=self._autoflush_loop, args=(interval,),
-                                           name="loadlab-run-writer", daemon=True)
+        self._autoflush = threading.Thread(
+            target=self._autoflush_loop, args=(interval,), name="loadlab-run-writer", daemon=True
+        )
         self._autoflush.start()
 
     def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = (), reason: str = "") -> None:
@@ -159,7 +166,7 @@ class RunWriter:
         if self._autoflush is not None:
             self._autoflush.join(timeout=10)
         self._final_flush()
-        if not self.failure:     # compacting rewrites every row: not on a disk that just filled up
+        if not self.failure:  # compacting rewrites every row: not on a disk that just filled up
             for sub in (REQUESTS_DIR, SAMPLES_DIR):
                 try:
                     self._compact(self.folder / sub)
@@ -171,7 +178,7 @@ class RunWriter:
             # Requests that could not be saved: rates must cover only the time the saved ones
             # span, so a step ends (at the latest) where the first unsaved request ended.
             lost_from = min((r.end_time for r in self._requests), default=math.inf)
-            for s in self.meta.steps:      # a step still open ends with the run
+            for s in self.meta.steps:  # a step still open ends with the run
                 if math.isnan(s.end_time):
                     s.end_time = self.meta.ended_at
                 if s.end_time > lost_from:
@@ -193,8 +200,10 @@ class RunWriter:
 
     def failure_line(self) -> str:
         """One line on a write error: what failed and how many requests could not be saved."""
-        return (f"cannot write run folder {self.folder}: {self.failure}; "
-                f"{self.unsaved} finished requests could not be saved")
+        return (
+            f"cannot write run folder {self.folder}: {self.failure}; "
+            f"{self.unsaved} finished requests could not be saved"
+        )
 
     # --- internals --------------------------------------------------------------------------
     def _now(self) -> float:
@@ -203,7 +212,7 @@ class RunWriter:
     def _write_meta(self) -> None:
         try:
             write_json_atomic(self.folder / RUN_JSON, self.meta.to_dict())
-        except OSError as e:   # the previous run.json stays whole (written atomically)
+        except OSError as e:  # the previous run.json stays whole (written atomically)
             self._fail(e)
 
     def _fail(self, error: Exception) -> None:
@@ -236,12 +245,12 @@ class RunWriter:
     def _write_part(self, sub: str, to_table: Callable[[list], pa.Table], rows: list) -> None:
         self._parts += 1
         name = f"part-{self._parts:06d}.parquet"
-        tmp = self.folder / sub / f".{name}.tmp"   # not matched by the readers' part-*.parquet
+        tmp = self.folder / sub / f".{name}.tmp"  # not matched by the readers' part-*.parquet
         try:
             off_the_event_loop(lambda: pq.write_table(to_table(rows), tmp))
             os.replace(tmp, self.folder / sub / name)
         except BaseException:
-            tmp.unlink(missing_ok=True)   # a half-written part would hold on to the space left
+            tmp.unlink(missing_ok=True)  # a half-written part would hold on to the space left
             raise
 
     def _compact(self, folder: Path) -> None:
@@ -253,7 +262,7 @@ class RunWriter:
             return
         warnings: list[str] = []
         table = pa.concat_tables(read_part_tables(folder, warnings), promote_options="default")
-        if warnings:       # never delete a part that could not be copied
+        if warnings:  # never delete a part that could not be copied
             raise OSError("; ".join(warnings))
         name = f"part-{parts[0][0]:06d}-{parts[-1][1]:06d}.parquet"
         tmp = folder / f".{name}.tmp"
@@ -277,8 +286,12 @@ def _versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             return ""
 
-    return {"loadlab": __version__, "python": platform.python_version(),
-            "locust": version_of("locust"), "platform": platform.platform()}
+    return {
+        "loadlab": __version__,
+        "python": platform.python_version(),
+        "locust": version_of("locust"),
+        "platform": platform.platform(),
+    }
 
 
 def _host() -> dict[str, object]:

@@ -11,26 +11,26 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 FORMAT_VERSION = 3
-FORMAT = f"loadlab-run/{FORMAT_VERSION}"          # run.json's `format`
+FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 
 class ErrorCategory(str, Enum):  # noqa: UP042  (a StrEnum would change what str() and f-strings print)
     """Why a request failed. Each failure is counted in exactly one category."""
 
     NONE = ""
-    CONNECT = "connect"            # refused / unreachable / DNS
-    TIMEOUT = "timeout"            # per-request timeout, including a stalled stream
-    HTTP_401 = "http_401"          # bad or missing API key
-    HTTP_404 = "http_404"          # unknown model or path
-    HTTP_429 = "http_429"          # server queue full / rate limited
-    HTTP_4XX = "http_4xx"          # any other client error
+    CONNECT = "connect"  # refused / unreachable / DNS
+    TIMEOUT = "timeout"  # per-request timeout, including a stalled stream
+    HTTP_401 = "http_401"  # bad or missing API key
+    HTTP_404 = "http_404"  # unknown model or path
+    HTTP_429 = "http_429"  # server queue full / rate limited
+    HTTP_4XX = "http_4xx"  # any other client error
     HTTP_5XX = "http_5xx"
-    NOT_SSE = "not_sse"            # 200 but the body is not an event stream
+    NOT_SSE = "not_sse"  # 200 but the body is not an event stream
     MALFORMED = "malformed_event"  # an event that is not valid JSON / has an unexpected shape
-    DISCONNECT = "disconnect"      # stream ended without [DONE] or a finish_reason
+    DISCONNECT = "disconnect"  # stream ended without [DONE] or a finish_reason
     STREAM_ERROR = "stream_error"  # server sent {"error": ...} inside the stream
-    CLIENT = "client_error"        # an unexpected exception in the client itself
-    ABORTED = "aborted"            # still in flight when the run was stopped (Ctrl-C, drain limit)
+    CLIENT = "client_error"  # an unexpected exception in the client itself
+    ABORTED = "aborted"  # still in flight when the run was stopped (Ctrl-C, drain limit)
 
 
 @dataclass
@@ -42,25 +42,25 @@ class RequestRecord:
     """
 
     request_id: str
-    worker: str                      # which load-generator process (host:pid or locust client id)
-    step: int                        # index of the load step (0 when there are no steps)
-    warmup: bool                     # warm-up requests are stored but excluded from results
-    api: str                         # "chat" | "completions"
-    scheduled_time: float            # when the request was due (open loop) or picked up (closed loop)
-    send_time: float                 # when the HTTP request was written
-    first_token_time: float          # first event carrying non-empty content
-    end_time: float                  # last event (or the failure)
+    worker: str  # which load-generator process (host:pid or locust client id)
+    step: int  # index of the load step (0 when there are no steps)
+    warmup: bool  # warm-up requests are stored but excluded from results
+    api: str  # "chat" | "completions"
+    scheduled_time: float  # when the request was due (open loop) or picked up (closed loop)
+    send_time: float  # when the HTTP request was written
+    first_token_time: float  # first event carrying non-empty content
+    end_time: float  # last event (or the failure)
     token_times: list[float] = field(default_factory=list)  # arrival time of every content event
-    token_clock: str = ""            # what timed them: "kernel" (receive timestamps), "read" or "" (no body)
-    prompt_tokens: int = -1          # usage.prompt_tokens (-1: server did not say)
-    completion_tokens: int = -1      # usage.completion_tokens
-    client_tokens: int = 0           # content events counted by the client
-    input_tokens: int = 0            # the workload's intended prompt length
-    max_tokens: int = 0              # requested output length
+    token_clock: str = ""  # what timed them: "kernel" (receive timestamps), "read" or "" (no body)
+    prompt_tokens: int = -1  # usage.prompt_tokens (-1: server did not say)
+    completion_tokens: int = -1  # usage.completion_tokens
+    client_tokens: int = 0  # content events counted by the client
+    input_tokens: int = 0  # the workload's intended prompt length
+    max_tokens: int = 0  # requested output length
     finish_reason: str = ""
-    status: int = 0                  # HTTP status (0: no response)
-    error: str = ""                  # ErrorCategory value; "" = success
-    error_detail: str = ""           # short text, for humans
+    status: int = 0  # HTTP status (0: no response)
+    error: str = ""  # ErrorCategory value; "" = success
+    error_detail: str = ""  # short text, for humans
     conversation: str = ""
     turn: int = -1
 
@@ -74,10 +74,10 @@ class StepInfo:
     """One load step of a run (a run without steps has one step, index 0)."""
 
     index: int
-    label: str                       # e.g. "concurrency=8" or "rate=5"
-    mode: str                        # "closed" | "open"
-    target: float                    # users (closed) or requests/s (open)
-    start_time: float                # epoch seconds
+    label: str  # e.g. "concurrency=8" or "rate=5"
+    mode: str  # "closed" | "open"
+    target: float  # users (closed) or requests/s (open)
+    start_time: float  # epoch seconds
     end_time: float = float("nan")
     # When the step's new users have all sent their first request (closed loop: they start spread
     # over --ramp-up seconds from start_time); NaN where the run did not say (Locust's own spawning).
@@ -93,8 +93,8 @@ class Sample:
     Histograms are stored as one sample per bucket with the `le` label, plus `_sum`/`_count`.
     """
 
-    time: float                      # epoch seconds (loadlab.clock.now())
-    source: str                      # "server", "prometheus", "gpu", "nccl", "host", "client"
+    time: float  # epoch seconds (loadlab.clock.now())
+    source: str  # "server", "prometheus", "gpu", "nccl", "host", "client"
     signal: str
     value: float
     labels: dict[str, str] = field(default_factory=dict)
@@ -108,4 +108,4 @@ class Coverage:
     enabled: bool
     ok_samples: int = 0
     failed_samples: int = 0
-    error: str = ""                  # the first error seen, reported once
+    error: str = ""  # the first error seen, reported once

@@ -24,13 +24,15 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 
 REQUEST_SCHEMA = pa.schema([pa.field(f.name, _ARROW_TYPES[str(f.type)]) for f in fields(RequestRecord)])
 
-SAMPLE_SCHEMA = pa.schema([
-    pa.field("time", pa.float64()),
-    pa.field("source", pa.string()),
-    pa.field("signal", pa.string()),
-    pa.field("labels", pa.string()),   # a JSON object, keys sorted
-    pa.field("value", pa.float64()),
-])
+SAMPLE_SCHEMA = pa.schema(
+    [
+        pa.field("time", pa.float64()),
+        pa.field("source", pa.string()),
+        pa.field("signal", pa.string()),
+        pa.field("labels", pa.string()),  # a JSON object, keys sorted
+        pa.field("value", pa.float64()),
+    ]
+)
 
 
 def requests_table(records: list[RequestRecord]) -> pa.Table:
@@ -46,10 +48,13 @@ def label_text(labels: dict[str, str]) -> str:
 
 def samples_table(samples: list[Sample]) -> pa.Table:
     """One row per sample; labels are stored as a JSON string so any label set fits one column."""
-    return pa.Table.from_pydict({
-        "time": [s.time for s in samples],
-        "source": [s.source for s in samples],
-        "signal": [s.signal for s in samples],
-        "labels": [label_text(s.labels) for s in samples],
-        "value": [float(s.value) for s in samples],
-    }, schema=SAMPLE_SCHEMA)
+    return pa.Table.from_pydict(
+        {
+            "time": [s.time for s in samples],
+            "source": [s.source for s in samples],
+            "signal": [s.signal for s in samples],
+            "labels": [label_text(s.labels) for s in samples],
+            "value": [float(s.value) for s in samples],
+        },
+        schema=SAMPLE_SCHEMA,
+    )

@@ -46,5 +46,10 @@ class Workload(ABC):
 
 def single_turn(prompt: str, max_tokens: int, input_tokens: int, pin_output: bool = True) -> RequestSpec:
     """A one-message request, usable by both the chat and the completions API."""
-    return RequestSpec(prompt=prompt, messages=[{"role": "user", "content": prompt}],
-                       max_tokens=max_tokens, input_tokens=input_tokens, pin_output=pin_output)
+    return RequestSpec(
+        prompt=prompt,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
+        input_tokens=input_tokens,
+        pin_output=pin_output,
+    )

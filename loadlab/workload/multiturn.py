@@ -32,7 +32,7 @@ class MultiTurnWorkload(Workload):
         if cfg.turns < 1:
             raise UserError(f"workload.turns must be >= 1, got {cfg.turns}")
         self._text = TextSource(self.rng)
-        self._ready: deque[Conversation] = deque()   # answered, waiting for their next turn
+        self._ready: deque[Conversation] = deque()  # answered, waiting for their next turn
         self._in_flight: dict[str, Conversation] = {}
         self._started = 0
 
@@ -48,10 +48,13 @@ class MultiTurnWorkload(Workload):
         self._in_flight[conv.id] = conv
         messages = [dict(m) for m in conv.history]
         return RequestSpec(
-            prompt=render_prompt(messages), messages=messages,
+            prompt=render_prompt(messages),
+            messages=messages,
             max_tokens=sample_length(self.cfg.output_len, self.rng),
             input_tokens=sum(token_count(m["content"]) for m in messages),
-            conversation=conv.id, turn=conv.turns_sent - 1)
+            conversation=conv.id,
+            turn=conv.turns_sent - 1,
+        )
 
     def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:
         """Record the answer in the conversation's history and queue its next turn, if any."""

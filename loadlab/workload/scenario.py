@@ -102,11 +102,15 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         raise UserError("rate values must be > 0")
     processes = max(cfg.processes, 1)
     if max(cfg.concurrency, default=0) > MAX_USERS_PER_PROCESS * processes:
-        raise UserError(f"concurrency {max(cfg.concurrency)} is more than {processes} load-generator process(es) "
-                        f"can hold ({MAX_USERS_PER_PROCESS} users each): add --processes or hosts")
+        raise UserError(
+            f"concurrency {max(cfg.concurrency)} is more than {processes} load-generator process(es) "
+            f"can hold ({MAX_USERS_PER_PROCESS} users each): add --processes or hosts"
+        )
     if max(cfg.rate, default=0) > MAX_RATE_PER_PROCESS * processes:
-        raise UserError(f"rate {max(cfg.rate):g}/s is more than {processes} load-generator process(es) can send "
-                        f"({MAX_RATE_PER_PROCESS} requests/s each): add --processes or hosts")
+        raise UserError(
+            f"rate {max(cfg.rate):g}/s is more than {processes} load-generator process(es) can send "
+            f"({MAX_RATE_PER_PROCESS} requests/s each): add --processes or hosts"
+        )
     if cfg.burstiness <= 0:
         raise UserError("burstiness must be > 0")
     for name in ("duration", "requests", "step_duration", "warmup_requests", "ramp_up"):
@@ -157,7 +161,7 @@ def _fields(cls: type) -> dict[str, Any]:
 
 def _convert(key: str, value: Any, hint: Any) -> Any:
     """`value` (from TOML or a CLI flag) as the type `hint`, or UserError naming `key`."""
-    if key == "slo":   # an [slo] table or the inline text, both checked by the one SLO parser
+    if key == "slo":  # an [slo] table or the inline text, both checked by the one SLO parser
         return slo_text(value) if isinstance(value, dict) else parse_slo(_scalar(key, value, str)).text
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):

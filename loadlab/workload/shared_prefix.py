@@ -26,8 +26,11 @@ class SharedPrefixWorkload(Workload):
         text = TextSource(pool_rng)
         self.prefixes = [text.text(cfg.prefix_len) for _ in range(cfg.num_prefixes)]
         # (prefix index, suffix text): fixed for the run so the same prompts recur.
-        self.prompts = [(p, text.text(sample_length(cfg.input_len, pool_rng)))
-                        for p in range(cfg.num_prefixes) for _ in range(cfg.suffixes_per_prefix)]
+        self.prompts = [
+            (p, text.text(sample_length(cfg.input_len, pool_rng)))
+            for p in range(cfg.num_prefixes)
+            for _ in range(cfg.suffixes_per_prefix)
+        ]
         self._order: list[int] = []
 
     def _next(self) -> RequestSpec:

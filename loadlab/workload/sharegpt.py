@@ -50,10 +50,15 @@ def _first_pair(entry: object) -> PromptPair | None:
     if not isinstance(turns, list):
         return None
     for question, answer in itertools.pairwise(turns):
-        if (isinstance(question, dict) and isinstance(answer, dict)
-                and question.get("from") in _HUMAN and answer.get("from") in _ASSISTANT
-                and isinstance(question.get("value"), str) and isinstance(answer.get("value"), str)
-                and question["value"]):
+        if (
+            isinstance(question, dict)
+            and isinstance(answer, dict)
+            and question.get("from") in _HUMAN
+            and answer.get("from") in _ASSISTANT
+            and isinstance(question.get("value"), str)
+            and isinstance(answer.get("value"), str)
+            and question["value"]
+        ):
             return PromptPair(question["value"], max(1, token_count(answer["value"])))
     return None
 

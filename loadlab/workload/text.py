@@ -48,7 +48,7 @@ class TextSource:
             self._grow(2 * body)
         # Start on a word boundary; the margin covers the longest word.
         start = self._pool.index(" ", self._rng.randrange(len(self._pool) - body - 16)) + 1
-        return tag + self._pool[start:start + body]
+        return tag + self._pool[start : start + body]
 
     def _grow(self, chars: int) -> None:
         words: list[str] = [self._pool] if self._pool else []

@@ -28,8 +28,9 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})  # never behind the API key: pro
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(engine: Engine, api_key: str | None = None,
-              connections: ConnectionGuard | None = None) -> web.Application:
+def build_app(
+    engine: Engine, api_key: str | None = None, connections: ConnectionGuard | None = None
+) -> web.Application:
     """The OpenAI-compatible HTTP API in front of a started engine.
 
     `connections` sets the deadlines of slow clients (serve with its protocol factory to bound the
@@ -37,17 +38,20 @@ def build_app(engine: Engine, api_key: str | None = None,
     """
     connections = connections or ConnectionGuard(DEFAULT_IDLE_TIMEOUT)
     routes = _Routes(engine, connections)
-    app = web.Application(middlewares=[connections.middleware, _openai_errors, _api_key_check(api_key)],
-                          client_max_size=MAX_BODY_BYTES)
-    app.add_routes([
-        web.post("/v1/completions", routes.completions),
-        web.post("/v1/chat/completions", routes.chat_completions),
-        web.get("/v1/models", routes.models),
-        web.get("/health", routes.health),
-        web.get("/metrics", routes.metrics),
-        web.post("/tokenize", routes.tokenize),
-        web.post("/detokenize", routes.detokenize),
-    ])
+    app = web.Application(
+        middlewares=[connections.middleware, _openai_errors, _api_key_check(api_key)], client_max_size=MAX_BODY_BYTES
+    )
+    app.add_routes(
+        [
+            web.post("/v1/completions", routes.completions),
+            web.post("/v1/chat/completions", routes.chat_completions),
+            web.get("/v1/models", routes.models),
+            web.get("/health", routes.health),
+            web.get("/metrics", routes.metrics),
+            web.post("/tokenize", routes.tokenize),
+            web.post("/detokenize", routes.detokenize),
+        ]
+    )
     return app
 
 
@@ -56,8 +60,12 @@ class _Routes:
         self.engine = engine
         self.connections = connections
         tokenizer = engine.tokenizer
-        self.model = ServedModel(name=engine.model_name, max_model_len=engine.max_model_len,
-                                 vocab_size=tokenizer.vocab_size, tokenizer=tokenizer)
+        self.model = ServedModel(
+            name=engine.model_name,
+            max_model_len=engine.max_model_len,
+            vocab_size=tokenizer.vocab_size,
+            tokenizer=tokenizer,
+        )
         self.created = int(time.time())
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -69,8 +77,15 @@ class _Routes:
         return await respond(request, self.engine, body, self.model.name)
 
     async def models(self, request: web.Request) -> web.Response:
-        card = {"id": self.model.name, "object": "model", "created": self.created, "owned_by": "loadlab",
-                "root": self.model.name, "parent": None, "max_model_len": self.model.max_model_len}
+        card = {
+            "id": self.model.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "loadlab",
+            "root": self.model.name,
+            "parent": None,
+            "max_model_len": self.model.max_model_len,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -86,7 +101,6 @@ class _Routes:
     async def detokenize(self, request: web.Request) -> web.Response:
         tokens = parse_detokenize(await self._json(request), self.model)
         return web.json_response({"prompt": self.model.tokenizer.decode(tokens)})
-
 
     async def _json(self, request: web.Request) -> Any:
         """The request body as JSON, whatever Content-Type the client claimed."""

@@ -22,7 +22,7 @@ from reference_server.api.errors import APIError
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds: --idle-timeout
-HEADER_TIMEOUT = 10.0        # seconds a new connection has to send its first request's headers
+HEADER_TIMEOUT = 10.0  # seconds a new connection has to send its first request's headers
 OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -72,8 +72,12 @@ class ConnectionGuard:
             async with asyncio.timeout(self.idle_timeout):
                 return await request.read()
         except TimeoutError:
-            raise APIError(408, f"The request body did not arrive within {self.idle_timeout:g} s.",
-                           code="request_timeout", close=True) from None
+            raise APIError(
+                408,
+                f"The request body did not arrive within {self.idle_timeout:g} s.",
+                code="request_timeout",
+                close=True,
+            ) from None
 
 
 class LoopErrors:
@@ -99,6 +103,5 @@ class LoopErrors:
             self._suppressed += 1
             return
         more = f" ({self._suppressed} more since the last line)" if self._suppressed else ""
-        log.warning("cannot accept connections: %s; retrying, open connections are still served%s",
-                    exc.strerror, more)
+        log.warning("cannot accept connections: %s; retrying, open connections are still served%s", exc.strerror, more)
         self._last, self._suppressed = now, 0

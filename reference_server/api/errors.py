@@ -19,14 +19,15 @@ _ERROR_TYPES = {
 class APIError(Exception):
     """A failure to report to the client; raised anywhere in a handler, rendered by the middleware."""
 
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, close: bool = False) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None, close: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
-        self.close = close           # end the connection after answering (its state is unknown)
+        self.close = close  # end the connection after answering (its state is unknown)
 
     def payload(self) -> dict:
         """The JSON body (also sent as an SSE event when streaming has already begun)."""

@@ -13,10 +13,10 @@ from typing import Any, Protocol, overload
 from reference_server.api.errors import APIError, bad_request
 from reference_server.interface import SamplingParams
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16   # OpenAI's default for /v1/completions; chat defaults to the rest of the context
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the rest of the context
 MAX_STOP_STRINGS = 64
-_SEED_RANGE = (-(2**63), 2**64 - 1)   # what torch.Generator.manual_seed accepts
-_GREEDY_BELOW = 1e-5                  # smaller temperatures overflow the softmax: treat as greedy
+_SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+_GREEDY_BELOW = 1e-5  # smaller temperatures overflow the softmax: treat as greedy
 
 
 class Tokenizer(Protocol):
@@ -45,8 +45,8 @@ class GenerationRequest:
     prompts: list[list[int]]
     params: SamplingParams
     stream: bool
-    include_usage: bool          # stream_options.include_usage: a final choice-less usage chunk
-    continuous_usage: bool       # stream_options.continuous_usage_stats: usage on every chunk
+    include_usage: bool  # stream_options.include_usage: a final choice-less usage chunk
+    continuous_usage: bool  # stream_options.continuous_usage_stats: usage on every chunk
 
 
 class _Fields:
@@ -148,8 +148,10 @@ def parse_prompt(prompt: Any, model: ServedModel) -> list[list[int]]:
     elif isinstance(prompt, list) and prompt:
         prompts = [parse_token_ids(prompt, model, "prompt")]
     else:
-        raise bad_request("'prompt' must be a non-empty string, list of strings, list of token ids "
-                          "or list of lists of token ids", "prompt")
+        raise bad_request(
+            "'prompt' must be a non-empty string, list of strings, list of token ids or list of lists of token ids",
+            "prompt",
+        )
     if any(not p for p in prompts):
         raise bad_request("the prompt is empty", "prompt")
     return prompts
@@ -203,8 +205,11 @@ def _message_text(content: Any, i: int) -> str:
         texts = []
         for part in content:
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise bad_request(f"messages[{i}].content: only parts of the form "
-                                  '{"type": "text", "text": "..."} are supported', "messages")
+                raise bad_request(
+                    f"messages[{i}].content: only parts of the form "
+                    '{"type": "text", "text": "..."} are supported',
+                    "messages",
+                )
             texts.append(part["text"])
         return "".join(texts)  # as the exported Jinja chat template joins them
     raise bad_request(f"messages[{i}].content must be a string or a list of text parts", "messages")
@@ -236,9 +241,14 @@ def _generation(fields: _Fields, model: ServedModel, prompts: list[list[int]], c
     raw_options = fields.raw.get("stream_options")
     options = _Fields({} if raw_options is None else raw_options, "'stream_options'")
     continuous = options.boolean("continuous_usage_stats")
-    return GenerationRequest(chat=chat, prompts=prompts, params=params, stream=stream,
-                             include_usage=options.boolean("include_usage") or continuous,
-                             continuous_usage=continuous)
+    return GenerationRequest(
+        chat=chat,
+        prompts=prompts,
+        params=params,
+        stream=stream,
+        include_usage=options.boolean("include_usage") or continuous,
+        continuous_usage=continuous,
+    )
 
 
 def _max_tokens(fields: _Fields, model: ServedModel, prompt_len: int, chat: bool) -> int:
@@ -247,15 +257,20 @@ def _max_tokens(fields: _Fields, model: ServedModel, prompt_len: int, chat: bool
     requested = fields.integer(name, None, lo=1)
     room = model.max_model_len - prompt_len
     if room <= 0:
-        raise bad_request(f"This model's maximum context length is {model.max_model_len} tokens. However, "
-                          f"your prompt has {prompt_len} tokens. Please reduce the length of the prompt.",
-                          "messages" if chat else "prompt")
+        raise bad_request(
+            f"This model's maximum context length is {model.max_model_len} tokens. However, "
+            f"your prompt has {prompt_len} tokens. Please reduce the length of the prompt.",
+            "messages" if chat else "prompt",
+        )
     if requested is None:
         return min(COMPLETIONS_DEFAULT_MAX_TOKENS, room) if not chat else room
     if requested > room:
-        raise bad_request(f"This model's maximum context length is {model.max_model_len} tokens. However, you "
-                          f"requested {prompt_len + requested} tokens ({prompt_len} in the prompt, {requested} "
-                          f"for the completion). Please reduce the length of the prompt or completion.", name)
+        raise bad_request(
+            f"This model's maximum context length is {model.max_model_len} tokens. However, you "
+            f"requested {prompt_len + requested} tokens ({prompt_len} in the prompt, {requested} "
+            f"for the completion). Please reduce the length of the prompt or completion.",
+            name,
+        )
     return requested
 
 

@@ -13,8 +13,11 @@ from reference_server.interface import TokenOutput
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     """OpenAI's usage object."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 _json = json.JSONEncoder(separators=(",", ":")).encode  # compact, and no encoder set-up per call
@@ -75,8 +78,11 @@ class ResponseBuilder:
             choice = f'{{"index":{index},"text":{text},"logprobs":null,"finish_reason":{reason}}}'
         tail = ""
         if self.include_usage:  # OpenAI: null on every chunk but the last, unless continuous stats are asked
-            tail = ',"usage":' + (_json(usage(self.prompt_tokens[index], self.completion_tokens[index]))
-                                  if self.continuous_usage else "null")
+            tail = ',"usage":' + (
+                _json(usage(self.prompt_tokens[index], self.completion_tokens[index]))
+                if self.continuous_usage
+                else "null"
+            )
         return f"data: {self._chunk_head}{choice}]{tail}}}\n\n".encode()
 
     def usage_chunk(self) -> dict[str, Any]:
@@ -93,8 +99,14 @@ class ResponseBuilder:
         for index, (texts, reason) in enumerate(zip(self.texts, self.finish_reasons, strict=True)):
             text = "".join(texts)
             if self.chat:
-                choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                "logprobs": None, "finish_reason": reason})
+                choices.append(
+                    {
+                        "index": index,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": None,
+                        "finish_reason": reason,
+                    }
+                )
             else:
                 choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": reason})
         return {**self._envelope(stream=False, choices=choices), "usage": self.total_usage()}

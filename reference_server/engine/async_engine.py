@@ -20,8 +20,8 @@ from reference_server.interface import EngineDead, QueueFull, SamplingParams, To
 from reference_server.tokenizer import ByteTokenizer
 
 log = logging.getLogger("reference_server.engine")
-IDLE_WAIT = 0.5          # seconds the loop sleeps with nothing to do (woken at once by new work)
-STATIC_POLL = 0.005      # static batching: how often to re-check whether a batch is due
+IDLE_WAIT = 0.5  # seconds the loop sleeps with nothing to do (woken at once by new work)
+STATIC_POLL = 0.005  # static batching: how often to re-check whether a batch is due
 
 
 class RequestStream:
@@ -63,12 +63,12 @@ class AsyncEngine:
         config.validate()
         self.config = config
         self.model_name = config.model_name
-        self._core: EngineCore | None = None           # built by the loop thread (it loads the model)
+        self._core: EngineCore | None = None  # built by the loop thread (it loads the model)
         self._lock = threading.Condition()
-        self._inbox: list[Sequence] = []              # accepted, not yet handed to the core
+        self._inbox: list[Sequence] = []  # accepted, not yet handed to the core
         self._aborts: set[str] = set()
         self._streams: dict[str, RequestStream] = {}  # every unfinished request
-        self._num_waiting = 0                         # inbox + the core's waiting queue, for QueueFull
+        self._num_waiting = 0  # inbox + the core's waiting queue, for QueueFull
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,9 +132,11 @@ class AsyncEngine:
         of the queue and then gives up, failing other clients' requests meanwhile."""
         if not self.healthy:
             raise EngineDead("the engine loop is not running")
-        if len(prompts) > self.config.max_waiting:   # it could never be queued: a 400, not a 429
-            raise ValueError(f"the request has {len(prompts)} prompts; this server queues at most "
-                             f"{self.config.max_waiting} (--max-waiting)")
+        if len(prompts) > self.config.max_waiting:  # it could never be queued: a 400, not a 429
+            raise ValueError(
+                f"the request has {len(prompts)} prompts; this server queues at most "
+                f"{self.config.max_waiting} (--max-waiting)"
+            )
         # new_sequence reads only what never changes: safe beside the loop thread.
         seqs = [self.core.new_sequence(request_id, prompt_ids, params) for request_id, prompt_ids in prompts]
         streams = [RequestStream(seq.request_id, self) for seq in seqs]
@@ -212,18 +214,19 @@ class AsyncEngine:
             return
         with self._lock:
             items: list[tuple[RequestStream, TokenOutput | Exception]] = [
-                (self._streams.pop(o.request_id) if o.final else self._streams[o.request_id], o.output)
-                for o in outputs]
+                (self._streams.pop(o.request_id) if o.final else self._streams[o.request_id], o.output) for o in outputs
+            ]
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_put_all, items)
 
     def _end_all(self, core: EngineCore) -> None:
         """On shutdown or death: end every open stream (abort / EngineDead) and stop the workers."""
-        core.abort_all()   # frees every block
+        core.abort_all()  # frees every block
         with self._lock:
-            if self._dead is None:   # shutting down: every request still open ends as aborted
+            if self._dead is None:  # shutting down: every request still open ends as aborted
                 items: list[tuple[RequestStream, TokenOutput | Exception]] = [
-                    (s, TokenOutput(-1, "", "abort")) for s in self._streams.values()]
+                    (s, TokenOutput(-1, "", "abort")) for s in self._streams.values()
+                ]
             else:
                 items = [(s, EngineDead(f"engine loop died: {self._dead!r}")) for s in self._streams.values()]
             self._inbox = []
@@ -231,7 +234,7 @@ class AsyncEngine:
         try:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_put_all, items)
-        except RuntimeError:   # the event loop is already closed
+        except RuntimeError:  # the event loop is already closed
             pass
         core.shutdown()
 

@@ -60,8 +60,8 @@ class PagedBlocks:
         self.total = num_blocks
         self.prefix_caching = prefix_caching
         self._refs = [0] * num_blocks
-        self._hash: list[bytes | None] = [None] * num_blocks          # the content a block holds, if cached
-        self._cached: dict[bytes, int] = {}                            # hash -> block
+        self._hash: list[bytes | None] = [None] * num_blocks  # the content a block holds, if cached
+        self._cached: dict[bytes, int] = {}  # hash -> block
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # oldest first
 
     @property
@@ -94,7 +94,7 @@ class PagedBlocks:
                 self._take(block)
             seq.block_table = list(prefix)
         for _ in range(-(-num_tokens // self.block_size) - len(seq.block_table)):
-            block, _ = self._free.popitem(last=False)   # the least recently freed: evict what it cached
+            block, _ = self._free.popitem(last=False)  # the least recently freed: evict what it cached
             evicted = self._hash[block]
             if evicted is not None:
                 del self._cached[evicted]
@@ -105,7 +105,7 @@ class PagedBlocks:
     def cache_blocks(self, seq: Sequence, start: int, end: int) -> None:
         if not self.prefix_caching:
             return
-        first, last = start // self.block_size, end // self.block_size   # blocks filled in this range
+        first, last = start // self.block_size, end // self.block_size  # blocks filled in this range
         hashes = self._hashes(seq, last)
         for i in range(first, last):
             block = seq.block_table[i]
@@ -123,7 +123,7 @@ class PagedBlocks:
             if self._refs[block] == 0:
                 if self._hash[block] is None:
                     self._free[block] = None
-                    self._free.move_to_end(block, last=False)   # nothing cached in it: hand it out first
+                    self._free.move_to_end(block, last=False)  # nothing cached in it: hand it out first
                 else:
                     self._free[block] = None
         seq.block_table = []
@@ -154,7 +154,7 @@ class ContiguousBlocks:
         self.block_size = block_size
         self.blocks_per_slab = blocks_per_slab
         self.total = num_blocks // blocks_per_slab * blocks_per_slab
-        self._free = list(range(self.total // blocks_per_slab))       # free slabs, a min-heap
+        self._free = list(range(self.total // blocks_per_slab))  # free slabs, a min-heap
 
     @property
     def num_free(self) -> int:

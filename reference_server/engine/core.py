@@ -44,7 +44,7 @@ class RequestOutput:
 @dataclass
 class StepResult:
     outputs: list[RequestOutput]
-    num_scheduled: int              # sequences that ran in the step; 0 when there was nothing to do yet
+    num_scheduled: int  # sequences that ran in the step; 0 when there was nothing to do yet
 
 
 def make_block_manager(config: EngineConfig, layout: KVLayout) -> BlockManager:
@@ -67,8 +67,9 @@ def make_executor(config: EngineConfig, layout: KVLayout, metrics: EngineMetrics
     if config.twin:
         from reference_server.twin.executor import TwinExecutor
 
-        return TwinExecutor(config.twin_spec, config.gpu_memory_utilization, metrics.registry, eos_token_id,
-                            config.seed)
+        return TwinExecutor(
+            config.twin_spec, config.gpu_memory_utilization, metrics.registry, eos_token_id, config.seed
+        )
     return ModelRunner(config, layout)
 
 
@@ -100,8 +101,10 @@ class EngineCore:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; this model's context is "
-                             f"{self.max_model_len} tokens, including at least one output token")
+            raise ValueError(
+                f"the prompt has {len(prompt_ids)} tokens; this model's context is "
+                f"{self.max_model_len} tokens, including at least one output token"
+            )
         if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
             raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)

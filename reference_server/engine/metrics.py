@@ -8,14 +8,84 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from reference_server.accounting import StepWork
 from reference_server.engine.sequence import Sequence
 
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
 # vLLM's buckets, with finer ones added below vLLM's smallest (ITL, request phases): a CPU model's
 # steps take milliseconds, and quantiles need resolution there.
-ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-               2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
-REQUEST_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
-                   30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+ITL_BUCKETS = [
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+REQUEST_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 ITERATION_TOKEN_BUCKETS: list[float] = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 STEP_BUCKETS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
 COLLECTIVE_BUCKETS = [0.0, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5]
@@ -58,45 +128,55 @@ class EngineMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Preemptions by recompute.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens computed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
-        self.prefix_cache_queries = counter("vllm:prefix_cache_queries",
-                                            "Prefix cache queries, in tokens of the requests admitted.")
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in tokens of the requests admitted."
+        )
         self.prefix_cache_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens whose KV was reused.")
-        self.iteration_tokens = histogram("vllm:iteration_tokens_total", "Tokens per engine step.",
-                                          ITERATION_TOKEN_BUCKETS)
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Tokens per engine step.", ITERATION_TOKEN_BUCKETS
+        )
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Arrival to first token.", TTFT_BUCKETS)
         self.itl = histogram("vllm:inter_token_latency_seconds", "Gap between output tokens.", ITL_BUCKETS)
         self.e2e = histogram("vllm:e2e_request_latency_seconds", "Arrival to finish.", REQUEST_BUCKETS)
-        self.queue_time = histogram("vllm:request_queue_time_seconds", "Arrival to first scheduled.",
-                                    REQUEST_BUCKETS)
-        self.prefill_time = histogram("vllm:request_prefill_time_seconds", "First scheduled to first token.",
-                                      REQUEST_BUCKETS)
-        self.decode_time = histogram("vllm:request_decode_time_seconds", "First token to last token.",
-                                     REQUEST_BUCKETS)
-        self.inference_time = histogram("vllm:request_inference_time_seconds",
-                                        "First scheduled to last token.", REQUEST_BUCKETS)
+        self.queue_time = histogram("vllm:request_queue_time_seconds", "Arrival to first scheduled.", REQUEST_BUCKETS)
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds", "First scheduled to first token.", REQUEST_BUCKETS
+        )
+        self.decode_time = histogram("vllm:request_decode_time_seconds", "First token to last token.", REQUEST_BUCKETS)
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds", "First scheduled to last token.", REQUEST_BUCKETS
+        )
         token_buckets = one_two_five(max_model_len)
-        self.prompt_tokens_per_request = histogram("vllm:request_prompt_tokens", "Prompt length per request.",
-                                                   token_buckets)
-        self.generation_tokens_per_request = histogram("vllm:request_generation_tokens",
-                                                       "Output length per request.", token_buckets)
-        self._success = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"],
-                                registry=r)
+        self.prompt_tokens_per_request = histogram(
+            "vllm:request_prompt_tokens", "Prompt length per request.", token_buckets
+        )
+        self.generation_tokens_per_request = histogram(
+            "vllm:request_generation_tokens", "Output length per request.", token_buckets
+        )
+        self._success = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"], registry=r)
         self._values = values
-        step = Histogram("loadlab_server_step_seconds", "Wall time of one engine step.", labels + ["phase"],
-                         buckets=STEP_BUCKETS, registry=r)
+        step = Histogram(
+            "loadlab_server_step_seconds",
+            "Wall time of one engine step.",
+            labels + ["phase"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
         self.step_seconds = {ph: step.labels(**values, phase=ph) for ph in ("prefill", "decode", "mixed")}
         self.batch_size = histogram("loadlab_server_batch_size", "Sequences per engine step.", BATCH_BUCKETS)
-        self.collective_seconds = histogram("loadlab_server_collective_seconds",
-                                            "Tensor-parallel collective time per engine step.",
-                                            COLLECTIVE_BUCKETS)
+        self.collective_seconds = histogram(
+            "loadlab_server_collective_seconds", "Tensor-parallel collective time per engine step.", COLLECTIVE_BUCKETS
+        )
         # vLLM's --enable-mfu-metrics counters, from reference_server.accounting (on here by default).
         self.estimated_flops = counter("vllm:estimated_flops_per_gpu", "Estimated FLOPs per GPU of the steps run.")
-        self.estimated_read_bytes = counter("vllm:estimated_read_bytes_per_gpu",
-                                            "Estimated HBM bytes read per GPU by the steps run.")
-        self.estimated_write_bytes = counter("vllm:estimated_write_bytes_per_gpu",
-                                             "Estimated HBM bytes written per GPU by the steps run.")
+        self.estimated_read_bytes = counter(
+            "vllm:estimated_read_bytes_per_gpu", "Estimated HBM bytes read per GPU by the steps run."
+        )
+        self.estimated_write_bytes = counter(
+            "vllm:estimated_write_bytes_per_gpu", "Estimated HBM bytes written per GPU by the steps run."
+        )
         for reason in ("stop", "length", "abort", "error"):
-            self._success.labels(**values, finished_reason=reason)   # export zeros from the start
+            self._success.labels(**values, finished_reason=reason)  # export zeros from the start
 
     def record_work(self, work: StepWork) -> None:
         """Count a step's estimated FLOPs and bytes."""

@@ -34,8 +34,8 @@ from reference_server.tokenizer import ByteTokenizer
 
 # Every collective (the rendezvous included) fails after this long: enough for a rank to load a big
 # checkpoint. An idle rank 0 sends a keepalive more often, so waiting workers never time out.
-COLLECTIVE_TIMEOUT = 600     # seconds
-KEEPALIVE_EVERY = 5.0        # seconds
+COLLECTIVE_TIMEOUT = 600  # seconds
+KEEPALIVE_EVERY = 5.0  # seconds
 KEEPALIVE = "keepalive"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -70,10 +70,10 @@ class Executor(Protocol):
 class StepInput:
     """Everything a rank needs to run one step's forward (picklable, CPU tensors)."""
 
-    input_ids: torch.Tensor       # [N] long
-    positions: torch.Tensor       # [N] long
+    input_ids: torch.Tensor  # [N] long
+    positions: torch.Tensor  # [N] long
     meta: AttentionMetadata
-    sample_rows: torch.Tensor     # [S] long: rows whose logits are sampled
+    sample_rows: torch.Tensor  # [S] long: rows whose logits are sampled
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class KVLayout:
     num_blocks: int
     block_size: int
     max_model_len: int
-    blocks_per_slab: int          # 0 = paged
+    blocks_per_slab: int  # 0 = paged
 
 
 def kv_layout(config: EngineConfig) -> KVLayout:
@@ -94,28 +94,35 @@ def kv_layout(config: EngineConfig) -> KVLayout:
     shape = PRESETS[config.model_preset]
     tp = TensorParallel(0, config.tensor_parallel)
     kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
-    bytes_per_block = 2 * shape.num_layers * config.block_size * kv_heads * shape.head_dim \
-        * DTYPES[config.dtype].itemsize
+    bytes_per_block = (
+        2 * shape.num_layers * config.block_size * kv_heads * shape.head_dim * DTYPES[config.dtype].itemsize
+    )
     num_blocks = config.num_kv_blocks or int(config.kv_memory_gb * 1e9 // bytes_per_block)
-    if config.twin and not config.num_kv_blocks:   # what the simulated GPUs' memory leaves for KV
+    if config.twin and not config.num_kv_blocks:  # what the simulated GPUs' memory leaves for KV
         from reference_server.twin.timing import TimingModel
 
         tokens = TimingModel(config.twin_spec).kv_capacity_tokens(
-            config.gpu_memory_utilization, config.max_num_batched_tokens, config.max_num_seqs)
+            config.gpu_memory_utilization, config.max_num_batched_tokens, config.max_num_seqs
+        )
         num_blocks = tokens // config.block_size
     if config.max_model_len > shape.max_position:
-        raise ValueError(f"max_model_len={config.max_model_len} is beyond the {shape.name} preset's "
-                         f"context of {shape.max_position} tokens")
+        raise ValueError(
+            f"max_model_len={config.max_model_len} is beyond the {shape.name} preset's "
+            f"context of {shape.max_position} tokens"
+        )
     max_model_len = config.max_model_len or min(shape.max_position, num_blocks * config.block_size)
     per_seq = -(-max_model_len // config.block_size)
     if num_blocks < max(per_seq, 1) or max_model_len < 2:
-        raise ValueError(f"KV cache of {num_blocks} blocks x {config.block_size} tokens cannot hold one "
-                         f"sequence of max_model_len={max_model_len}: raise kv_memory_gb or num_kv_blocks")
+        raise ValueError(
+            f"KV cache of {num_blocks} blocks x {config.block_size} tokens cannot hold one "
+            f"sequence of max_model_len={max_model_len}: raise kv_memory_gb or num_kv_blocks"
+        )
     return KVLayout(num_blocks, config.block_size, max_model_len, per_seq if config.kv == "contiguous" else 0)
 
 
-def build_step(chunks: list[ScheduledChunk], block_size: int,
-               blocks_per_slab: int = 0) -> tuple[StepInput, list[Sequence]]:
+def build_step(
+    chunks: list[ScheduledChunk], block_size: int, blocks_per_slab: int = 0
+) -> tuple[StepInput, list[Sequence]]:
     """Flatten the scheduled chunks into one batch: single-token decodes first, then prompt chunks.
 
     Returns the step and the sequences that get a new token, in the order of its sample rows.
@@ -140,8 +147,9 @@ def build_step(chunks: list[ScheduledChunk], block_size: int,
     if decodes:
         _describe_decodes(meta, decodes, blocks_per_slab)
     meta.prefills = _prefill_chunks(prefills, offset=len(decodes))
-    return StepInput(torch.tensor(ids), torch.tensor(positions), meta,
-                     torch.tensor(sample_rows, dtype=torch.long)), sampled
+    return StepInput(
+        torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(sample_rows, dtype=torch.long)
+    ), sampled
 
 
 def _describe_decodes(meta: AttentionMetadata, decodes: list[ScheduledChunk], blocks_per_slab: int) -> None:
@@ -152,8 +160,7 @@ def _describe_decodes(meta: AttentionMetadata, decodes: list[ScheduledChunk], bl
     meta.decode_len = int(lens.max())
     meta.decode_mask = (torch.arange(meta.decode_len)[None, :] < lens[:, None])[:, None, None, :]
     firsts = [c.seq.block_table[0] for c in decodes]
-    if blocks_per_slab and firsts == list(range(firsts[0], firsts[0] + len(firsts) * blocks_per_slab,
-                                                 blocks_per_slab)):
+    if blocks_per_slab and firsts == list(range(firsts[0], firsts[0] + len(firsts) * blocks_per_slab, blocks_per_slab)):
         meta.decode_first_slab = firsts[0] // blocks_per_slab
 
 
@@ -163,7 +170,7 @@ def _prefill_chunks(prefills: list[ScheduledChunk], offset: int) -> list[Prefill
     for c in prefills:
         start = c.seq.num_computed
         mask = None
-        if start > 0:   # earlier tokens are in the cache: query i sees keys 0..start+i
+        if start > 0:  # earlier tokens are in the cache: query i sees keys 0..start+i
             mask = torch.arange(start + c.num_tokens)[None, :] <= (start + torch.arange(c.num_tokens))[:, None]
         out.append(PrefillChunk(offset, c.num_tokens, start, torch.tensor([c.seq.block_table]), mask))
         offset += c.num_tokens
@@ -180,14 +187,23 @@ class Worker:
         self.tp = tp
         self.model = load_model(shape, tp, dtype, self.device, seed=config.seed, weights=config.weights)
         kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
-        self.cache = KVCache(shape.num_layers, layout.num_blocks, layout.block_size, kv_heads, shape.head_dim,
-                             dtype, self.device, layout.blocks_per_slab)
+        self.cache = KVCache(
+            shape.num_layers,
+            layout.num_blocks,
+            layout.block_size,
+            kv_heads,
+            shape.head_dim,
+            dtype,
+            self.device,
+            layout.blocks_per_slab,
+        )
 
     @torch.inference_mode()
     def execute(self, step: StepInput) -> torch.Tensor:
         """Logits [S, vocab] (float32) of the step's sample rows."""
-        hidden = self.model(step.input_ids.to(self.device), step.positions.to(self.device),
-                            step.meta.to(self.device), self.cache)
+        hidden = self.model(
+            step.input_ids.to(self.device), step.positions.to(self.device), step.meta.to(self.device), self.cache
+        )
         return self.model.logits(hidden[step.sample_rows.to(self.device)])
 
 
@@ -203,8 +219,13 @@ def _init_group(config: EngineConfig, rank: int, port: int, timeout: float) -> N
     backend = "nccl" if config.device == "cuda" else "gloo"
     if config.device == "cuda":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=config.tensor_parallel, timeout=timedelta(seconds=timeout))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=config.tensor_parallel,
+        timeout=timedelta(seconds=timeout),
+    )
 
 
 def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int, timeout: float) -> None:
@@ -221,11 +242,12 @@ def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int, t
             step = box[0]
             if step is None:
                 break
-            if isinstance(step, StepInput):   # else KEEPALIVE, sent only to keep the group's connections alive
+            if isinstance(step, StepInput):  # else KEEPALIVE, sent only to keep the group's connections alive
                 worker.execute(step)
-    except RuntimeError as e:   # rank 0 died: the connection closed under a collective
-        print(f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})",
-              file=sys.stderr)
+    except RuntimeError as e:  # rank 0 died: the connection closed under a collective
+        print(
+            f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})", file=sys.stderr
+        )
     finally:
         dist.destroy_process_group()
 
@@ -242,9 +264,10 @@ class ModelRunner:
         if self.world_size > 1:
             port = _free_port()
             ctx = mp.get_context("spawn")
-            self.processes = [ctx.Process(target=_worker_main, args=(config, layout, r, port, COLLECTIVE_TIMEOUT),
-                                          daemon=True)
-                              for r in range(1, self.world_size)]
+            self.processes = [
+                ctx.Process(target=_worker_main, args=(config, layout, r, port, COLLECTIVE_TIMEOUT), daemon=True)
+                for r in range(1, self.world_size)
+            ]
             for p in self.processes:
                 p.start()
             _init_group(config, 0, port, COLLECTIVE_TIMEOUT)

@@ -10,7 +10,7 @@ import torch
 
 from reference_server.engine.sequence import Sequence
 
-PRINTABLE = [9, 10] + list(range(32, 127))    # tab, newline, space .. '~'
+PRINTABLE = [9, 10] + list(range(32, 127))  # tab, newline, space .. '~'
 
 
 class Sampler:

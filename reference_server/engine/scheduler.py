@@ -36,8 +36,8 @@ class SchedulerStats:
     """What the scheduler counted since the last `take_stats()`."""
 
     preemptions: int = 0
-    prefix_queries: int = 0         # tokens of the sequences admitted
-    prefix_hits: int = 0            # of which their KV came from the prefix cache
+    prefix_queries: int = 0  # tokens of the sequences admitted
+    prefix_hits: int = 0  # of which their KV came from the prefix cache
 
 
 class Scheduler:
@@ -85,7 +85,7 @@ class Scheduler:
         chunks: list[ScheduledChunk] = []
         preempted = False
         for seq in list(self.running):
-            if seq.status is not Status.RUNNING:    # preempted earlier in this loop
+            if seq.status is not Status.RUNNING:  # preempted earlier in this loop
                 continue
             n = self._chunk_size(seq, budget, seq.num_computed)
             if n <= 0:
@@ -134,7 +134,7 @@ class Scheduler:
             self.running.append(seq)
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
-            if n > 0:   # a static batch member without budget left starts its prompt next step
+            if n > 0:  # a static batch member without budget left starts its prompt next step
                 self.blocks.allocate(seq, cached + n, prefix)
                 seq.num_computed = cached
                 self.stats.prefix_queries += seq.num_tokens

@@ -23,18 +23,18 @@ class Sequence:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    arrival: float                                  # time.monotonic() when the engine accepted it
-    generator: torch.Generator | None = None        # per-request seed; None = the engine's generator
+    arrival: float  # time.monotonic() when the engine accepted it
+    generator: torch.Generator | None = None  # per-request seed; None = the engine's generator
     output_ids: list[int] = field(default_factory=list)
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    first_scheduled: float | None = None            # times, time.monotonic()
+    first_scheduled: float | None = None  # times, time.monotonic()
     first_token_time: float | None = None
     last_token_time: float | None = None
     block_hashes: list[bytes] = field(default_factory=list)  # of its leading full blocks (prefix caching)
-    text: str = ""                                  # decoded output, for stop strings
-    emitted: int = 0                                # characters of `text` already handed out
+    text: str = ""  # decoded output, for stop strings
+    emitted: int = 0  # characters of `text` already handed out
 
     @property
     def num_tokens(self) -> int:
@@ -47,5 +47,5 @@ class Sequence:
         if end <= p:
             return self.prompt_ids[start:end]
         if start >= p:
-            return self.output_ids[start - p:end - p]
-        return self.prompt_ids[start:] + self.output_ids[:end - p]
+            return self.output_ids[start - p : end - p]
+        return self.prompt_ids[start:] + self.output_ids[: end - p]

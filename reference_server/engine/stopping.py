@@ -40,6 +40,6 @@ def _held_back(seq: Sequence) -> int:
 
 def _take(seq: Sequence, end: int) -> str:
     """The text from what was already sent up to `end`, now marked as sent."""
-    text = seq.text[seq.emitted:end]
+    text = seq.text[seq.emitted : end]
     seq.emitted = max(seq.emitted, end)
     return text

@@ -25,9 +25,9 @@ from reference_server.twin.spec import TwinSpec
 from reference_server.twin.timing import TimingModel
 
 log = logging.getLogger("reference_server.twin")
-CATCH_UP = 2e-3      # seconds: a step this late (sleep overshoot) is made up by the next one; later is lag
-LOG_EVERY = 5.0      # seconds between lag log lines
-LAG_SHARE = 0.05     # log when the steps ran this share of their modelled time late
+CATCH_UP = 2e-3  # seconds: a step this late (sleep overshoot) is made up by the next one; later is lag
+LOG_EVERY = 5.0  # seconds between lag log lines
+LAG_SHARE = 0.05  # log when the steps ran this share of their modelled time late
 
 
 @dataclass
@@ -44,20 +44,31 @@ class LagWindow:
 class TwinExecutor:
     """The `Executor` of a twin engine: modelled step time, cheap tokens, simulated GPU signals."""
 
-    def __init__(self, spec: TwinSpec, memory_utilization: float, registry: CollectorRegistry,
-                 eos_token_id: int, seed: int) -> None:
+    def __init__(
+        self, spec: TwinSpec, memory_utilization: float, registry: CollectorRegistry, eos_token_id: int, seed: int
+    ) -> None:
         self.model = TimingModel(spec)
         self.sampler = TwinSampler(eos_token_id, seed)
         self.signals = TwinGpuSignals(self.model, memory_utilization)
         registry.register(self.signals)
-        self.lag_seconds = Counter("loadlab_twin_lag_seconds", "Seconds the twin's steps ended after their modelled "
-                                   "time: the host CPU, not the simulated GPU, set the pace.", registry=registry)
-        self.modelled_seconds = Counter("loadlab_twin_modelled_seconds", "Seconds the steps take on the simulated "
-                                        "GPUs, by the timing model (compare with loadlab_server_step_seconds_sum).",
-                                        registry=registry)
-        self.late_steps = Counter("loadlab_twin_late_steps", f"Steps that ended more than {CATCH_UP * 1e3:g} ms "
-                                  "after their modelled time.", registry=registry)
-        self._free_at: float | None = None     # when the simulated GPU finished its last step; None = idle
+        self.lag_seconds = Counter(
+            "loadlab_twin_lag_seconds",
+            "Seconds the twin's steps ended after their modelled "
+            "time: the host CPU, not the simulated GPU, set the pace.",
+            registry=registry,
+        )
+        self.modelled_seconds = Counter(
+            "loadlab_twin_modelled_seconds",
+            "Seconds the steps take on the simulated "
+            "GPUs, by the timing model (compare with loadlab_server_step_seconds_sum).",
+            registry=registry,
+        )
+        self.late_steps = Counter(
+            "loadlab_twin_late_steps",
+            f"Steps that ended more than {CATCH_UP * 1e3:g} ms after their modelled time.",
+            registry=registry,
+        )
+        self._free_at: float | None = None  # when the simulated GPU finished its last step; None = idle
         self._window = LagWindow(since=time.perf_counter())
 
     def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
@@ -97,8 +108,15 @@ class TwinExecutor:
         if now - w.since < LOG_EVERY:
             return
         if w.late > LAG_SHARE * w.modelled:
-            log.warning("twin: the host CPU is behind the simulated %s: %d of %d steps ended late, %.1f ms each on "
-                        "average (%.0f%% of the modelled time) in the last %.0f s; beyond this load the figures "
-                        "measure this machine, not the GPU", self.model.gpu.name, w.late_steps, w.steps,
-                        1e3 * w.late / max(1, w.late_steps), 100 * w.late / w.modelled, now - w.since)
+            log.warning(
+                "twin: the host CPU is behind the simulated %s: %d of %d steps ended late, %.1f ms each on "
+                "average (%.0f%% of the modelled time) in the last %.0f s; beyond this load the figures "
+                "measure this machine, not the GPU",
+                self.model.gpu.name,
+                w.late_steps,
+                w.steps,
+                1e3 * w.late / max(1, w.late_steps),
+                100 * w.late / w.modelled,
+                now - w.since,
+            )
         self._window = LagWindow(since=now)

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from reference_server.accounting import StepWork
 from reference_server.twin.timing import StepTime, TimingModel
 
-WINDOW = 1.0        # seconds each scrape averages over
+WINDOW = 1.0  # seconds each scrape averages over
 PREFIX = "loadlab_gpu_"
 
 
@@ -63,9 +63,17 @@ class TwinGpuSignals(Collector):
         link = sum(s.link_bytes for s in steps) / window
         sm, dram, tensor = min(1.0, sm), min(1.0, dram), min(1.0, tensor)
         power = gpu.idle_power + (gpu.tdp - gpu.idle_power) * min(1.0, 0.45 * sm + 0.35 * dram + 0.2 * tensor)
-        readings = {"util": min(1.0, kernels), "mem_util": min(1.0, memory_busy), "sm_active": sm,
-                    "tensor_active": tensor, "dram_active": dram, "mem_used": self.memory_used,
-                    "mem_total": gpu.memory, "power": power, "sm_clock": gpu.sm_clock}
+        readings = {
+            "util": min(1.0, kernels),
+            "mem_util": min(1.0, memory_busy),
+            "sm_active": sm,
+            "tensor_active": tensor,
+            "dram_active": dram,
+            "mem_used": self.memory_used,
+            "mem_total": gpu.memory,
+            "power": power,
+            "sm_clock": gpu.sm_clock,
+        }
         if self.model.spec.tp > 1:
             readings |= {"nvlink_tx": link, "nvlink_rx": link}
         return readings

@@ -14,8 +14,8 @@ MAX_TP = 8
 
 @dataclass(frozen=True)
 class TwinSpec:
-    gpu: str            # a key of GPUS
-    model: str          # a key of PRESETS
+    gpu: str  # a key of GPUS
+    model: str  # a key of PRESETS
     tp: int = 1
 
     def __str__(self) -> str:

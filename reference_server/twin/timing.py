@@ -15,11 +15,11 @@ from reference_server.model import PRESETS
 from reference_server.twin.hardware import GPUS, Gpu
 from reference_server.twin.spec import TwinSpec
 
-BANDWIDTH_FRACTION = 0.75     # of HBM bandwidth, decode GEMV and paged-attention kernels
-COMPUTE_FRACTION = 0.75       # of dense BF16 tensor throughput, prefill GEMMs
-LINK_FRACTION = 0.8           # of one-direction link bandwidth, a ring all-reduce's bus bandwidth
-STEP_OVERHEAD = 0.5e-3        # seconds per step: scheduling, sampling, launches (vLLM V1 with CUDA graphs)
-SEQ_OVERHEAD = 5e-6           # seconds per sequence in the step: its bookkeeping, sampling, detokenising
+BANDWIDTH_FRACTION = 0.75  # of HBM bandwidth, decode GEMV and paged-attention kernels
+COMPUTE_FRACTION = 0.75  # of dense BF16 tensor throughput, prefill GEMMs
+LINK_FRACTION = 0.8  # of one-direction link bandwidth, a ring all-reduce's bus bandwidth
+STEP_OVERHEAD = 0.5e-3  # seconds per step: scheduling, sampling, launches (vLLM V1 with CUDA graphs)
+SEQ_OVERHEAD = 5e-6  # seconds per sequence in the step: its bookkeeping, sampling, detokenising
 RUNTIME_RESERVE = 1.5 * 2**30  # bytes per GPU outside PyTorch tensors: CUDA context, graphs, NCCL buffers
 
 
@@ -50,8 +50,10 @@ class TimingModel:
         self.gpu: Gpu = GPUS[spec.gpu]
         shape = PRESETS[spec.model]
         if shape.num_heads % spec.tp or (shape.num_kv_heads % spec.tp and spec.tp % shape.num_kv_heads):
-            raise ValueError(f"--twin {spec}: {shape.num_heads} attention heads and {shape.num_kv_heads} KV heads "
-                             f"cannot be split over {spec.tp} GPUs")
+            raise ValueError(
+                f"--twin {spec}: {shape.num_heads} attention heads and {shape.num_kv_heads} KV heads "
+                f"cannot be split over {spec.tp} GPUs"
+            )
         self.cost = ModelCost(shape, spec.tp, dtype_bytes=2)
 
     def step_time(self, work: StepWork) -> StepTime:
@@ -78,7 +80,7 @@ class TimingModel:
         """Peak activation memory per GPU of the largest step (as vLLM's profiling run measures it)."""
         s = self.cost.shape
         per_token = (2 * s.hidden_size + 2 * s.intermediate_size / self.spec.tp) * self.cost.dtype_bytes
-        logits = max_num_seqs * s.vocab_size / self.spec.tp * 4    # float32 logits of the sampled rows
+        logits = max_num_seqs * s.vocab_size / self.spec.tp * 4  # float32 logits of the sampled rows
         return max_num_batched_tokens * per_token + logits + RUNTIME_RESERVE
 
     def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int, max_num_seqs: int) -> int:
@@ -90,7 +92,9 @@ class TimingModel:
         weights = self.cost.weight_bytes_per_gpu
         free = budget - weights - self.activation_bytes(max_num_batched_tokens, max_num_seqs)
         if free <= 0:
-            raise ValueError(f"--twin {self.spec}: {weights / 1e9:.1f} GB of weights per GPU and the activations do "
-                             f"not fit in {budget / 1e9:.1f} GB ({memory_utilization:g} of {self.gpu.name}); "
-                             f"use more GPUs (tpN) or a larger --gpu-memory-utilization")
+            raise ValueError(
+                f"--twin {self.spec}: {weights / 1e9:.1f} GB of weights per GPU and the activations do "
+                f"not fit in {budget / 1e9:.1f} GB ({memory_utilization:g} of {self.gpu.name}); "
+                f"use more GPUs (tpN) or a larger --gpu-memory-utilization"
+            )
         return int(free // self.cost.kv_bytes_per_token)

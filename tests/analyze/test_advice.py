@@ -16,14 +16,17 @@ def kind_of(*names: str) -> str:
     return server_kind(SampleIndex(samples_table(samples).to_pandas()))
 
 
-@pytest.mark.parametrize("names, kind", [
-    (("vllm:request_success_total",), VLLM),
-    (("sglang:num_used_tokens",), SGLANG),
-    (("tgi_request_count",), TGI),
-    (("trtllm_num_paused_requests",), TRTLLM),
-    (("batch_size_count", "vllm:request_success_total"), REFERENCE),   # speaks vLLM's names, plus its own
-    ((), ""),
-])
+@pytest.mark.parametrize(
+    "names, kind",
+    [
+        (("vllm:request_success_total",), VLLM),
+        (("sglang:num_used_tokens",), SGLANG),
+        (("tgi_request_count",), TGI),
+        (("trtllm_num_paused_requests",), TRTLLM),
+        (("batch_size_count", "vllm:request_success_total"), REFERENCE),  # speaks vLLM's names, plus its own
+        ((), ""),
+    ],
+)
 def test_server_kind_from_the_names_present(names, kind):
     assert kind_of(*names) == kind
 

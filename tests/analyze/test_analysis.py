@@ -52,17 +52,24 @@ def test_one_request_is_insufficient_data():
 def test_a_step_without_a_successful_request_says_why():
     records, samples = loaded_run(gauges=KV_BOUND)
     failed = [req(900000 + i, T + 30 + i, [], error="http_429", step=1) for i in range(6)]
-    analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
+    analysis = analyze_run(
+        run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples)
+    )
     second = analysis.steps[1]
-    assert second.constraint == "insufficient_data" and second.headline == "no successful request in this step (6 http_429)"
-    assert second.saturation == "overloaded"      # every request refused
+    assert (
+        second.constraint == "insufficient_data"
+        and second.headline == "no successful request in this step (6 http_429)"
+    )
+    assert second.saturation == "overloaded"  # every request refused
     assert analysis.steps[0].constraint == "kv_capacity"
 
 
 def test_a_step_whose_requests_all_failed_client_side_has_no_saturation():
     records, samples = loaded_run(gauges=KV_BOUND)
     failed = [req(900000 + i, T + 30 + i, [], error="client_error", step=1) for i in range(6)]
-    analysis = analyze_run(run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples))
+    analysis = analyze_run(
+        run_of(records + failed, [closed(4, T, T + 20), closed(8, T + 30, T + 40, index=1)], samples)
+    )
     assert analysis.steps[1].saturation == "unknown" and analysis.steps[1].constraint == "insufficient_data"
 
 
@@ -73,7 +80,7 @@ def test_a_run_without_any_request_is_insufficient_data():
 
 
 def test_a_client_limited_step_is_client_and_nothing_else_is_trusted():
-    records, samples = loaded_run(users=2, gauges=KV_BOUND)   # 2 of 4 users kept in flight
+    records, samples = loaded_run(users=2, gauges=KV_BOUND)  # 2 of 4 users kept in flight
     samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
@@ -95,8 +102,12 @@ def test_a_queue_before_a_busy_engine_below_its_cap_is_compute_not_scheduling():
     # Prefill-heavy at 3 users: 1.33 waiting, running 0..2 (of a 32-seat cap), KV 3 %, engine
     # busy 100 %.
     running = [Sample(T + t, "server", "requests_running", float(t % 3), {"engine": "0"}) for t in range(21)]
-    records, samples = loaded_run(users=3, gauges={"kv_usage": 0.03, "requests_waiting": 1.33},
-                                  counters={"preemptions": 0.0, "step_time_sum": 1.0}, extra=running)
+    records, samples = loaded_run(
+        users=3,
+        gauges={"kv_usage": 0.03, "requests_waiting": 1.33},
+        counters={"preemptions": 0.0, "step_time_sum": 1.0},
+        extra=running,
+    )
     step = analyze_run(run_of(records, [closed(3, T, T + 20)], samples)).steps[0]
     assert step.derived["engine_busy"].value == pytest.approx(1.0)
     assert step.derived["running_at_cap"].value == pytest.approx(1 / 2, abs=0.05)
@@ -113,8 +124,9 @@ def test_a_step_of_few_long_requests_keeps_its_achieved_concurrency():
 
 def test_a_cut_off_run_is_analyzed_and_says_so():
     records, samples = loaded_run(gauges=KV_BOUND)
-    analysis = analyze_run(run_of(records, [closed(4, T, math.nan)], samples, status="running",
-                                  config={"duration": 60}))
+    analysis = analyze_run(
+        run_of(records, [closed(4, T, math.nan)], samples, status="running", config={"duration": 60})
+    )
     assert analysis.cut_off and analysis.steps[0].constraint == "kv_capacity"
     assert analysis.notes[-1].startswith("concurrency=4 cut off mid-step: 19 s of 60 analyzed")
 
@@ -125,15 +137,47 @@ def test_analysis_json_holds_the_contract(tmp_path):
     data = json.loads((tmp_path / ANALYSIS_JSON).read_text())
     assert data["format"] == 1 and data["cut_off"] is False and isinstance(data["notes"], list)
     step = data["steps"][0]
-    for key in ("index", "label", "mode", "target", "window", "saturation", "constraint", "score", "confidence",
-                "runner_up", "headline", "evidence", "advice", "missing", "derived"):
+    for key in (
+        "index",
+        "label",
+        "mode",
+        "target",
+        "window",
+        "saturation",
+        "constraint",
+        "score",
+        "confidence",
+        "runner_up",
+        "headline",
+        "evidence",
+        "advice",
+        "missing",
+        "derived",
+    ):
         assert key in step, key
     assert set(step["window"]) >= {"start", "end", "seconds", "how"}
-    assert set(step["evidence"][0]) >= {"constraint", "name", "value", "unit", "threshold", "direction", "weight",
-                                        "source", "signals", "text"}
+    assert set(step["evidence"][0]) >= {
+        "constraint",
+        "name",
+        "value",
+        "unit",
+        "threshold",
+        "direction",
+        "weight",
+        "source",
+        "signals",
+        "text",
+    }
     assert set(step["derived"]["kv_usage_p90"]) >= {"value", "unit", "signals"}
-    assert set(data["overall"]) >= {"constraint", "saturation", "knee_step", "client_limited", "confidence",
-                                    "headline", "advice"}
+    assert set(data["overall"]) >= {
+        "constraint",
+        "saturation",
+        "knee_step",
+        "client_limited",
+        "confidence",
+        "headline",
+        "advice",
+    }
     assert "NaN" not in (tmp_path / ANALYSIS_JSON).read_text()
 
 
@@ -151,25 +195,43 @@ def test_saturation_compares_steps_by_load_not_by_run_order():
         start += 20
     analysis = analyze_run(run_of(records, steps, samples))
     by_label = {s.label: s.saturation for s in analysis.steps}
-    assert by_label == {"concurrency=1": "under_loaded", "concurrency=2": "at_knee",
-                        "concurrency=4": "past_knee", "concurrency=3": "past_knee"}
+    assert by_label == {
+        "concurrency=1": "under_loaded",
+        "concurrency=2": "at_knee",
+        "concurrency=4": "past_knee",
+        "concurrency=3": "past_knee",
+    }
     assert analysis.overall.knee_step == 1
 
 
 def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
-    gpu = [Sample(T + t / 2, "gpu", name, value, {"gpu": str(g)}) for t in range(40) for g in (0, 1)
-           for name, value in (("gpu_util", 1.0), ("gpu_sm_active", 0.3), ("gpu_dram_active", 0.7),
-                               ("gpu_tensor_active", 0.1), ("gpu_clock_slowdown", float(t % 4 == 0)))]
+    gpu = [
+        Sample(T + t / 2, "gpu", name, value, {"gpu": str(g)})
+        for t in range(40)
+        for g in (0, 1)
+        for name, value in (
+            ("gpu_util", 1.0),
+            ("gpu_sm_active", 0.3),
+            ("gpu_dram_active", 0.7),
+            ("gpu_tensor_active", 0.1),
+            ("gpu_clock_slowdown", float(t % 4 == 0)),
+        )
+    ]
     host = [Sample(T + t, "host", "process_cpu", 1.5, {"role": "server", "pid": "9"}) for t in range(20)]
     # vLLM's prefix-cache counters keep their raw names: 1000 tokens queried and 250 hit per second.
-    counters = {"step_time_sum": 0.8, "collective_time_sum": 0.2,
-                "vllm:prefix_cache_queries_total": 1000, "vllm:prefix_cache_hits_total": 250}
-    records, samples = loaded_run(gauges={"kv_usage": 0.3, "requests_waiting": 0, "requests_running": 4},
-                                  counters=counters, extra=gpu + host)
+    counters = {
+        "step_time_sum": 0.8,
+        "collective_time_sum": 0.2,
+        "vllm:prefix_cache_queries_total": 1000,
+        "vllm:prefix_cache_hits_total": 250,
+    }
+    records, samples = loaded_run(
+        gauges={"kv_usage": 0.3, "requests_waiting": 0, "requests_running": 4}, counters=counters, extra=gpu + host
+    )
     step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
     d = step.derived
     assert d["gpu_dram_active"].value == pytest.approx(0.7) and d["gpu_dram_active"].source == "gpu"
-    assert d["gpu_clock_slowdown_share"].value == pytest.approx(10 / 39)   # window T..T+19: 39 half-seconds
+    assert d["gpu_clock_slowdown_share"].value == pytest.approx(10 / 39)  # window T..T+19: 39 half-seconds
     assert d["server_cpu"].value == 1.5 and d["server_cpu"].source == "host"
     assert d["engine_busy"].value == pytest.approx(0.8)
     assert d["collective_share"].value == pytest.approx(0.25)

@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from loadlab.analyze.capacity import (ABOVE, INTERPOLATED, MEASURED, CurvePoint, busy_share, plan_capacity,
-                                      read_curve)
+from loadlab.analyze.capacity import ABOVE, INTERPOLATED, MEASURED, CurvePoint, busy_share, plan_capacity, read_curve
 from loadlab.metrics.slo import parse_slo
 
 # concurrency, output tok/s, per-user tok/s p50, E2E mean: per-user speed falls as batches grow.
@@ -27,7 +26,10 @@ def test_littles_law_busy_share():
 
 def test_read_curve_interpolates_and_never_extrapolates():
     points = curve()
-    assert read_curve(points, 8, lambda p: p.user_tps).value == 40 and read_curve(points, 8, lambda p: p.user_tps).how == MEASURED
+    assert (
+        read_curve(points, 8, lambda p: p.user_tps).value == 40
+        and read_curve(points, 8, lambda p: p.user_tps).how == MEASURED
+    )
     mid = read_curve(points, 12, lambda p: p.user_tps)
     assert mid.value == pytest.approx(32.5) and mid.how == INTERPOLATED
     beyond = read_curve(points, 17, lambda p: p.user_tps)
@@ -44,7 +46,7 @@ def test_the_slo_crossing_is_interpolated_between_the_last_good_and_first_bad_st
 def test_users_back_to_back_need_streams_over_capacity_replicas():
     plan = plan_capacity(curve(), users=100, think_time=0.0, objectives=SLO)
     assert plan.busy_share == 1.0 and plan.streams == pytest.approx(100)
-    assert plan.replicas == 8                       # ceil(100 / 13.33)
+    assert plan.replicas == 8  # ceil(100 / 13.33)
     assert plan.per_replica == pytest.approx(12.5)
     assert plan.user_tps.value == pytest.approx(40 - 15 * 4.5 / 8) and plan.user_tps.how == INTERPOLATED
     # all 100 on one replica: far outside the measured 1-16 streams, so no number

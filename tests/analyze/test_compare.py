@@ -9,8 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from loadlab.analyze.compare import (IMPROVEMENT, NO_CHANGE, NOT_COMPARABLE, REGRESSION, compare_runs, judge,
-                                     weighted_bootstrap)
+from loadlab.analyze.compare import (
+    IMPROVEMENT,
+    NO_CHANGE,
+    NOT_COMPARABLE,
+    REGRESSION,
+    compare_runs,
+    judge,
+    weighted_bootstrap,
+)
 from loadlab.analyze.measures import RunValues, measure
 from tests.support.records import T, closed
 from tests.support.runs import DRAWN_EVERY, drawn_records, run_of
@@ -32,16 +39,16 @@ def calls(base: RunValues, new: RunValues) -> dict[str, str]:
 def test_two_runs_from_one_distribution_get_no_call(seeds: tuple[int, int]) -> None:
     found = calls(drawn(seeds[0]), drawn(seeds[1]))
     assert set(found.values()) <= {NO_CHANGE, NOT_COMPARABLE}
-    assert found["ttft_p50"] == NO_CHANGE and found["output_tps"] == NO_CHANGE   # judged, not skipped
-    assert found["e2e_p99"] == NOT_COMPARABLE       # 200 requests: 2 beyond p99, too few to judge it
+    assert found["ttft_p50"] == NO_CHANGE and found["output_tps"] == NO_CHANGE  # judged, not skipped
+    assert found["e2e_p99"] == NOT_COMPARABLE  # 200 requests: 2 beyond p99, too few to judge it
 
 
 def test_a_slower_run_is_a_regression_and_a_faster_one_an_improvement() -> None:
     base = drawn(1)
     slower = calls(base, drawn(2, slower=1.25))
     assert all(slower[m] == REGRESSION for m in LATENCIES)
-    assert slower["tps_user_p50"] == REGRESSION          # per-user speed fell: higher is better
-    assert slower["output_tps"] == NO_CHANGE             # same sends, same tokens: throughput held
+    assert slower["tps_user_p50"] == REGRESSION  # per-user speed fell: higher is better
+    assert slower["output_tps"] == NO_CHANGE  # same sends, same tokens: throughput held
     faster = calls(base, drawn(2, slower=0.8))
     assert all(faster[m] == IMPROVEMENT for m in LATENCIES) and faster["tps_user_p50"] == IMPROVEMENT
 
@@ -57,10 +64,10 @@ def test_the_interval_and_the_noise_are_reported_and_seeded() -> None:
 
 def test_the_rule_needs_the_whole_interval_beyond_the_noise_and_the_allowed_regression() -> None:
     assert judge(0.06, 0.10, noise=0.05, higher_is_better=False) == REGRESSION
-    assert judge(0.04, 0.10, noise=0.05, higher_is_better=False) == NO_CHANGE    # overlaps the noise
-    assert judge(-0.01, 0.10, noise=0.0, higher_is_better=False) == NO_CHANGE    # includes zero
+    assert judge(0.04, 0.10, noise=0.05, higher_is_better=False) == NO_CHANGE  # overlaps the noise
+    assert judge(-0.01, 0.10, noise=0.0, higher_is_better=False) == NO_CHANGE  # includes zero
     assert judge(-0.10, -0.06, noise=0.05, higher_is_better=False) == IMPROVEMENT
-    assert judge(0.06, 0.10, noise=0.05, higher_is_better=True) == IMPROVEMENT   # throughput rose
+    assert judge(0.06, 0.10, noise=0.05, higher_is_better=True) == IMPROVEMENT  # throughput rose
     assert judge(0.06, 0.10, noise=0.01, higher_is_better=False, max_regression=0.08) == NO_CHANGE
     assert judge(0.09, 0.10, noise=0.01, higher_is_better=False, max_regression=0.08) == REGRESSION
     assert judge(math.nan, 0.1, noise=0.01, higher_is_better=False) == NOT_COMPARABLE
@@ -83,6 +90,6 @@ def test_the_bootstrap_resamples_whole_requests() -> None:
     values = np.array([1.0] * 50 + [3.0] * 50)
     owner = np.array([0] * 50 + [1] * 50)
     reps = weighted_bootstrap(values, owner, "mean", rng)
-    assert np.mean((reps == 1.0) | (reps == 3.0)) > 0.4      # both draws the same request: p = 1/2
-    assert np.isnan(weighted_bootstrap(values, np.zeros(100, dtype=int), "mean", rng)).all()   # one request
-    assert np.isnan(weighted_bootstrap(values, np.arange(100), "p99", rng)).all()   # 1 value beyond p99
+    assert np.mean((reps == 1.0) | (reps == 3.0)) > 0.4  # both draws the same request: p = 1/2
+    assert np.isnan(weighted_bootstrap(values, np.zeros(100, dtype=int), "mean", rng)).all()  # one request
+    assert np.isnan(weighted_bootstrap(values, np.arange(100), "p99", rng)).all()  # 1 value beyond p99

@@ -17,8 +17,10 @@ def histogram(t: float, buckets: dict[str, float], total: float, engine: str = "
     """One scrape of histogram `ttft`: cumulative buckets, _sum and _count."""
     out = [Sample(T + t, "server", "ttft", v, {"le": le, "engine": engine}) for le, v in buckets.items()]
     count = buckets["+Inf"]
-    return out + [Sample(T + t, "server", "ttft_sum", total, {"engine": engine}),
-                  Sample(T + t, "server", "ttft_count", count, {"engine": engine})]
+    return out + [
+        Sample(T + t, "server", "ttft_sum", total, {"engine": engine}),
+        Sample(T + t, "server", "ttft_count", count, {"engine": engine}),
+    ]
 
 
 def index_of(samples: list[Sample]) -> SampleIndex:
@@ -30,21 +32,24 @@ def window(start: float, end: float) -> Window:
 
 
 def test_quantile_interpolates_inside_the_bucket_of_the_increase():
-    samples = (histogram(0, {"0.1": 10, "0.5": 10, "1": 10, "+Inf": 10}, 0.5)
-               + histogram(10, {"0.1": 20, "0.5": 50, "1": 60, "+Inf": 60}, 15.5))
+    samples = histogram(0, {"0.1": 10, "0.5": 10, "1": 10, "+Inf": 10}, 0.5) + histogram(
+        10, {"0.1": 20, "0.5": 50, "1": 60, "+Inf": 60}, 15.5
+    )
     h = window_histogram(index_of(samples), "ttft", window(1, 10).as_bins())
     # Cumulative increases: 10 <= 0.1, 40 <= 0.5, 50 <= 1: 30 in (0.1, 0.5], 10 in (0.5, 1].
     assert list(h.cumulative) == [10, 40, 50, 50]
     assert h.count == 50 and h.mean == pytest.approx(15 / 50)
     # p50: rank 25, in (0.1, 0.5] after 10: 0.1 + 0.4 * 15/30
     assert h.quantile(0.5) == pytest.approx(0.1 + 0.4 * 15 / 30)
-    assert h.quantile(0.05) == pytest.approx(0.1 * 2.5 / 10)   # rank 2.5; the lowest bucket starts at 0
+    assert h.quantile(0.05) == pytest.approx(0.1 * 2.5 / 10)  # rank 2.5; the lowest bucket starts at 0
 
 
 def test_a_counter_reset_inside_the_window_is_handled_once():
-    samples = (histogram(0, {"0.1": 100, "+Inf": 100}, 5)
-               + histogram(5, {"0.1": 4, "+Inf": 6}, 1)        # the server restarted
-               + histogram(10, {"0.1": 8, "+Inf": 10}, 2))
+    samples = (
+        histogram(0, {"0.1": 100, "+Inf": 100}, 5)
+        + histogram(5, {"0.1": 4, "+Inf": 6}, 1)  # the server restarted
+        + histogram(10, {"0.1": 8, "+Inf": 10}, 2)
+    )
     h = window_histogram(index_of(samples), "ttft", window(1, 10).as_bins())
     # After the reset: 4 + 4 below 0.1, 6 + 4 in all (never the 100 before it, never negative).
     assert list(h.cumulative) == [8, 10] and h.count == 10 and h.sum == pytest.approx(2)
@@ -56,8 +61,12 @@ def test_a_quantile_in_the_inf_bucket_is_the_highest_finite_bound():
 
 
 def test_engines_add_up_bucket_by_bucket():
-    samples = (histogram(0, {"1": 0, "+Inf": 0}, 0, "0") + histogram(0, {"1": 0, "+Inf": 0}, 0, "1")
-               + histogram(10, {"1": 3, "+Inf": 4}, 2, "0") + histogram(10, {"1": 1, "+Inf": 4}, 6, "1"))
+    samples = (
+        histogram(0, {"1": 0, "+Inf": 0}, 0, "0")
+        + histogram(0, {"1": 0, "+Inf": 0}, 0, "1")
+        + histogram(10, {"1": 3, "+Inf": 4}, 2, "0")
+        + histogram(10, {"1": 1, "+Inf": 4}, 6, "1")
+    )
     h = window_histogram(index_of(samples), "ttft", window(1, 10).as_bins())
     assert list(h.cumulative) == [4, 8] and h.mean == pytest.approx(1.0)
 

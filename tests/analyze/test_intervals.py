@@ -11,7 +11,7 @@ from loadlab.analyze.intervals import Bins, collective_share, interval_totals
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
 
-WINDOW = Bins(start=0.0, width=10.0, count=1)     # one interval: the whole window
+WINDOW = Bins(start=0.0, width=10.0, count=1)  # one interval: the whole window
 
 
 def frame(samples: list[Sample]):
@@ -27,15 +27,24 @@ def share(samples: list[Sample]) -> float:
 
 
 # A reference-server step-time histogram over a window: 40 steps, 20 ms of step time in all.
-STEPS = [s("step_time_sum", 0, 1.000, phase="decode"), s("step_time_sum", 5, 1.015, phase="decode"),
-         s("step_time_count", 0, 100, phase="decode"), s("step_time_count", 5, 130, phase="decode"),
-         s("step_time_sum", 0, 0.200, phase="prefill"), s("step_time_sum", 5, 0.205, phase="prefill"),
-         s("step_time_count", 0, 10, phase="prefill"), s("step_time_count", 5, 20, phase="prefill"),
-         s("step_time", 5, 130, phase="decode", le="0.01")]  # a bucket: ignored
+STEPS = [
+    s("step_time_sum", 0, 1.000, phase="decode"),
+    s("step_time_sum", 5, 1.015, phase="decode"),
+    s("step_time_count", 0, 100, phase="decode"),
+    s("step_time_count", 5, 130, phase="decode"),
+    s("step_time_sum", 0, 0.200, phase="prefill"),
+    s("step_time_sum", 5, 0.205, phase="prefill"),
+    s("step_time_count", 0, 10, phase="prefill"),
+    s("step_time_count", 5, 20, phase="prefill"),
+    s("step_time", 5, 130, phase="decode", le="0.01"),
+]  # a bucket: ignored
 
-NCCL = [s("collective_seconds", 1, 0.001, "nccl", rank="0"), s("collective_seconds", 2, 0.002, "nccl", rank="0"),
-        s("collective_seconds", 1, 0.005, "nccl", rank="1"),
-        s("collective_time", 1, 0.004, "nccl", rank="1", coll="AllReduce")]   # one collective: not a total
+NCCL = [
+    s("collective_seconds", 1, 0.001, "nccl", rank="0"),
+    s("collective_seconds", 2, 0.002, "nccl", rank="0"),
+    s("collective_seconds", 1, 0.005, "nccl", rank="1"),
+    s("collective_time", 1, 0.004, "nccl", rank="1", coll="AllReduce"),
+]  # one collective: not a total
 
 
 def test_share_from_nccl_interval_totals_averages_over_ranks():
@@ -43,9 +52,14 @@ def test_share_from_nccl_interval_totals_averages_over_ranks():
 
 
 def test_share_from_a_server_collective_histogram_uses_counter_increases_across_resets():
-    server = [s("collective_time_sum", 0, 0.50), s("collective_time_sum", 2, 0.503),
-              s("collective_time_sum", 3, 0.001), s("collective_time_sum", 5, 0.002),  # restarted
-              s("collective_time_count", 5, 999), s("ttft_sum", 5, 99.0)]             # ignored
+    server = [
+        s("collective_time_sum", 0, 0.50),
+        s("collective_time_sum", 2, 0.503),
+        s("collective_time_sum", 3, 0.001),
+        s("collective_time_sum", 5, 0.002),  # restarted
+        s("collective_time_count", 5, 999),
+        s("ttft_sum", 5, 99.0),
+    ]  # ignored
     assert share(server + STEPS) == pytest.approx(0.005 / 0.020)
 
 
@@ -58,7 +72,7 @@ def test_the_engine_histogram_and_nccl_inspector_are_never_added_up():
 def test_share_is_nan_when_either_side_is_missing():
     assert math.isnan(share(NCCL))
     assert math.isnan(share(STEPS))
-    assert math.isnan(share(NCCL + [s("step_time_sum", 0, 5.0)]))   # no increase
+    assert math.isnan(share(NCCL + [s("step_time_sum", 0, 5.0)]))  # no increase
 
 
 def test_interval_totals_credit_each_increase_to_the_later_samples_interval():

@@ -20,10 +20,10 @@ def test_values_of_the_hand_built_run() -> None:
     assert step.value("itl", "p100") == pytest.approx(0.3)
     assert step.value("tps_user", "min") == pytest.approx(5.0)
     assert step.value("output_tps") == pytest.approx(0.7) and step.value("rps") == pytest.approx(0.3)
-    assert step.value("error_rate") == pytest.approx(1 / 4)          # one timeout of four sent
+    assert step.value("error_rate") == pytest.approx(1 / 4)  # one timeout of four sent
     assert step.value("goodput", share=True) == pytest.approx(1 / 4)  # r1 alone has TTFT <= 150 ms
-    assert step.value("goodput") == pytest.approx(0.1)               # per second of the 10 s step
-    assert list(step.itl_owner) == [0, 0, 0, 1]                      # gaps know their request
+    assert step.value("goodput") == pytest.approx(0.1)  # per second of the 10 s step
+    assert list(step.itl_owner) == [0, 0, 0, 1]  # gaps know their request
 
 
 def test_goodput_without_per_request_objectives_is_nan_and_empty_statistics_too() -> None:

@@ -14,18 +14,24 @@ from loadlab.store.tables import samples_table
 from tests.support.records import T
 
 
-def engine_counters(start: float, seconds: int, steps_per_s: float, tokens: float, step_time: float,
-                    before: dict[str, float]) -> list[Sample]:
+def engine_counters(
+    start: float, seconds: int, steps_per_s: float, tokens: float, step_time: float, before: dict[str, float]
+) -> list[Sample]:
     """Step-time and tokens-per-step histogram counters growing for `seconds` from `start`;
     `before` carries their values on from an earlier stretch."""
     out = []
     for t in range(seconds + 1):
         n = steps_per_s * t
-        values = {"step_time_sum": before["step_time_sum"] + n * step_time, "step_time_count": before["step_time_count"] + n,
-                  "tokens_per_step_sum": before["tokens_per_step_sum"] + n * tokens,
-                  "tokens_per_step_count": before["tokens_per_step_count"] + n}
-        out += [Sample(start + t, "server", k, v, {"phase": "decode"} if k.startswith("step") else {})
-                for k, v in values.items()]
+        values = {
+            "step_time_sum": before["step_time_sum"] + n * step_time,
+            "step_time_count": before["step_time_count"] + n,
+            "tokens_per_step_sum": before["tokens_per_step_sum"] + n * tokens,
+            "tokens_per_step_count": before["tokens_per_step_count"] + n,
+        }
+        out += [
+            Sample(start + t, "server", k, v, {"phase": "decode"} if k.startswith("step") else {})
+            for k, v in values.items()
+        ]
     before.update({s.signal: s.value for s in out[-4:]})
     return out
 
@@ -37,11 +43,12 @@ def index_of(samples: list[Sample]) -> SampleIndex:
 def test_decode_steps_that_barely_grow_with_tokens_are_bandwidth_bound():
     totals = dict.fromkeys(("step_time_sum", "step_time_count", "tokens_per_step_sum", "tokens_per_step_count"), 0.0)
     # step time = 20 ms + 0.01 ms per token: at 8 tokens almost all fixed, at 64 still mostly.
-    samples = (engine_counters(T, 20, 40, 8, 0.020 + 0.00001 * 8, totals)
-               + engine_counters(T + 30, 20, 40, 64, 0.020 + 0.00001 * 64, totals))
+    samples = engine_counters(T, 20, 40, 8, 0.020 + 0.00001 * 8, totals) + engine_counters(
+        T + 30, 20, 40, 64, 0.020 + 0.00001 * 64, totals
+    )
     windows = [Window(T, T + 20, 20, "a"), Window(T + 30, T + 50, 20, "b")]
     fit = fit_step_time(index_of(samples), windows)
-    assert fit.x == "tokens_per_step" and fit.points == 20     # 2 s intervals of two 20 s windows
+    assert fit.x == "tokens_per_step" and fit.points == 20  # 2 s intervals of two 20 s windows
     assert fit.intercept == pytest.approx(0.020, rel=1e-3) and fit.slope == pytest.approx(1e-5, rel=1e-2)
     assert fit.r2 == pytest.approx(1.0, abs=1e-3)
     assert fit.fixed_share(64) > 0.95
@@ -49,8 +56,9 @@ def test_decode_steps_that_barely_grow_with_tokens_are_bandwidth_bound():
 
 def test_steps_proportional_to_tokens_are_compute_bound():
     totals = dict.fromkeys(("step_time_sum", "step_time_count", "tokens_per_step_sum", "tokens_per_step_count"), 0.0)
-    samples = (engine_counters(T, 20, 5, 512, 0.001 + 0.0002 * 512, totals)
-               + engine_counters(T + 30, 20, 5, 2048, 0.001 + 0.0002 * 2048, totals))
+    samples = engine_counters(T, 20, 5, 512, 0.001 + 0.0002 * 512, totals) + engine_counters(
+        T + 30, 20, 5, 2048, 0.001 + 0.0002 * 2048, totals
+    )
     fit = fit_step_time(index_of(samples), [Window(T, T + 20, 20, "a"), Window(T + 30, T + 50, 20, "b")])
     assert fit.fixed_share(2048) < 0.01
 
@@ -63,11 +71,13 @@ def test_no_spread_in_tokens_per_step_gives_no_fit():
 
 def test_vllm_estimates_and_a_named_gpu_give_mfu_mbu_and_intensity():
     samples = []
-    for t in range(11):   # per second: 100 TFLOP and 1.675 TB read + 0 written, on each of two engines
+    for t in range(11):  # per second: 100 TFLOP and 1.675 TB read + 0 written, on each of two engines
         for engine in ("0", "1"):
-            samples += [Sample(T + t, "server", "estimated_flops", 100e12 * t, {"engine": engine}),
-                        Sample(T + t, "server", "estimated_read_bytes", 1.675e12 * t, {"engine": engine}),
-                        Sample(T + t, "server", "estimated_write_bytes", 0.0, {"engine": engine})]
+            samples += [
+                Sample(T + t, "server", "estimated_flops", 100e12 * t, {"engine": engine}),
+                Sample(T + t, "server", "estimated_read_bytes", 1.675e12 * t, {"engine": engine}),
+                Sample(T + t, "server", "estimated_write_bytes", 0.0, {"engine": engine}),
+            ]
     samples.append(Sample(T, "prometheus", "gpu_util", 0.9, {"gpu": "0", "modelName": "NVIDIA H100 80GB HBM3"}))
     rates = work_rates(index_of(samples), Window(T, T + 10, 10, "w"))
     assert rates.gpu == "NVIDIA H100 80GB HBM3"
@@ -77,8 +87,11 @@ def test_vllm_estimates_and_a_named_gpu_give_mfu_mbu_and_intensity():
 
 
 def test_without_gpu_samples_the_intensity_has_no_ridge_to_compare_with():
-    samples = [Sample(T + t, "server", name, v * t, {}) for t in range(3)
-               for name, v in (("estimated_flops", 1e9), ("estimated_read_bytes", 1e8))]
+    samples = [
+        Sample(T + t, "server", name, v * t, {})
+        for t in range(3)
+        for name, v in (("estimated_flops", 1e9), ("estimated_read_bytes", 1e8))
+    ]
     rates = work_rates(index_of(samples), Window(T, T + 2, 2, "w"))
     assert rates.intensity == pytest.approx(10) and math.isnan(rates.ridge) and math.isnan(rates.mfu)
 

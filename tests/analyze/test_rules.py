@@ -28,22 +28,39 @@ def test_kv_pressure_with_a_queue_is_kv_capacity_not_scheduling():
 
 
 def test_a_queue_with_an_empty_kv_cache_and_running_at_its_cap_is_scheduling():
-    scores = score_all(derived(kv_usage_p90=0.05, waiting_mean=20, queue_share=0.95, preemptions_per_min=0,
-                               running_at_cap=0.97))
+    scores = score_all(
+        derived(kv_usage_p90=0.05, waiting_mean=20, queue_share=0.95, preemptions_per_min=0, running_at_cap=0.97)
+    )
     assert scores["scheduling"].score > 0.9 and scores["kv_capacity"].score == 0
 
 
 def test_a_queue_before_a_busy_engine_below_its_cap_is_not_scheduling():
     # compute-twin at 4 users: requests that finish during a 40 ms prefill wait for the next
     # step (2.36 waiting), running 0.9 of max 2, engine busy 89 %: compute, not admission.
-    scores = score_all(derived(kv_usage_p90=0.0, waiting_mean=2.36, queue_share=0.3, preemptions_per_min=0,
-                               running_at_cap=0.45, engine_busy=0.89))
+    scores = score_all(
+        derived(
+            kv_usage_p90=0.0,
+            waiting_mean=2.36,
+            queue_share=0.3,
+            preemptions_per_min=0,
+            running_at_cap=0.45,
+            engine_busy=0.89,
+        )
+    )
     assert scores["scheduling"].score == 0
 
 
 def test_a_queue_before_an_idle_engine_is_scheduling_without_a_cap_in_sight():
-    scores = score_all(derived(kv_usage_p90=0.05, waiting_mean=6, queue_share=0.8, preemptions_per_min=0,
-                               running_at_cap=0.5, engine_busy=0.2))
+    scores = score_all(
+        derived(
+            kv_usage_p90=0.05,
+            waiting_mean=6,
+            queue_share=0.8,
+            preemptions_per_min=0,
+            running_at_cap=0.5,
+            engine_busy=0.2,
+        )
+    )
     assert scores["scheduling"].score > 0.8
 
 
@@ -73,14 +90,17 @@ def test_the_client_is_limited_by_any_one_of_its_effects():
 
 def test_loop_lag_alone_is_strain_not_a_client_verdict():
     # Provoked runs: lag p99 12-44 ms while 98-100 % of the users stayed in flight.
-    client = score_all(derived(client_cpu_p90=0.05, client_loop_lag_p99=0.044, achieved_concurrency_ratio=0.98))["client"]
+    client = score_all(derived(client_cpu_p90=0.05, client_loop_lag_p99=0.044, achieved_concurrency_ratio=0.98))[
+        "client"
+    ]
     assert client.score < 0.5
     assert client.strain == ["client loop lag p99 4 % >= 1 %"]
 
 
 def test_gpu_terms_that_cannot_exist_leave_coverage_and_stay_a_hint():
-    cpu = score_all(derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05),
-                    impossible=frozenset({"gpu", "mfu"}))["compute"]
+    cpu = score_all(
+        derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05), impossible=frozenset({"gpu", "mfu"})
+    )["compute"]
     assert cpu.coverage == 1 and cpu.score > 0.9
     assert f"(hint) {NEEDS['gpu']}" in cpu.missing
     gpu = score_all(derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05))["compute"]
@@ -88,7 +108,14 @@ def test_gpu_terms_that_cannot_exist_leave_coverage_and_stay_a_hint():
 
 
 def test_the_table_names_every_class_once():
-    assert [r.constraint for r in RULES] == ["client", "kv_capacity", "scheduling", "network", "memory_bandwidth", "compute"]
+    assert [r.constraint for r in RULES] == [
+        "client",
+        "kv_capacity",
+        "scheduling",
+        "network",
+        "memory_bandwidth",
+        "compute",
+    ]
     assert all(t.needs in NEEDS for r in RULES for t in r.terms)
 
 

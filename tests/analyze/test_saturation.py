@@ -12,8 +12,9 @@ def step(index: int, target: float, tokens_per_s: float, mode: str = "closed", *
 
 
 def test_the_last_step_that_scaled_before_a_flat_one_is_the_knee():
-    states, knee = saturation([step(0, 1, 100, waiting_mean=0), step(1, 2, 195), step(2, 4, 380),
-                               step(3, 8, 390, e2e_p50=2.0)])
+    states, knee = saturation(
+        [step(0, 1, 100, waiting_mean=0), step(1, 2, 195), step(2, 4, 380), step(3, 8, 390, e2e_p50=2.0)]
+    )
     assert [s.state for s in states] == ["under_loaded", "under_loaded", "at_knee", "past_knee"]
     assert knee == 2 and "latency +100%" in states[3].reason
 
@@ -24,8 +25,7 @@ def test_scaling_less_than_half_the_load_is_at_the_knee():
 
 
 def test_refusals_or_a_growing_open_loop_queue_are_overloaded():
-    states, _ = saturation([step(0, 8, 100, refused_share=0.2),
-                            step(1, 10, 100, mode="open", completed_per_s=6.0)])
+    states, _ = saturation([step(0, 8, 100, refused_share=0.2), step(1, 10, 100, mode="open", completed_per_s=6.0)])
     assert [s.state for s in states] == ["overloaded", "overloaded"]
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from loadlab.analyze.summary import RunSummary, Slo, StepSummary, summarize, write_summary
 from loadlab.clock import process_anchor
@@ -20,6 +19,7 @@ from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Coverage, Sample, StepInfo
 from tests.support.records import T, closed, four_users_back_to_back, opened, req
 from tests.support.runs import hand_built, run_of
+
 
 def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
     s = summarize(hand_built()).steps[0]
@@ -40,13 +40,14 @@ def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
     assert (s.tokens.usage_missing, s.tokens.usage_mismatch) == (1, 1)
     assert (s.tokens.over_max_tokens, s.tokens.under_max_tokens) == (1, 1)
     assert s.tokens.read_timed == 1
-    assert not s.client.limited          # too few requests to judge achieved load
+    assert not s.client.limited  # too few requests to judge achieved load
     assert s.goodput is None
 
 
 def test_open_loop_ttft_counts_from_the_scheduled_time() -> None:
-    records = [req(i, T + i * 0.2 + 0.05, [T + i * 0.2 + 0.15, T + i * 0.2 + 0.25], scheduled=T + i * 0.2)
-               for i in range(50)]
+    records = [
+        req(i, T + i * 0.2 + 0.05, [T + i * 0.2 + 0.15, T + i * 0.2 + 0.25], scheduled=T + i * 0.2) for i in range(50)
+    ]
     s = summarize(run_of(records, [opened(5)])).steps[0]
     assert s.ttft.p50 == pytest.approx(0.15) and s.ttft_from_send.p50 == pytest.approx(0.10)
     assert s.e2e.p50 == pytest.approx(0.25) and s.start_delay.p99 == pytest.approx(0.05)
@@ -64,8 +65,9 @@ def test_open_loop_that_falls_short_of_the_requested_rate_is_client_limited() ->
     assert not summarize(run_of(healthy, [opened(5)])).steps[0].client.limited
 
 
-@pytest.mark.parametrize("users, think_time, limited", [(4, None, False), (8, None, True),
-                                                        (8, {"kind": "fixed", "mean": 1.0}, False)])
+@pytest.mark.parametrize(
+    "users, think_time, limited", [(4, None, False), (8, None, True), (8, {"kind": "fixed", "mean": 1.0}, False)]
+)
 def test_closed_loop_achieved_concurrency_by_littles_law(users: int, think_time: Any, limited: bool) -> None:
     s = summarize(run_of(four_users_back_to_back(), [closed(users)], config={"think_time": think_time})).steps[0]
     assert s.achieved == pytest.approx(4.0) and s.achieved_ratio == pytest.approx(4 / users)
@@ -76,8 +78,7 @@ def test_closed_loop_achieved_concurrency_by_littles_law(users: int, think_time:
 def test_a_refusing_endpoint_does_not_make_the_client_look_limited() -> None:
     # 2 of 8 users' worth of requests succeed; the rest were refused and their users backed off.
     ok = [req(k, T + k, [T + k + 0.5, T + k + 1.0]) for k in range(10)]
-    refused = [req(100 + k, T + k * 0.1, [], T + k * 0.1 + 0.001, error="connect", status=0)
-               for k in range(90)]
+    refused = [req(100 + k, T + k * 0.1, [], T + k * 0.1 + 0.001, error="connect", status=0) for k in range(90)]
     s = summarize(run_of(ok + refused, [closed(8)])).steps[0]
     assert s.achieved < 0.8 * 8 and not s.client.limited
 
@@ -85,17 +86,20 @@ def test_a_refusing_endpoint_does_not_make_the_client_look_limited() -> None:
 def test_achieved_concurrency_counts_only_the_time_inside_the_step() -> None:
     # 4 users busy for the whole 10 s window, but each one's last request runs 5 s past its end:
     # still 4 in flight on average, not 4 + 4 x 4 s / 10 s (whole durations would say 5.6).
-    records = [req(u * 10 + k, T + k, [T + k + 0.5, T + k + (5.0 if k == 9 else 1.0)])
-               for u in range(4) for k in range(10)]
+    records = [
+        req(u * 10 + k, T + k, [T + k + 0.5, T + k + (5.0 if k == 9 else 1.0)]) for u in range(4) for k in range(10)
+    ]
     s = summarize(run_of(records, [closed(4)])).steps[0]
     assert s.achieved == pytest.approx(4.0)
 
 
 def test_client_cpu_and_loop_lag_samples_inside_the_step_trip_the_self_check() -> None:
-    samples = ([Sample(T + i, "client", "client_cpu", 0.2, {"worker": "a"}) for i in range(10)]
-               + [Sample(T + i, "client", "client_cpu", 0.5 if i < 5 else 0.9, {"worker": "b"}) for i in range(10)]
-               + [Sample(T - 5, "client", "client_cpu", 3.0, {"worker": "c"})]      # before the step
-               + [Sample(T + i / 10, "client", "client_loop_lag", 0.001 if i < 90 else 0.05) for i in range(100)])
+    samples = (
+        [Sample(T + i, "client", "client_cpu", 0.2, {"worker": "a"}) for i in range(10)]
+        + [Sample(T + i, "client", "client_cpu", 0.5 if i < 5 else 0.9, {"worker": "b"}) for i in range(10)]
+        + [Sample(T - 5, "client", "client_cpu", 3.0, {"worker": "c"})]  # before the step
+        + [Sample(T + i / 10, "client", "client_loop_lag", 0.001 if i < 90 else 0.05) for i in range(100)]
+    )
     s = summarize(run_of(four_users_back_to_back(), [closed(4)], samples)).steps[0]
     assert s.client.limited
     assert s.client.values["client_cpu_p90"] == pytest.approx(0.9) and 0.9 > CLIENT_CPU_P90_MAX
@@ -107,8 +111,12 @@ def test_client_cpu_and_loop_lag_samples_inside_the_step_trip_the_self_check() -
 
 
 def test_warm_up_requests_are_excluded_and_the_window_starts_after_them() -> None:
-    records = [req(0, T, [T + 1.9], warmup=True), req(1, T, [T + 1.9], warmup=True),
-               req(2, T + 2, [T + 2.5]), req(3, T + 2, [T + 3.0])]
+    records = [
+        req(0, T, [T + 1.9], warmup=True),
+        req(1, T, [T + 1.9], warmup=True),
+        req(2, T + 2, [T + 2.5]),
+        req(3, T + 2, [T + 3.0]),
+    ]
     s = summarize(run_of(records, [closed(2, end=T + 12)])).steps[0]
     assert (s.sent, s.warmup, s.window) == (2, 2, 10)
     assert s.ttft.count == 2 and s.ttft.max == pytest.approx(1.0)
@@ -119,8 +127,10 @@ def test_a_cut_off_run_without_steps_in_run_json_uses_what_the_records_say() -> 
     summary = summarize(run_of(records, [], status="running", config={"concurrency": [2, 4]}))
     assert summary.cut_off and summary.status == "running"
     assert [(s.index, s.label, s.mode, s.target) for s in summary.steps] == [
-        (0, "concurrency=2", "closed", 2), (1, "concurrency=4", "closed", 4)]
-    assert summary.steps[1].window == pytest.approx(3.0)           # first start .. last end
+        (0, "concurrency=2", "closed", 2),
+        (1, "concurrency=4", "closed", 4),
+    ]
+    assert summary.steps[1].window == pytest.approx(3.0)  # first start .. last end
     cut = summarize(run_of(records[:1], [StepInfo(0, "c=2", "closed", 2, T)], status="running"))
     assert cut.steps[0].end_time == T + 1 and cut.steps[0].window == pytest.approx(1.0)
 
@@ -133,11 +143,11 @@ def test_aborted_requests_are_not_failures() -> None:
 
 def test_goodput_counts_requests_meeting_every_slo() -> None:
     run = hand_built()
-    assert summarize(run, Slo(ttft_ms=150)).steps[0].slo_met == 1                     # r1
-    assert summarize(run, Slo(itl_ms=250)).steps[0].slo_met == 2                      # r0, r3 (no gap)
+    assert summarize(run, Slo(ttft_ms=150)).steps[0].slo_met == 1  # r1
+    assert summarize(run, Slo(itl_ms=250)).steps[0].slo_met == 2  # r0, r3 (no gap)
     both = summarize(run, Slo(ttft_ms=350, itl_ms=250, e2e_ms=550)).steps[0]
-    assert both.slo_met == 1 and both.goodput == pytest.approx(0.1)                  # r3 only
-    assert summarize(run, Slo(tpot_ms=200)).steps[0].slo_met == 2                     # r0, r3
+    assert both.slo_met == 1 and both.goodput == pytest.approx(0.1)  # r3 only
+    assert summarize(run, Slo(tpot_ms=200)).steps[0].slo_met == 2  # r0, r3
 
 
 def test_overall_adds_up_the_steps_and_names_them_in_client_reasons() -> None:
@@ -154,7 +164,7 @@ def test_overall_adds_up_the_steps_and_names_them_in_client_reasons() -> None:
 
 def test_summary_json_round_trip() -> None:
     summary = summarize(hand_built(), Slo(ttft_ms=300))
-    d = json.loads(json.dumps(summary.to_dict(), allow_nan=False))   # NaN written as null
+    d = json.loads(json.dumps(summary.to_dict(), allow_nan=False))  # NaN written as null
     assert d["client_limited"] is False and d["steps"][0]["ttft"]["unit"] == "s"
     back = RunSummary.from_dict(d)
     assert isinstance(back.steps[0], StepSummary) and back.slo == Slo(ttft_ms=300)
@@ -181,9 +191,18 @@ def test_a_run_without_measured_requests_summarizes_to_empty_figures_and_a_warni
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0.001, 5),
-                          st.lists(st.floats(0.0001, 1), min_size=1, max_size=20),
-                          st.sampled_from(["", "", "timeout", "aborted"])), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 100),
+            st.floats(0.001, 5),
+            st.lists(st.floats(0.0001, 1), min_size=1, max_size=20),
+            st.sampled_from(["", "", "timeout", "aborted"]),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_invariants_on_random_runs(requests: list[tuple[float, float, list[float], str]]) -> None:
     records = []
     for i, (send, ttft, gaps, error) in enumerate(requests):

@@ -11,6 +11,7 @@ from loadlab.store.reader import load_run
 from loadlab.store.schema import RequestRecord, Sample
 from tests.support.runs import fill_run, request, three_requests, write_run
 
+
 def column(timeline, name: str) -> list[float]:
     return [getattr(r, name) for r in timeline.rows]
 
@@ -38,7 +39,7 @@ def test_client_columns_per_second(tmp_path):
 def test_server_gpu_and_collective_columns(tmp_path):
     fill_run(tmp_path / "run")
     tl = build_timeline(load_run(tmp_path / "run"))
-    assert column(tl, "requests_running")[:2] == pytest.approx([3.0, 1.0])   # (2 + 4) / 2, then 1
+    assert column(tl, "requests_running")[:2] == pytest.approx([3.0, 1.0])  # (2 + 4) / 2, then 1
     assert column(tl, "kv_usage")[0] == pytest.approx(0.3)
     assert column(tl, "requests_waiting")[0] == 0
     pre = column(tl, "preemptions")
@@ -47,15 +48,23 @@ def test_server_gpu_and_collective_columns(tmp_path):
     assert column(tl, "gpu_sm_active")[0] == pytest.approx(0.4)
     assert column(tl, "collective_share")[1] == pytest.approx(0.25)
     assert math.isnan(column(tl, "collective_share")[0])
-    assert "gpu_dram_active" not in tl.columns   # no data: no column
+    assert "gpu_dram_active" not in tl.columns  # no data: no column
     assert {"requests_running", "kv_usage", "preemptions", "gpu_util", "collective_share"} <= set(tl.columns)
 
 
 def test_columns_without_data_are_left_out(tmp_path):
     fill_run(tmp_path / "run", with_server=False)
     tl = build_timeline(load_run(tmp_path / "run"))
-    assert tl.columns == ["t", "started", "completed", "failed", "output_tokens_per_s", "ttft_p50",
-                          "itl_p50", "in_flight"]
+    assert tl.columns == [
+        "t",
+        "started",
+        "completed",
+        "failed",
+        "output_tokens_per_s",
+        "ttft_p50",
+        "itl_p50",
+        "in_flight",
+    ]
 
 
 def test_open_loop_ttft_counts_from_the_scheduled_time(tmp_path):
@@ -82,12 +91,16 @@ def test_collective_share_from_nccl_inspector_when_the_engine_has_no_histogram(t
     def content(t0: float) -> tuple[list[RequestRecord], list[Sample]]:
         def s(t: float, signal: str, value: float, source: str, **labels: str) -> Sample:
             return Sample(t0 + t, source, signal, value, labels)
+
         return [], [
-            s(0.2, "step_time_sum", 2.0, "server"), s(1.2, "step_time_sum", 3.0, "server"),
+            s(0.2, "step_time_sum", 2.0, "server"),
+            s(1.2, "step_time_sum", 3.0, "server"),
             # Second 1: rank 0 spends 0.2 + 0.1 s in collectives, rank 1 0.5 s: mean 0.4 of 1.0 s stepping.
-            s(1.4, "collective_seconds", 0.2, "nccl", rank="0"), s(1.9, "collective_seconds", 0.1, "nccl", rank="0"),
+            s(1.4, "collective_seconds", 0.2, "nccl", rank="0"),
+            s(1.9, "collective_seconds", 0.1, "nccl", rank="0"),
             s(1.4, "collective_seconds", 0.5, "nccl", rank="1"),
         ]
+
     write_run(tmp_path / "run", content)
     tl = build_timeline(load_run(tmp_path / "run"))
     assert column(tl, "collective_share")[1] == pytest.approx(0.4)
@@ -100,13 +113,14 @@ def test_requests_cut_off_by_the_stop_are_not_failures(tmp_path):
 
     write_run(tmp_path / "run", content)
     tl = build_timeline(load_run(tmp_path / "run"))
-    assert column(tl, "failed")[:3] == [0, 0, 1]     # r3's timeout only
+    assert column(tl, "failed")[:3] == [0, 0, 1]  # r3's timeout only
     assert column(tl, "completed")[:3] == [0, 1, 1]
 
 
 def test_gpu_signals_scraped_with_the_servers_metrics_count_as_gpu_signals(tmp_path):
     """A `loadlab gpu-exporter` or the GPU twin publishes gpu_* signals on a /metrics page the
     server-metrics collector scrapes (source "server"): the timeline shows them like NVML's."""
+
     def content(t0: float):
         return three_requests(t0), [Sample(t0 + 0.5, "server", "gpu_util", 0.6, {"gpu": "0"})]
 

@@ -27,17 +27,35 @@ def run_steps() -> tuple[dict[str, str], dict[str, str]]:
 
 def bash(script: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """A step's script as GitHub runs it: bash --noprofile --norc -eo pipefail."""
-    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_workflow_starts_the_server_loads_it_and_its_gate_passes_and_fails(tmp_path: Path) -> None:
     job_env, steps = run_steps()
-    assert list(steps) == ["Install", "Start the reference server", "Short load test", "Gate", "Report",
-                           "Stop the server"]
-    env = {**os.environ, **job_env, "PORT": str(free_port()), "OUT": str(tmp_path / "out"),
-           "RUNNER_TEMP": str(tmp_path), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    assert list(steps) == [
+        "Install",
+        "Start the reference server",
+        "Short load test",
+        "Gate",
+        "Report",
+        "Stop the server",
+    ]
+    env = {
+        **os.environ,
+        **job_env,
+        "PORT": str(free_port()),
+        "OUT": str(tmp_path / "out"),
+        "RUNNER_TEMP": str(tmp_path),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
     try:
         started = bash(steps["Start the reference server"], env, 150)
         assert started.returncode == 0, started.stderr + (tmp_path / "server.log").read_text()[-2000:]
@@ -56,7 +74,7 @@ def test_the_workflow_starts_the_server_loads_it_and_its_gate_passes_and_fails(t
         assert "gate: FAIL (exit 1)" in failed.stdout and "ttft_p50=1ms" in failed.stdout
         assert ET.parse(tmp_path / "out" / "gate.xml").getroot().find("testsuite").get("failures") != "0"
 
-        if loadlab("report", "--help", timeout=60).returncode == 0:   # `loadlab report` comes with issue 11.1
+        if loadlab("report", "--help", timeout=60).returncode == 0:  # `loadlab report` comes with issue 11.1
             reported = bash(steps["Report"], env, 120)
             assert reported.returncode == 0 and (tmp_path / "out" / "report.html").is_file(), reported.stderr
     finally:

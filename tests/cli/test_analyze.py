@@ -22,8 +22,23 @@ def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(tmp_path):
     # load generator is not the one starved on a busy 2-core machine.
     with start_server(tmp_path / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
         out = tmp_path / "run"
-        result = loadlab("run", "--url", server.url, "--concurrency", "16", "--duration", "6",
-                         "--input-len", "100", "--output-len", "20", "--no-gpu", "--out", str(out), timeout=120)
+        result = loadlab(
+            "run",
+            "--url",
+            server.url,
+            "--concurrency",
+            "16",
+            "--duration",
+            "6",
+            "--input-len",
+            "100",
+            "--output-len",
+            "20",
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     step = analysis_of(out)["steps"][0]
     derived = step["derived"]
@@ -46,11 +61,26 @@ def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(tmp_path):
 def test_a_light_load_on_the_mock_is_under_loaded(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", "--ttft", "0.02", "--itl", "0.01"],
-              ready_url=f"{url}/health"):
+    with Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", "--ttft", "0.02", "--itl", "0.01"],
+        ready_url=f"{url}/health",
+    ):
         out = tmp_path / "run"
-        result = loadlab("run", "--url", url, "--concurrency", "1,2", "--step-duration", "2", "--output-len", "10",
-                         "--no-gpu", "--out", str(out), timeout=120)
+        result = loadlab(
+            "run",
+            "--url",
+            url,
+            "--concurrency",
+            "1,2",
+            "--step-duration",
+            "2",
+            "--output-len",
+            "10",
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     analysis = analysis_of(out)
     assert [s["saturation"] for s in analysis["steps"]] == ["under_loaded", "under_loaded"]

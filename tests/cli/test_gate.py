@@ -22,8 +22,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_exit_0_on_pass_with_junit_and_markdown_files(runs: Path, tmp_path: Path) -> None:
-    result = loadlab("gate", str(runs / "base"), "--slo", "ttft_p99=2s,error_rate=1%",
-                     "--junit", str(tmp_path / "out" / "gate.xml"), "--markdown", str(tmp_path / "gate.md"))
+    result = loadlab(
+        "gate",
+        str(runs / "base"),
+        "--slo",
+        "ttft_p99=2s,error_rate=1%",
+        "--junit",
+        str(tmp_path / "out" / "gate.xml"),
+        "--markdown",
+        str(tmp_path / "gate.md"),
+    )
     assert result.returncode == 0, result.stderr
     assert "gate: PASS (exit 0)" in result.stdout
     suite = ET.parse(tmp_path / "out" / "gate.xml").getroot().find("testsuite")
@@ -40,12 +48,15 @@ def test_exit_1_on_a_missed_slo_or_a_regression_against_the_baseline(runs: Path,
     assert regressed.returncode == 1 and "baseline ttft_p50" in regressed.stdout
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--slo", "ttft_p99=soon"], "error: bad SLO 'ttft_p99=soon'"),
-    (["--slo", "ttft_p99=2s", "--max-regression", "lots"], "error: --max-regression lots"),
-    ([], "error: nothing to check"),
-    (["--slo", "verdict_not=client"], None),      # no analysis.json: not checkable, exit 2
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--slo", "ttft_p99=soon"], "error: bad SLO 'ttft_p99=soon'"),
+        (["--slo", "ttft_p99=2s", "--max-regression", "lots"], "error: --max-regression lots"),
+        ([], "error: nothing to check"),
+        (["--slo", "verdict_not=client"], None),  # no analysis.json: not checkable, exit 2
+    ],
+)
 def test_exit_2_on_bad_usage_or_an_uncheckable_run(runs: Path, args: list[str], says: str | None) -> None:
     result = loadlab("gate", str(runs / "base"), *args)
     assert result.returncode == 2

@@ -36,12 +36,25 @@ def test_replay_is_served_as_loadlab_gpu_gauges_per_gpu(tmp_path):
         time.sleep(0.5)
         later = scrape(url)
         code = proc.stop()
-    assert code == 0                        # SIGTERM ends it cleanly
-    for name in ("loadlab_gpu_util", "loadlab_gpu_mem_util", "loadlab_gpu_mem_used", "loadlab_gpu_mem_total",
-                 "loadlab_gpu_power", "loadlab_gpu_sm_clock", "loadlab_gpu_clock_events",
-                 "loadlab_gpu_clock_power_cap", "loadlab_gpu_clock_thermal", "loadlab_gpu_clock_hw_slowdown",
-                 "loadlab_gpu_pcie_tx", "loadlab_gpu_nvlink_rx", "loadlab_gpu_sm_active",
-                 "loadlab_gpu_sm_occupancy", "loadlab_gpu_tensor_active", "loadlab_gpu_dram_active"):
+    assert code == 0  # SIGTERM ends it cleanly
+    for name in (
+        "loadlab_gpu_util",
+        "loadlab_gpu_mem_util",
+        "loadlab_gpu_mem_used",
+        "loadlab_gpu_mem_total",
+        "loadlab_gpu_power",
+        "loadlab_gpu_sm_clock",
+        "loadlab_gpu_clock_events",
+        "loadlab_gpu_clock_power_cap",
+        "loadlab_gpu_clock_thermal",
+        "loadlab_gpu_clock_hw_slowdown",
+        "loadlab_gpu_pcie_tx",
+        "loadlab_gpu_nvlink_rx",
+        "loadlab_gpu_sm_active",
+        "loadlab_gpu_sm_occupancy",
+        "loadlab_gpu_tensor_active",
+        "loadlab_gpu_dram_active",
+    ):
         assert set(first[name]) == {"0", "1"}, name
     assert first["loadlab_gpu_mem_total"]["0"] == 150754820096
     assert all(0.0 <= v <= 1.0 for v in first["loadlab_gpu_sm_active"].values())
@@ -50,11 +63,13 @@ def test_replay_is_served_as_loadlab_gpu_gauges_per_gpu(tmp_path):
 
 
 def test_bad_flags_are_one_line_errors_with_exit_code_2(tmp_path):
-    for args, message in ((["--port", "0"], "--port"),
-                          (["--interval", "0", "--replay", str(TRACE)], "--interval"),
-                          (["--interval", "inf", "--replay", str(TRACE)], "--interval"),
-                          (["--replay", str(tmp_path / "missing.jsonl")], "cannot read GPU replay file"),
-                          (["--interval", "soon"], "--interval")):
+    for args, message in (
+        (["--port", "0"], "--port"),
+        (["--interval", "0", "--replay", str(TRACE)], "--interval"),
+        (["--interval", "inf", "--replay", str(TRACE)], "--interval"),
+        (["--replay", str(tmp_path / "missing.jsonl")], "cannot read GPU replay file"),
+        (["--interval", "soon"], "--interval"),
+    ):
         out = loadlab("gpu-exporter", *args, timeout=60)
         assert out.returncode == 2, (args, out.stderr)
         lines = out.stderr.strip().splitlines()
@@ -78,7 +93,7 @@ def test_without_nvml_and_without_replay_it_refuses_to_start():
     except pynvml.NVMLError:
         pass
     out = loadlab("gpu-exporter", "--port", "0", timeout=60)
-    assert out.returncode == 2 and "--port" in out.stderr     # flags are checked first
+    assert out.returncode == 2 and "--port" in out.stderr  # flags are checked first
     out = loadlab("gpu-exporter", "--port", str(free_port()), timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()

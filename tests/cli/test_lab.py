@@ -15,11 +15,14 @@ import pytest
 from tests.support.procs import BIN, loadlab, sigint_default
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--only", "kv_capacity,nope"], "unknown scenario nope; choose from kv_capacity,"),
-    (["--only", ","], "unknown scenario ','"),
-    (["--device", "tpu"], "--device 'tpu': choose auto, cpu or cuda"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--only", "kv_capacity,nope"], "unknown scenario nope; choose from kv_capacity,"),
+        (["--only", ","], "unknown scenario ','"),
+        (["--device", "tpu"], "--device 'tpu': choose auto, cpu or cuda"),
+    ],
+)
 def test_bad_input_is_one_line(args, message):
     result = loadlab("lab", *args, timeout=60)
     assert result.returncode == 2
@@ -47,9 +50,22 @@ def test_an_interrupted_lab_writes_what_it_finished_and_leaves_no_server_behind(
     log = tmp_path / "lab.log"
     out = tmp_path / "lab"
     with open(log, "wb") as err:
-        lab = subprocess.Popen([str(BIN / "loadlab"), "lab", "--only", "scheduling,network", "--short",
-                                "--device", "cpu", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=err,
-                               preexec_fn=sigint_default)
+        lab = subprocess.Popen(
+            [
+                str(BIN / "loadlab"),
+                "lab",
+                "--only",
+                "scheduling,network",
+                "--short",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=sigint_default,
+        )
     try:
         server = wait_for(log, r"^network: server .* \(pid (\d+)\)$", timeout=300)
         time.sleep(2)

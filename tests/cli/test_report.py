@@ -34,11 +34,46 @@ def mock_run(tmp_path: Path, model: str, run_model: str, *extra: str) -> tuple[P
     """A run of `loadlab run` against a mock serving `model`; returns the folder and the exit code."""
     port, out = free_port(), tmp_path / "run"
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", model, "--api-key", SECRET,
-               "--ttft", "0.03", "--itl", "0.01", "--error-rate", "0.1"], ready_url=url + "/health"):
-        result = loadlab("run", "--url", url, "--model", run_model, "--api-key", SECRET, "--concurrency", "1,4",
-                         "--step-duration", "2", "--output-len", "16", "--max-error-rate", "off", "--out", str(out),
-                         *extra, timeout=120)
+    with Proc(
+        [
+            str(BIN / "loadlab"),
+            "mock",
+            "--port",
+            str(port),
+            "--model",
+            model,
+            "--api-key",
+            SECRET,
+            "--ttft",
+            "0.03",
+            "--itl",
+            "0.01",
+            "--error-rate",
+            "0.1",
+        ],
+        ready_url=url + "/health",
+    ):
+        result = loadlab(
+            "run",
+            "--url",
+            url,
+            "--model",
+            run_model,
+            "--api-key",
+            SECRET,
+            "--concurrency",
+            "1,4",
+            "--step-duration",
+            "2",
+            "--output-len",
+            "16",
+            "--max-error-rate",
+            "off",
+            "--out",
+            str(out),
+            *extra,
+            timeout=120,
+        )
     assert out.joinpath("run.json").exists(), result.stderr
     return out, result.returncode
 
@@ -63,12 +98,12 @@ def test_report_opens_offline_in_chromium_with_every_chart_drawn_and_the_run_tex
     assert ids == {"fig-load-curve", "fig-cdfs", "fig-timeline", "fig-errors"}
     for chart in charts.value:
         assert chart["traces"] > 0 and chart["drawn"] == chart["traces"], chart
-    assert shot.stat().st_size > 10_000          # kept with the test's output
+    assert shot.stat().st_size > 10_000  # kept with the test's output
 
     inert = load_page(page.as_uri(), INERT_JS).value
     assert inert["pwned"] is None and inert["images"] == 0
-    assert inert["scripts"] == inert["charts"] + 1      # plotly.js once, then one per chart: nothing injected
-    assert inert["text"].count(PAYLOAD) >= 5            # the model, headlines, evidence, advice, notes: as text
+    assert inert["scripts"] == inert["charts"] + 1  # plotly.js once, then one per chart: nothing injected
+    assert inert["text"].count(PAYLOAD) >= 5  # the model, headlines, evidence, advice, notes: as text
     assert SECRET not in page.read_text()
     assert not [p for p in run.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
 
@@ -82,7 +117,7 @@ def test_server_error_text_arrives_inert(tmp_path):
     assert loaded.errors == [] and loaded.requests == []
     assert loaded.value["pwned"] is None and loaded.value["images"] == 0
     assert f"The model `{PAYLOAD}` does not exist." in loaded.value["text"]
-    assert (run / "analysis.json").exists()   # `loadlab run` analyzed it: its text went through the page too
+    assert (run / "analysis.json").exists()  # `loadlab run` analyzed it: its text went through the page too
 
 
 def cut_off(folder: Path) -> Path:
@@ -109,8 +144,16 @@ def test_a_thin_run_still_gets_a_whole_report_that_says_what_is_missing(tmp_path
     loaded = load_page(page.as_uri(), INERT_JS.replace("({", "({charts_drawn: " + CHARTS_JS + ", "))
     assert loaded.errors == [] and loaded.requests == []
     text = loaded.value["text"]
-    for section in ("Verdict", "Per-step summary", "Load curve", "Latency distributions", "Time series", "Errors",
-                    "Collectors' coverage", "Configuration, versions, host"):
+    for section in (
+        "Verdict",
+        "Per-step summary",
+        "Load curve",
+        "Latency distributions",
+        "Time series",
+        "Errors",
+        "Collectors' coverage",
+        "Configuration, versions, host",
+    ):
         assert section in text
     # Which flag adds each missing signal.
     for flag in ("--server-metrics", "--prometheus", "--no-gpu", "--server-pid", "--nccl-inspector-dir"):
@@ -146,8 +189,13 @@ def test_an_unwritable_output_is_a_one_line_error(tmp_path):
 
 def test_the_default_output_is_reports_run_name_html(tmp_path):
     fill_run(tmp_path / "my-run")
-    result = subprocess.run([str(BIN / "loadlab"), "report", str(tmp_path / "my-run")], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(BIN / "loadlab"), "report", str(tmp_path / "my-run")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "reports/my-run.html"
-    assert (tmp_path / "reports" / "my-run.html").stat().st_size > 1_000_000   # plotly.js inside
+    assert (tmp_path / "reports" / "my-run.html").stat().st_size > 1_000_000  # plotly.js inside

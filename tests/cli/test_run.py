@@ -26,8 +26,9 @@ QUIET = ("--no-server-metrics", "--no-gpu")
 def start_mock(*args: str) -> tuple[str, Proc]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    return url, Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
-                     ready_url=f"{url}/health")
+    return url, Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args], ready_url=f"{url}/health"
+    )
 
 
 def truth(url: str) -> dict[str, dict]:
@@ -50,30 +51,56 @@ def mock():
 
 def test_closed_loop_run_writes_a_complete_run_folder(mock, tmp_path):
     out = tmp_path / "run"
-    result = run_ok("--url", mock, "--concurrency", "4", "--duration", "1.5", "--output-len", "10",
-                    "--input-len", "20", "--out", str(out))
+    result = run_ok(
+        "--url",
+        mock,
+        "--concurrency",
+        "4",
+        "--duration",
+        "1.5",
+        "--output-len",
+        "10",
+        "--input-len",
+        "20",
+        "--out",
+        str(out),
+    )
     run = load_run(out)
     req = run.requests
     assert len(req) >= 8 and req["error"].eq("").all()
     assert (req["completion_tokens"] == 10).all() and (req["client_tokens"] == 10).all()
-    assert run.meta.config["model"] == "m"               # discovered from /v1/models
+    assert run.meta.config["model"] == "m"  # discovered from /v1/models
     assert [s.label for s in run.meta.steps] == ["concurrency=4"]
     assert run.meta.status == "finished"
     served = truth(mock)
-    for rec in req.itertuples():                       # the X-Request-Id header reached the mock
+    for rec in req.itertuples():  # the X-Request-Id header reached the mock
         assert len(served[rec.request_id]["token_times"]) == len(rec.token_times) == 10
     client = run.samples[run.samples["source"] == "client"]
     assert {"client_cpu", "client_loop_lag"} <= set(client["signal"])
     assert all("worker" in json.loads(labels) for labels in client["labels"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"][0]["sent"] == len(req)
-    assert "concurrency=4" in result.stdout            # the summary table
+    assert "concurrency=4" in result.stdout  # the summary table
 
 
 def test_steps_are_labelled_and_warmup_is_marked(mock, tmp_path):
     out = tmp_path / "steps"
-    run_ok("--url", mock, "--model", "m", "--concurrency", "1,3", "--requests", "6",
-           "--warmup-requests", "2", "--output-len", "5", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--concurrency",
+        "1,3",
+        "--requests",
+        "6",
+        "--warmup-requests",
+        "2",
+        "--output-len",
+        "5",
+        "--out",
+        str(out),
+    )
     run = load_run(out)
     assert [(s.index, s.label) for s in run.meta.steps] == [(0, "concurrency=1"), (1, "concurrency=3")]
     assert all(s.end_time >= s.start_time for s in run.meta.steps)
@@ -92,11 +119,25 @@ def test_a_steps_new_users_start_spread_over_the_ramp_up(mock, tmp_path):
     requests spread over --ramp-up from the step's start (run.json's ramp_end); the carried-on user
     goes on at once."""
     out = tmp_path / "ramp"
-    run_ok("--url", mock, "--model", "m", "--concurrency", "1,4", "--step-duration", "1.5", "--ramp-up", "0.8",
-           "--output-len", "20", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--concurrency",
+        "1,4",
+        "--step-duration",
+        "1.5",
+        "--ramp-up",
+        "0.8",
+        "--output-len",
+        "20",
+        "--out",
+        str(out),
+    )
     run = load_run(out)
     first, second = run.meta.steps
-    assert first.ramp_end == first.start_time                    # one user: nothing to spread
+    assert first.ramp_end == first.start_time  # one user: nothing to spread
     assert second.ramp_end == pytest.approx(second.start_time + 0.8)
     sent = run.requests.loc[run.requests["step"] == 1, "send_time"].to_numpy() - second.start_time
     assert sent.min() >= 0
@@ -109,20 +150,48 @@ def test_a_steps_new_users_start_spread_over_the_ramp_up(mock, tmp_path):
 
 def test_open_loop_keeps_the_schedule(mock, tmp_path):
     out = tmp_path / "open"
-    run_ok("--url", mock, "--model", "m", "--rate", "20", "--arrival", "constant", "--duration", "1.5",
-           "--output-len", "5", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--rate",
+        "20",
+        "--arrival",
+        "constant",
+        "--duration",
+        "1.5",
+        "--output-len",
+        "5",
+        "--out",
+        str(out),
+    )
     req = load_run(out).requests.sort_values("scheduled_time")
-    assert 25 <= len(req) <= 31                        # 20/s for 1.5 s
+    assert 25 <= len(req) <= 31  # 20/s for 1.5 s
     gaps = req["scheduled_time"].diff().dropna()
-    assert gaps.between(0.049, 0.051).all()            # the schedule does not wait for responses
+    assert gaps.between(0.049, 0.051).all()  # the schedule does not wait for responses
     delays = (req["send_time"] - req["scheduled_time"]).sort_values()
     assert delays.iloc[0] >= 0 and delays.iloc[len(delays) // 2] < 0.05
 
 
 def test_open_loop_request_count_and_poisson_steps(mock, tmp_path):
     out = tmp_path / "poisson"
-    run_ok("--url", mock, "--model", "m", "--rate", "30,60", "--requests", "12", "--output-len", "3",
-           "--api", "completions", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--rate",
+        "30,60",
+        "--requests",
+        "12",
+        "--output-len",
+        "3",
+        "--api",
+        "completions",
+        "--out",
+        str(out),
+    )
     run = load_run(out)
     assert [s.label for s in run.meta.steps] == ["rate=30", "rate=60"]
     assert run.requests.groupby("step").size().to_dict() == {0: 12, 1: 12}
@@ -130,23 +199,62 @@ def test_open_loop_request_count_and_poisson_steps(mock, tmp_path):
 
 
 def test_every_fault_is_counted_and_the_run_goes_on(tmp_path):
-    url, proc = start_mock("--ttft", "0.02", "--itl", "0.01", "--seed", "5", "--error-rate", "0.1",
-                           "--error-codes", "500,429", "--disconnect-rate", "0.1",
-                           "--malformed-rate", "0.1", "--stall-rate", "0.1", "--stall-seconds", "5",
-                           "--not-sse-rate", "0.1")
+    url, proc = start_mock(
+        "--ttft",
+        "0.02",
+        "--itl",
+        "0.01",
+        "--seed",
+        "5",
+        "--error-rate",
+        "0.1",
+        "--error-codes",
+        "500,429",
+        "--disconnect-rate",
+        "0.1",
+        "--malformed-rate",
+        "0.1",
+        "--stall-rate",
+        "0.1",
+        "--stall-seconds",
+        "5",
+        "--not-sse-rate",
+        "0.1",
+    )
     out = tmp_path / "faults"
     with proc:
-        run_ok("--url", url, "--model", "m", "--concurrency", "6", "--duration", "2", "--timeout", "0.5",
-               "--output-len", "10", "--max-error-rate", "off", "--out", str(out))
+        run_ok(
+            "--url",
+            url,
+            "--model",
+            "m",
+            "--concurrency",
+            "6",
+            "--duration",
+            "2",
+            "--timeout",
+            "0.5",
+            "--output-len",
+            "10",
+            "--max-error-rate",
+            "off",
+            "--out",
+            str(out),
+        )
         served = truth(url)
     req = load_run(out).requests
     summary = json.loads((out / "summary.json").read_text())["steps"][0]
     assert summary["sent"] == len(req) == summary["succeeded"] + summary["failed"]
     categories = set(req["error"])
-    assert {"", ErrorCategory.DISCONNECT.value, ErrorCategory.MALFORMED.value, ErrorCategory.TIMEOUT.value,
-            ErrorCategory.NOT_SSE.value} <= categories
+    assert {
+        "",
+        ErrorCategory.DISCONNECT.value,
+        ErrorCategory.MALFORMED.value,
+        ErrorCategory.TIMEOUT.value,
+        ErrorCategory.NOT_SSE.value,
+    } <= categories
     assert categories & {ErrorCategory.HTTP_5XX.value, ErrorCategory.HTTP_429.value}
-    for rec in req.itertuples():      # each failure where the mock injected that fault
+    for rec in req.itertuples():  # each failure where the mock injected that fault
         fault = served[rec.request_id]["fault"]
         assert (rec.error == "") == (fault is None) or rec.error == ErrorCategory.ABORTED.value
 
@@ -155,12 +263,36 @@ def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
     url, proc = start_mock("--api-key", "sekret-123")
     out = tmp_path / "auth"
     with proc:
-        run_ok("--url", url, "--concurrency", "2", "--requests", "3", "--output-len", "3",
-               "--out", str(out), env={"LOADLAB_API_KEY": "sekret-123"})
-        denied = loadlab("run", "--url", url, "--model", "m", "--concurrency", "1", "--requests", "2",
-                         "--out", str(tmp_path / "denied"), *QUIET, env={"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""})
+        run_ok(
+            "--url",
+            url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "3",
+            "--output-len",
+            "3",
+            "--out",
+            str(out),
+            env={"LOADLAB_API_KEY": "sekret-123"},
+        )
+        denied = loadlab(
+            "run",
+            "--url",
+            url,
+            "--model",
+            "m",
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--out",
+            str(tmp_path / "denied"),
+            *QUIET,
+            env={"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""},
+        )
     assert load_run(out).requests["error"].eq("").all()
-    assert denied.returncode == 4                       # a run that cannot succeed (below)
+    assert denied.returncode == 4  # a run that cannot succeed (below)
     assert set(load_run(tmp_path / "denied").requests["error"]) == {ErrorCategory.HTTP_401.value}
     for f in out.rglob("*"):
         if f.is_file():
@@ -170,9 +302,22 @@ def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
 def test_a_dead_endpoint_is_measured_not_a_crash(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "dead"
-    result = loadlab("run", "--url", dead, "--model", "m", "--concurrency", "2", "--duration", "1",
-                     "--out", str(out), *QUIET, timeout=120)
-    assert result.returncode == 3, result.stderr[-2000:]     # every request failed: over the error budget
+    result = loadlab(
+        "run",
+        "--url",
+        dead,
+        "--model",
+        "m",
+        "--concurrency",
+        "2",
+        "--duration",
+        "1",
+        "--out",
+        str(out),
+        *QUIET,
+        timeout=120,
+    )
+    assert result.returncode == 3, result.stderr[-2000:]  # every request failed: over the error budget
     assert "Traceback" not in result.stderr
     req = load_run(out).requests
     assert len(req) >= 2 and set(req["error"]) == {ErrorCategory.CONNECT.value}
@@ -185,23 +330,39 @@ def one_error_line(stderr: str) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("mock_args, run_args, cause", [
-    (["--api-key", "right"], ["--model", "m", "--api-key", "wrong"], "HTTP 401"),
-    ([], ["--model", "no-such-model"], "HTTP 404"),
-], ids=["wrong-key", "wrong-model"])
+@pytest.mark.parametrize(
+    "mock_args, run_args, cause",
+    [
+        (["--api-key", "right"], ["--model", "m", "--api-key", "wrong"], "HTTP 401"),
+        ([], ["--model", "no-such-model"], "HTTP 404"),
+    ],
+    ids=["wrong-key", "wrong-model"],
+)
 def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args, cause):
     """Every request rejected alike: the run stops after its first few requests instead of
     sending failing requests for the whole minute, and says why in one line."""
     url, proc = start_mock(*mock_args)
     out = tmp_path / "rejected"
     with proc:
-        result = loadlab("run", "--url", url, *run_args, "--concurrency", "4", "--duration", "60",
-                         "--out", str(out), *QUIET, timeout=120)
+        result = loadlab(
+            "run",
+            "--url",
+            url,
+            *run_args,
+            "--concurrency",
+            "4",
+            "--duration",
+            "60",
+            "--out",
+            str(out),
+            *QUIET,
+            timeout=120,
+        )
         received = len(truth(url))
     assert result.returncode == 4, result.stderr[-2000:]
     line = one_error_line(result.stderr)
     assert "rejected every request" in line and cause in line
-    assert received < 50                                # counted at the mock: it stopped at once
+    assert received < 50  # counted at the mock: it stopped at once
     data = load_run(out)
     assert data.meta.status == "stopped" and cause in data.meta.reason
     assert len(data.requests) == received
@@ -216,16 +377,34 @@ def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
     scenario.write_text("max_error_rate = 0.5\n")
     out = tmp_path / "budget"
     with proc:
-        result = loadlab("run", "-c", str(scenario), "--url", url, "--model", "m", "--concurrency", "2,4",
-                         "--step-duration", "60", "--output-len", "5", "--out", str(out), "--slo", "error_rate=1%",
-                         *QUIET, timeout=120)
+        result = loadlab(
+            "run",
+            "-c",
+            str(scenario),
+            "--url",
+            url,
+            "--model",
+            "m",
+            "--concurrency",
+            "2,4",
+            "--step-duration",
+            "60",
+            "--output-len",
+            "5",
+            "--out",
+            str(out),
+            "--slo",
+            "error_rate=1%",
+            *QUIET,
+            timeout=120,
+        )
     assert result.returncode == 3, result.stderr[-2000:]
     assert "--max-error-rate 0.5" in one_error_line(result.stderr)
-    assert "gate: INVALID (exit 2)" in result.stdout     # printed, but the run's code 3 wins
+    assert "gate: INVALID (exit 2)" in result.stdout  # printed, but the run's code 3 wins
     data = load_run(out)
     assert data.meta.status == "stopped" and "concurrency=2" in data.meta.reason
     assert set(data.requests["step"]) == {0}
-    shown = loadlab("summary", str(out))             # the stopped run reads like any other
+    shown = loadlab("summary", str(out))  # the stopped run reads like any other
     assert shown.returncode == 0 and "stopped" in shown.stdout, shown.stderr
 
 
@@ -235,35 +414,71 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
     url, proc = start_mock("--error-rate", "1", "--error-codes", "500")
     out = tmp_path / "backoff"
     with proc:
-        run_ok("--url", url, "--model", "m", "--concurrency", "4", "--duration", "2",
-               "--max-error-rate", "off", "--out", str(out))
+        run_ok(
+            "--url",
+            url,
+            "--model",
+            "m",
+            "--concurrency",
+            "4",
+            "--duration",
+            "2",
+            "--max-error-rate",
+            "off",
+            "--out",
+            str(out),
+        )
         received = len(truth(url))
     # without the pause, 4 users send thousands of requests in 2 s; with it, a few each
     assert 4 <= received < 200
     assert len(load_run(out).requests) == received
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--url", "localhost:8000", "--model", "m", "--concurrency", "1"], "url"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "-2"], "rate"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "2", "--concurrency", "2"], "not both"),
-    (["--url", "http://127.0.0.1:1", "--model", "m"], "concurrency or rate"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--workload", "sharegpt",
-      "--dataset", "/nonexistent/sharegpt.json"], "not found"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api", "grpc"], "api"),
-    (["--url", "http://127.0.0.1:1", "--concurrency", "1"], "--model"),       # cannot discover it
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"], "max_error_rate"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"],
-     "max_error_rate"),
-    (["--url", "http://[::1", "--model", "m", "--concurrency", "1"], "url"),
-    (["--url", "http://user:pw-77@[::1", "--model", "m", "--concurrency", "1"], "url"),
-    (["--url", "http://127.0.0.1:99999", "--model", "m", "--concurrency", "1"], "url"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1,,8"], "concurrency"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "1,2,"], "rate"),
-    (["--url", "http://u:pw-77@127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api-key", "k"], "credentials"),
-    (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--slo", "ttft_p99=soon"], "bad SLO"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--url", "localhost:8000", "--model", "m", "--concurrency", "1"], "url"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "-2"], "rate"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "2", "--concurrency", "2"], "not both"),
+        (["--url", "http://127.0.0.1:1", "--model", "m"], "concurrency or rate"),
+        (
+            [
+                "--url",
+                "http://127.0.0.1:1",
+                "--model",
+                "m",
+                "--concurrency",
+                "1",
+                "--workload",
+                "sharegpt",
+                "--dataset",
+                "/nonexistent/sharegpt.json",
+            ],
+            "not found",
+        ),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api", "grpc"], "api"),
+        (["--url", "http://127.0.0.1:1", "--concurrency", "1"], "--model"),  # cannot discover it
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "x"], "concurrency"),
+        (
+            ["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "2"],
+            "max_error_rate",
+        ),
+        (
+            ["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--max-error-rate", "some"],
+            "max_error_rate",
+        ),
+        (["--url", "http://[::1", "--model", "m", "--concurrency", "1"], "url"),
+        (["--url", "http://user:pw-77@[::1", "--model", "m", "--concurrency", "1"], "url"),
+        (["--url", "http://127.0.0.1:99999", "--model", "m", "--concurrency", "1"], "url"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1,,8"], "concurrency"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--rate", "1,2,"], "rate"),
+        (
+            ["--url", "http://u:pw-77@127.0.0.1:1", "--model", "m", "--concurrency", "1", "--api-key", "k"],
+            "credentials",
+        ),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--slo", "ttft_p99=soon"], "bad SLO"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = loadlab("run", *args, "--out", str(tmp_path / "never"), *QUIET, timeout=60)
     assert result.returncode == 2, result.stderr
@@ -275,8 +490,19 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
 
 def test_out_must_be_new_or_an_empty_folder(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    result = loadlab("run", "--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1",
-                     "--out", str(tmp_path), *QUIET, timeout=60)
+    result = loadlab(
+        "run",
+        "--url",
+        "http://127.0.0.1:1",
+        "--model",
+        "m",
+        "--concurrency",
+        "1",
+        "--out",
+        str(tmp_path),
+        *QUIET,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "non-empty" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
@@ -287,8 +513,23 @@ def test_credentials_in_the_url_are_used_and_never_written_or_shown(mock, tmp_pa
     processes) and the password appears nowhere: not in the run folder, not on the console."""
     out = tmp_path / "creds"
     url = mock.replace("http://", "http://alice:pw-4711@")
-    result = loadlab("run", "--url", url, "--concurrency", "2", "--requests", "4", "--output-len", "3",
-                     "--processes", "2", "--no-gpu", "--out", str(out), timeout=120)
+    result = loadlab(
+        "run",
+        "--url",
+        url,
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--output-len",
+        "3",
+        "--processes",
+        "2",
+        "--no-gpu",
+        "--out",
+        str(out),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     run = load_run(out)
     assert len(run.requests) == 4 and run.requests["error"].eq("").all()
@@ -303,27 +544,69 @@ def test_credentials_in_the_url_are_used_and_never_written_or_shown(mock, tmp_pa
 def _open_files_limit(soft: int, hard: int):
     def preexec() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
     return preexec
 
 
 def test_too_few_open_files_for_the_concurrency_is_one_warning(mock, tmp_path):
     """The soft limit is raised to the hard one (as Locust does); beyond that, one warning line."""
-    args = [str(BIN / "loadlab"), "run", "--url", mock, "--model", "m", "--duration", "0.5",
-            "--output-len", "2", *QUIET]
-    fits = subprocess.run([*args, "--concurrency", "300", "--out", str(tmp_path / "fits")], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, preexec_fn=_open_files_limit(200, 4096))
+    args = [
+        str(BIN / "loadlab"),
+        "run",
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--duration",
+        "0.5",
+        "--output-len",
+        "2",
+        *QUIET,
+    ]
+    fits = subprocess.run(
+        [*args, "--concurrency", "300", "--out", str(tmp_path / "fits")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_open_files_limit(200, 4096),
+    )
     assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr[-2000:]
-    assert load_run(tmp_path / "fits").requests["error"].eq("").all()   # 300 sockets did open
-    short = subprocess.run([*args, "--concurrency", "300", "--out", str(tmp_path / "short")], cwd=REPO,
-                           capture_output=True, text=True, timeout=120, preexec_fn=_open_files_limit(200, 200))
+    assert load_run(tmp_path / "fits").requests["error"].eq("").all()  # 300 sockets did open
+    short = subprocess.run(
+        [*args, "--concurrency", "300", "--out", str(tmp_path / "short")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_open_files_limit(200, 200),
+    )
     warnings = [line for line in short.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "open files" in warnings[0] and "200" in warnings[0], short.stderr[-2000:]
 
 
 def test_multiturn_answers_feed_the_next_turn_and_think_time_paces_the_user(mock, tmp_path):
     out = tmp_path / "multiturn"
-    run_ok("--url", mock, "--model", "m", "--concurrency", "1", "--requests", "6", "--workload", "multiturn",
-           "--input-len", "10", "--output-len", "5", "--think-time", "0.2", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--concurrency",
+        "1",
+        "--requests",
+        "6",
+        "--workload",
+        "multiturn",
+        "--input-len",
+        "10",
+        "--output-len",
+        "5",
+        "--think-time",
+        "0.2",
+        "--out",
+        str(out),
+    )
     req = load_run(out).requests.sort_values("scheduled_time")
     assert req["error"].eq("").all() and req["conversation"].nunique() == 2
     # each turn resends the history: 10 new characters per user turn plus the 5-token answer
@@ -341,14 +624,34 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path, stop):
     url, proc = start_mock("--ttft", "0.02", "--itl", "0.05")
     out = tmp_path / "interrupted"
     with proc:
-        run = subprocess.Popen([str(BIN / "loadlab"), "run", "--url", url, "--model", "m", "--concurrency", "3",
-                                "--duration", "60", "--output-len", "20", "--out", str(out), *QUIET],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=sigint_default)
+        run = subprocess.Popen(
+            [
+                str(BIN / "loadlab"),
+                "run",
+                "--url",
+                url,
+                "--model",
+                "m",
+                "--concurrency",
+                "3",
+                "--duration",
+                "60",
+                "--output-len",
+                "20",
+                "--out",
+                str(out),
+                *QUIET,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=sigint_default,
+        )
         try:
             deadline = time.monotonic() + 60
             while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:
-                time.sleep(0.1)    # some requests finished and were flushed
+                time.sleep(0.1)  # some requests finished and were flushed
             os.kill(run.pid, stop)
             stdout, stderr = run.communicate(timeout=60)
         finally:
@@ -366,12 +669,13 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path, stop):
 
 def test_flags_override_the_scenario_file(mock, tmp_path):
     scenario = tmp_path / "scenario.toml"
-    scenario.write_text(f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nduration = 30\n'
-                        f'[workload]\noutput_len = "4"\n')
+    scenario.write_text(
+        f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nduration = 30\n[workload]\noutput_len = "4"\n'
+    )
     out = tmp_path / "scenario-run"
     run_ok("-c", str(scenario), "--rate", "20", "--requests", "5", "--out", str(out))
     run = load_run(out)
-    assert [s.label for s in run.meta.steps] == ["rate=20"]       # the flag chose the load model
+    assert [s.label for s in run.meta.steps] == ["rate=20"]  # the flag chose the load model
     assert len(run.requests) == 5 and (run.requests["completion_tokens"] == 4).all()
     assert run.meta.config["rate"] == [20.0] and run.meta.config["concurrency"] == []
 
@@ -380,15 +684,29 @@ def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
     """~20 requests in flight at once: a pool of Locust's default 10 sockets would queue half of
     them and their TTFT (from the scheduled time) would grow by a whole request."""
     out = tmp_path / "pool"
-    run_ok("--url", mock, "--model", "m", "--rate", "40", "--arrival", "constant", "--requests", "30",
-           "--output-len", "50", "--out", str(out))
+    run_ok(
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--rate",
+        "40",
+        "--arrival",
+        "constant",
+        "--requests",
+        "30",
+        "--output-len",
+        "50",
+        "--out",
+        str(out),
+    )
     req = load_run(out).requests
     assert len(req) == 30 and req["error"].eq("").all()
     starts, ends = req["send_time"].to_numpy(), req["end_time"].to_numpy()
     peak = max(((starts <= t) & (ends > t)).sum() for t in starts)
     assert peak >= 15
     ttft = (req["first_token_time"] - req["scheduled_time"]).sort_values()
-    assert ttft.iloc[int(0.9 * len(ttft))] < 0.3      # the mock's TTFT is 0.02 s; a request lasts ~0.5 s
+    assert ttft.iloc[int(0.9 * len(ttft))] < 0.3  # the mock's TTFT is 0.02 s; a request lasts ~0.5 s
 
 
 def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
@@ -398,13 +716,33 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
     url, proc = start_mock("--ttft", "0.02", "--itl", "0.01")
     with small_tmpfs(tmp_path / "disk") as disk, proc:
         out = disk / "run"
-        run = subprocess.Popen([str(BIN / "loadlab"), "run", "--url", url, "--model", "m", "--concurrency", "8",
-                                "--duration", "60", "--output-len", "20", "--out", str(out), *QUIET],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen(
+            [
+                str(BIN / "loadlab"),
+                "run",
+                "--url",
+                url,
+                "--model",
+                "m",
+                "--concurrency",
+                "8",
+                "--duration",
+                "60",
+                "--output-len",
+                "20",
+                "--out",
+                str(out),
+                *QUIET,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not list((out / "requests").glob("part-*.parquet")) and time.monotonic() < deadline:
-                time.sleep(0.1)    # some requests were saved
+                time.sleep(0.1)  # some requests were saved
             fill(disk)
             stdout, stderr = run.communicate(timeout=60)
         finally:
@@ -419,7 +757,7 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
         assert data.meta.status == "failed" and line.endswith(data.meta.reason)
         saved = len(data.requests)
         assert saved > 0 and unsaved > 0
-        assert saved + unsaved >= received           # every request the mock saw: saved or counted
+        assert saved + unsaved >= received  # every request the mock saw: saved or counted
         assert "[failed]" in stdout
         shown = loadlab("summary", str(out))
         assert shown.returncode == 0 and "failed" in shown.stdout, shown.stderr
@@ -428,18 +766,36 @@ def test_a_full_disk_mid_run_stops_it_and_keeps_what_fit(tmp_path):
 
 def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
     # client_limited=any: this test's load generator shares a busy machine with the mock.
-    passed = loadlab("run", "--url", mock, "--model", "m", "--concurrency", "2", "--requests", "12",
-                     "--output-len", "5", "--out", str(tmp_path / "pass"),
-                     "--slo", "ttft=2000,ttft_p99=2s,goodput=90%,client_limited=any", *QUIET, timeout=120)
+    passed = loadlab(
+        "run",
+        "--url",
+        mock,
+        "--model",
+        "m",
+        "--concurrency",
+        "2",
+        "--requests",
+        "12",
+        "--output-len",
+        "5",
+        "--out",
+        str(tmp_path / "pass"),
+        "--slo",
+        "ttft=2000,ttft_p99=2s,goodput=90%,client_limited=any",
+        *QUIET,
+        timeout=120,
+    )
     assert passed.returncode == 0, passed.stdout[-2000:] + passed.stderr[-2000:]
     assert "gate: PASS (exit 0)" in passed.stdout
     summary = json.loads((tmp_path / "pass" / "summary.json").read_text())
-    assert summary["slo"]["ttft_ms"] == 2000 and summary["steps"][0]["slo_met"] == 12   # goodput counted
+    assert summary["slo"]["ttft_ms"] == 2000 and summary["steps"][0]["slo_met"] == 12  # goodput counted
     assert load_run(tmp_path / "pass").meta.config["slo"].startswith("ttft=2000,")
 
-    scenario = tmp_path / "scenario.toml"   # the SLO from the scenario's [slo] table
-    scenario.write_text(f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nrequests = 12\n'
-                        '[workload]\noutput_len = "5"\n[slo]\nttft_p50 = "1ms"\nclient_limited = "any"\n')
+    scenario = tmp_path / "scenario.toml"  # the SLO from the scenario's [slo] table
+    scenario.write_text(
+        f'url = "{mock}"\nmodel = "m"\nconcurrency = [2]\nrequests = 12\n'
+        '[workload]\noutput_len = "5"\n[slo]\nttft_p50 = "1ms"\nclient_limited = "any"\n'
+    )
     failed = loadlab("run", "-c", str(scenario), "--out", str(tmp_path / "fail"), *QUIET, timeout=120)
     assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
     assert "gate: FAIL (exit 1)" in failed.stdout
@@ -448,7 +804,7 @@ def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
 def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):
     from loadlab.cli.run import print_final_summary
 
-    print_final_summary(tmp_path)                       # the writer could not write it
+    print_final_summary(tmp_path)  # the writer could not write it
     (tmp_path / "summary.json").write_text("[]")
     print_final_summary(tmp_path)
     err = capsys.readouterr().err.splitlines()

@@ -45,8 +45,13 @@ def test_serve_runs_the_reference_server_until_sigterm(tmp_path):
     port = free_port()
     log = tmp_path / "server.log"
     models = f"http://127.0.0.1:{port}/v1/models"
-    with Proc(serve_args(port), ready_url=f"http://127.0.0.1:{port}/health", timeout=120, log=log,
-              env={"LOADLAB_SERVER_API_KEY": "sk-env"}) as server:
+    with Proc(
+        serve_args(port),
+        ready_url=f"http://127.0.0.1:{port}/health",
+        timeout=120,
+        log=log,
+        env={"LOADLAB_SERVER_API_KEY": "sk-env"},
+    ) as server:
         assert requests.get(models, timeout=10).status_code == 401
         answer = requests.get(models, headers={"Authorization": "Bearer sk-env"}, timeout=10)
         assert answer.json()["data"][0]["id"] == MODEL
@@ -59,8 +64,9 @@ def test_ctrl_c_stops_the_server_and_its_tensor_parallel_ranks(tmp_path):
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
-        server = subprocess.Popen(serve_args(port, "--tensor-parallel", "2"), stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            serve_args(port, "--tensor-parallel", "2"), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", timeout=120, proc=server)
         ranks = psutil.Process(server.pid).children(recursive=True)
@@ -82,16 +88,21 @@ def test_serve_help_lists_every_engine_flag():
         assert flag in result.stdout
 
 
-@pytest.mark.parametrize("args, mentions", [
-    (["--max-num-seqs", "many"], "--max-num-seqs"),
-    (["--no-such-flag"], "--no-such-flag"),
-    (["--idle-timeout", "0"], "--idle-timeout: must be a positive number of seconds"),
-    (["--port", "99999"], "cannot listen on 127.0.0.1:99999"),
-    (["--twin", "v100:llama-3-8b", "--port", "0"], "--twin: unknown GPU 'v100'; choose from h100"),
-    (["--twin", "h100:llama-3-8b", "--tensor-parallel", "2", "--port", "0"], "give the number of GPUs in it"),
-    (["--twin", "h100:llama-3-8b", "--gpu-memory-utilization", "1.5", "--port", "0"],
-     "gpu_memory_utilization must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, mentions",
+    [
+        (["--max-num-seqs", "many"], "--max-num-seqs"),
+        (["--no-such-flag"], "--no-such-flag"),
+        (["--idle-timeout", "0"], "--idle-timeout: must be a positive number of seconds"),
+        (["--port", "99999"], "cannot listen on 127.0.0.1:99999"),
+        (["--twin", "v100:llama-3-8b", "--port", "0"], "--twin: unknown GPU 'v100'; choose from h100"),
+        (["--twin", "h100:llama-3-8b", "--tensor-parallel", "2", "--port", "0"], "give the number of GPUs in it"),
+        (
+            ["--twin", "h100:llama-3-8b", "--gpu-memory-utilization", "1.5", "--port", "0"],
+            "gpu_memory_utilization must be in (0, 1]",
+        ),
+    ],
+)
 def test_bad_flags_are_a_short_error_and_exit_2(args, mentions):
     result = loadlab("serve", *args)
     assert result.returncode == 2 and mentions in result.stderr and "Traceback" not in result.stderr
@@ -108,8 +119,9 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path):
 
 def test_without_torch_serve_says_how_to_install_it():
     # sys.modules[name] = None makes Python treat the module as not installed.
-    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['loadlab', 'serve'];"
-            "from loadlab.cli import main; main()")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['loadlab', 'serve'];from loadlab.cli import main; main()"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: the reference server needs torch: pip install 'loadlab[server]'"

@@ -22,8 +22,9 @@ def write_run(folder: Path, finish: bool) -> None:
     writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[2]), process_anchor())
     t = now()
     writer.begin_step(StepInfo(0, "concurrency=2", "closed", 2, t - 1))
-    writer.add_requests([record(i, t - 1 + i * 0.1) for i in range(4)]
-                        + [record(9, t, error="http_5xx", status=500, token_times=[])])
+    writer.add_requests(
+        [record(i, t - 1 + i * 0.1) for i in range(4)] + [record(9, t, error="http_5xx", status=500, token_times=[])]
+    )
     writer.flush()
     if finish:
         writer.end_step(0, t + 1)
@@ -42,7 +43,7 @@ def test_prints_the_table_of_a_finished_run(finished: Path) -> None:
     result = loadlab("summary", str(finished))
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if "concurrency=2" in line)
-    assert "5/4/1" in row and "100/100/100" in row        # TTFT 100 ms of every request
+    assert "5/4/1" in row and "100/100/100" in row  # TTFT 100 ms of every request
     assert "errors: http_5xx 1" in result.stdout
 
 
@@ -72,10 +73,13 @@ def test_reads_a_run_cut_off_mid_run(tmp_path: Path) -> None:
     assert "cut off" in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["/nonexistent/run"], "not a run folder"),
-    ([".", "--slo", "ttft=fast"], "bad SLO"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/nonexistent/run"], "not a run folder"),
+        ([".", "--slo", "ttft=fast"], "bad SLO"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = loadlab("summary", *args)
     assert result.returncode == 2

@@ -24,8 +24,23 @@ def read(folder: Path, name: str) -> dict:
 def test_a_sweep_doubles_to_max_in_one_run_folder_analyzed_at_the_end(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
-        result = loadlab("sweep", "--url", url, "--max", "4", "--step-duration", "2", "--output-len", "8",
-                         "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180)
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--max",
+            "4",
+            "--step-duration",
+            "2",
+            "--output-len",
+            "8",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=180,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [s["label"] for s in read(out, "run.json")["steps"]] == ["concurrency=1", "concurrency=2", "concurrency=4"]
     sweep = read(out, "sweep.json")
@@ -51,8 +66,25 @@ CONTEXT_DELAY_MAX_S = 1.0
 def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
-        result = loadlab("sweep", "--url", url, "--max", "4", "--step-duration", "2", "--output-len", "8",
-                         "--processes", "2", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180)
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--max",
+            "4",
+            "--step-duration",
+            "2",
+            "--output-len",
+            "8",
+            "--processes",
+            "2",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=180,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     assert read(out, "sweep.json")["stop"] == "max"
     from loadlab.store.reader import load_run
@@ -68,8 +100,27 @@ def test_a_sweep_with_two_load_generator_processes_pauses_them_between_steps(tmp
 def test_rate_auto_sweeps_the_open_loop_rate(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
-        result = loadlab("sweep", "--url", url, "--rate", "auto", "--start", "2", "--max", "4", "--step-duration", "3",
-                         "--output-len", "8", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120)
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--rate",
+            "auto",
+            "--start",
+            "2",
+            "--max",
+            "4",
+            "--step-duration",
+            "3",
+            "--output-len",
+            "8",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     steps = read(out, "run.json")["steps"]
     assert [(s["label"], s["mode"]) for s in steps] == [("rate=2", "open"), ("rate=4", "open")]
@@ -80,8 +131,21 @@ def test_rate_auto_sweeps_the_open_loop_rate(tmp_path):
 def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8", "--error-rate", "0.3") as (url, _):
-        result = loadlab("sweep", "--url", url, "--step-duration", "3", "--output-len", "8",
-                         "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120)
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--step-duration",
+            "3",
+            "--output-len",
+            "8",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     sweep = read(out, "sweep.json")
     assert sweep["stop"] == "errors" and sweep["good_step"] is None and len(sweep["steps"]) == 1
@@ -91,8 +155,23 @@ def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
 def test_an_slo_breach_stops_the_sweep(tmp_path):
     out = tmp_path / "run"
     with mock_server("--ttft", "0.05", "--itl", "0.01", "--output-len", "8") as (url, _):
-        result = loadlab("sweep", "--url", url, "--step-duration", "2", "--output-len", "8", "--max", "8",
-                         "--slo", f"ttft_p50=10ms,{NOT_ON_CLIENT}", "--no-gpu", "--out", str(out), timeout=120)
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--step-duration",
+            "2",
+            "--output-len",
+            "8",
+            "--max",
+            "8",
+            "--slo",
+            f"ttft_p50=10ms,{NOT_ON_CLIENT}",
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     assert read(out, "sweep.json")["stop"] == "slo"
     assert "SLO breached at concurrency=1: ttft_p50=10ms measured" in result.stdout
@@ -101,12 +180,27 @@ def test_an_slo_breach_stops_the_sweep(tmp_path):
 def test_diagnose_sweeps_analyzes_and_writes_the_report(tmp_path):
     out, report = tmp_path / "run", tmp_path / "r" / "diag.html"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
-        result = loadlab("diagnose", url, "--max", "2", "--step-duration", "2", "--output-len", "8",
-                         "--slo", NOT_ON_CLIENT, "--out", str(out), "--report", str(report), timeout=240)
+        result = loadlab(
+            "diagnose",
+            url,
+            "--max",
+            "2",
+            "--step-duration",
+            "2",
+            "--output-len",
+            "8",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+            timeout=240,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (out / "analysis.json").exists() and report.exists() and report.stat().st_size > 10_000
     assert f"report: {report}" in result.stdout and "verdict: " in result.stdout
-    assert "collector server: " in result.stdout and "samples" in result.stdout   # /metrics answered
+    assert "collector server: " in result.stdout and "samples" in result.stdout  # /metrics answered
 
 
 def test_plan_reads_a_concurrency_curve(tmp_path):
@@ -120,16 +214,19 @@ def test_plan_reads_a_concurrency_curve(tmp_path):
     assert goodput.returncode == 0 and "add e.g. goodput=95%" in goodput.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("sweep", "--url", "http://127.0.0.1:9", "--max", "3.5"), "--max must be a whole number"),
-    (("sweep", "--url", "http://127.0.0.1:9", "--rate", "5"), "--rate takes 'auto'"),
-    (("sweep", "--url", "http://127.0.0.1:9", "--step-duration", "0"), "--step-duration must be"),
-    (("sweep", "--url", "http://127.0.0.1:9", "--slo", "ttft_p99=fast"), "bad SLO"),
-    (("plan", "no-such-folder", "--users", "10"), "no-such-folder"),
-    (("plan", ".", "--users", "0"), "--users must be >= 1"),
-    (("plan", ".", "--users", "5", "--think-time", "soon"), "think"),
-    (("diagnose", "not a url", "--max", "2"), "url"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("sweep", "--url", "http://127.0.0.1:9", "--max", "3.5"), "--max must be a whole number"),
+        (("sweep", "--url", "http://127.0.0.1:9", "--rate", "5"), "--rate takes 'auto'"),
+        (("sweep", "--url", "http://127.0.0.1:9", "--step-duration", "0"), "--step-duration must be"),
+        (("sweep", "--url", "http://127.0.0.1:9", "--slo", "ttft_p99=fast"), "bad SLO"),
+        (("plan", "no-such-folder", "--users", "10"), "no-such-folder"),
+        (("plan", ".", "--users", "0"), "--users must be >= 1"),
+        (("plan", ".", "--users", "5", "--think-time", "soon"), "think"),
+        (("diagnose", "not a url", "--max", "2"), "url"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     result = loadlab(*args, timeout=60)
     assert result.returncode == 2, (result.stdout, result.stderr)

@@ -28,9 +28,24 @@ KEY = "key-that-must-not-reach-the-disk"
 
 
 def mock(port: int, *extra: str) -> Proc:
-    return Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--ttft", "0.05", "--itl", "0.02",
-                 "--output-len", "32", "--api-key", KEY, *extra],
-                ready_url=f"http://127.0.0.1:{port}/health")
+    return Proc(
+        [
+            str(BIN / "loadlab"),
+            "mock",
+            "--port",
+            str(port),
+            "--ttft",
+            "0.05",
+            "--itl",
+            "0.02",
+            "--output-len",
+            "32",
+            "--api-key",
+            KEY,
+            *extra,
+        ],
+        ready_url=f"http://127.0.0.1:{port}/health",
+    )
 
 
 def truth(port: int) -> list[dict]:
@@ -39,17 +54,35 @@ def truth(port: int) -> list[dict]:
 
 
 def run_args(port: int, out: Path, *extra: str) -> list[str]:
-    return ["run", "--url", f"http://127.0.0.1:{port}", "--model", "mock", "--out", str(out),
-            "--input-len", "8", "--server-metrics", "off", *extra]
+    return [
+        "run",
+        "--url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        "mock",
+        "--out",
+        str(out),
+        "--input-len",
+        "8",
+        "--server-metrics",
+        "off",
+        *extra,
+    ]
 
 
 def start_run(port: int, out: Path, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
     """`loadlab run --processes 2` in the background, in a process group of its own (as a
     terminal's foreground job is); the test ends it."""
     args = [str(BIN / "loadlab"), *run_args(port, out, *extra, "--processes", "2")]
-    return subprocess.Popen(args, cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY},
-                            stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=sigint_default,
-                            start_new_session=True)
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env={**os.environ, "OPENAI_API_KEY": KEY},
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        preexec_fn=sigint_default,
+        start_new_session=True,
+    )
 
 
 def wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 90) -> None:
@@ -67,8 +100,11 @@ def parts(out: Path) -> int:
 def test_two_workers_merge_into_one_run_folder(tmp_path):
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        res = loadlab(*run_args(port, out, "--concurrency", "4", "--requests", "40", "--output-len", "16",
-                                "--processes", "2"), env={"OPENAI_API_KEY": KEY}, timeout=180)
+        res = loadlab(
+            *run_args(port, out, "--concurrency", "4", "--requests", "40", "--output-len", "16", "--processes", "2"),
+            env={"OPENAI_API_KEY": KEY},
+            timeout=180,
+        )
         served = truth(port)
     assert res.returncode == 0, res.stderr
 
@@ -102,9 +138,24 @@ def test_two_workers_merge_into_one_run_folder(tmp_path):
 def test_open_loop_rate_is_split_across_workers(tmp_path):
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        res = loadlab(*run_args(port, out, "--rate", "8", "--arrival", "constant", "--duration", "4",
-                                "--output-len", "4", "--processes", "2"),
-                      env={"OPENAI_API_KEY": KEY}, timeout=180)
+        res = loadlab(
+            *run_args(
+                port,
+                out,
+                "--rate",
+                "8",
+                "--arrival",
+                "constant",
+                "--duration",
+                "4",
+                "--output-len",
+                "4",
+                "--processes",
+                "2",
+            ),
+            env={"OPENAI_API_KEY": KEY},
+            timeout=180,
+        )
     assert res.returncode == 0, res.stderr
     df = load_run(out).requests
     by_worker = {w: np.sort(g["scheduled_time"].to_numpy()) for w, g in df.groupby("worker")}
@@ -112,12 +163,12 @@ def test_open_loop_rate_is_split_across_workers(tmp_path):
     for times in by_worker.values():
         # Constant arrivals at this worker's share: 8 req/s over 2 workers is one every 0.25 s.
         assert math.isclose(np.median(np.diff(times)), 0.25, rel_tol=0.05)
-    assert 20 <= len(df) <= 40   # ~32 in 4 s; twice the rate (an unsplit pacer) would give ~64
+    assert 20 <= len(df) <= 40  # ~32 in 4 s; twice the rate (an unsplit pacer) would give ~64
 
 
 STOPS = {
     "SIGINT to the run": lambda proc: proc.send_signal(signal.SIGINT),
-    "Ctrl-C in a terminal": lambda proc: os.killpg(proc.pid, signal.SIGINT),   # the whole group
+    "Ctrl-C in a terminal": lambda proc: os.killpg(proc.pid, signal.SIGINT),  # the whole group
     "SIGTERM to the group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),  # e.g. a CI time limit
 }
 
@@ -154,13 +205,13 @@ def test_a_worker_killed_mid_run_is_accounted_for(tmp_path):
     with mock(port):
         proc = start_run(port, out, "--concurrency", "4", "--duration", "8", "--output-len", "16")
         try:
-            wait_until(proc, lambda: parts(out) >= 1, "load never started")   # records are arriving
-            time.sleep(1.0)   # at least one more shipment from each worker
+            wait_until(proc, lambda: parts(out) >= 1, "load never started")  # records are arriving
+            time.sleep(1.0)  # at least one more shipment from each worker
             victim = psutil.Process(proc.pid).children()[0]
             victim_id = f"{socket.gethostname()}:{victim.pid}"
             killed_at = time.time()
             os.kill(victim.pid, signal.SIGKILL)
-            _, stderr = proc.communicate(timeout=60)   # bounded: no wait for the dead worker's "done"
+            _, stderr = proc.communicate(timeout=60)  # bounded: no wait for the dead worker's "done"
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -168,7 +219,7 @@ def test_a_worker_killed_mid_run_is_accounted_for(tmp_path):
         served = truth(port)
     assert proc.returncode == 6, stderr
     stderr = stderr.decode()
-    assert f"! worker {victim_id} died" in stderr   # the live status line said so
+    assert f"! worker {victim_id} died" in stderr  # the live status line said so
     run = load_run(out)
     assert run.meta.status == "degraded"
 
@@ -178,7 +229,7 @@ def test_a_worker_killed_mid_run_is_accounted_for(tmp_path):
     mine = df[df["worker"] == victim_id]
     aborted = mine[mine["error"] == "aborted"]
     assert len(aborted) > 0 and (mine["error"] != "").sum() == len(aborted)
-    assert (mine["error"] == "").sum() > 0   # what the dead worker had shipped is kept
+    assert (mine["error"] == "").sum() > 0  # what the dead worker had shipped is kept
     assert (df.loc[df["worker"] != victim_id, "error"] == "").all()
 
     # run.json and summary.json name the worker and when it died.
@@ -195,8 +246,9 @@ def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_ma
     are shipped continuously, not at the end) and no worker process outlives the master."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
-        proc = start_run(port, out, "--concurrency", "4", "--duration", "60", "--output-len", "16",
-                         stderr=subprocess.DEVNULL)
+        proc = start_run(
+            port, out, "--concurrency", "4", "--duration", "60", "--output-len", "16", stderr=subprocess.DEVNULL
+        )
         workers: list[psutil.Process] = []
         try:
             wait_until(proc, lambda: parts(out) >= 3, "no records while running")
@@ -209,7 +261,7 @@ def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_ma
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            for w in workers:   # by PID, should the test fail
+            for w in workers:  # by PID, should the test fail
                 if w.is_running():
                     w.kill()
     assert not alive, "worker processes outlived the master"
@@ -237,7 +289,7 @@ def test_an_interrupt_ends_the_step_at_the_interrupt_not_after_the_shutdown(tmp_
     run = load_run(out)
     (step,) = run.meta.steps
     aborted = run.requests[run.requests["error"] == "aborted"]
-    assert len(aborted) > 0   # streams were cut off by the shutdown that followed the signal
+    assert len(aborted) > 0  # streams were cut off by the shutdown that followed the signal
     # The step ended at the signal: before the shutdown cut the first stream off.
     assert interrupted_at - 0.1 <= step.end_time <= aborted["end_time"].min()
     summary = json.loads((out / "summary.json").read_text())

@@ -39,7 +39,7 @@ def test_a_token_is_timed_when_it_reaches_the_host_even_while_the_client_is_busy
                 busy_until = time.perf_counter() + 0.04
                 while time.perf_counter() < busy_until:
                     pass
-                gevent.sleep(0.013)   # a cycle out of step with the tokens' 100 ms
+                gevent.sleep(0.013)  # a cycle out of step with the tokens' 100 ms
 
         http = client(url, concurrency=4)
         hogger = gevent.spawn(hog)
@@ -62,8 +62,26 @@ def test_a_token_is_timed_when_it_reaches_the_host_even_while_the_client_is_busy
 def certificate(tmp_path_factory) -> tuple[str, str]:
     folder = tmp_path_factory.mktemp("tls")
     cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-                    "-days", "1", "-keyout", key, "-out", cert], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-days",
+            "1",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -87,10 +105,16 @@ def test_tls_bodies_are_read_whole_and_timed_at_the_read(certificate):
     server.start()
     try:
         url = f"https://127.0.0.1:{server.server_port}"
-        http = HTTPClient.from_url(URL(url), concurrency=2, network_timeout=5, connection_timeout=5,
-                                   insecure=True, ssl_context_factory=client_tls,
-                                   ssl_options={"ca_certs": cert})
-        records = [send(url, http, f"tls-{i}") for i in range(2)]   # the second reuses the socket
+        http = HTTPClient.from_url(
+            URL(url),
+            concurrency=2,
+            network_timeout=5,
+            connection_timeout=5,
+            insecure=True,
+            ssl_context_factory=client_tls,
+            ssl_options={"ca_certs": cert},
+        )
+        records = [send(url, http, f"tls-{i}") for i in range(2)]  # the second reuses the socket
     finally:
         server.stop(timeout=1)
     for rec in records:

@@ -10,21 +10,27 @@ def test_a_chat_token_is_content_without_decoding():
     assert ev.content and not ev.done and ev.finish_reason == ""
 
 
-@pytest.mark.parametrize("line", [
-    b'data: {"choices": [{"delta": {"content": "x"}}]}',            # json.dumps spacing
-    b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}',  # reasoning counts as a token
-    b'data: {"choices":[{"text":"t","finish_reason":null}]}',       # completions
-    b'data: {"choices":[{"delta":{"content":"\\""}}]}',              # an escaped quote is not empty
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'data: {"choices": [{"delta": {"content": "x"}}]}',  # json.dumps spacing
+        b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}',  # reasoning counts as a token
+        b'data: {"choices":[{"text":"t","finish_reason":null}]}',  # completions
+        b'data: {"choices":[{"delta":{"content":"\\""}}]}',  # an escaped quote is not empty
+    ],
+)
 def test_content_forms(line):
     assert parse_data(line).content
 
 
-@pytest.mark.parametrize("line", [
-    b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',  # empty first chunk
-    b'data: {"choices":[{"delta":{"content":null}}],"usage":null}',
-    b'data: {"choices":[{"delta":{}}]}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',  # empty first chunk
+        b'data: {"choices":[{"delta":{"content":null}}],"usage":null}',
+        b'data: {"choices":[{"delta":{}}]}',
+    ],
+)
 def test_events_without_a_token(line):
     assert not parse_data(line).content
 
@@ -42,7 +48,7 @@ def test_malformed_and_error_events_raise():
     with pytest.raises(MalformedEvent):
         parse_data(b'data: {"id": "broken", "choices": [{"index": 0, "delta": {"content": "x"\n')
     with pytest.raises(MalformedEvent):
-        parse_data(b'data: {"choices":[{"finish_reason":"stop"}]')   # a truncated decodable-looking event
+        parse_data(b'data: {"choices":[{"finish_reason":"stop"}]')  # a truncated decodable-looking event
     with pytest.raises(StreamErrorEvent, match="overloaded"):
         parse_data(b'data: {"error": {"message": "overloaded", "code": 503}}')
 
@@ -63,7 +69,10 @@ def test_event_text_for_conversations():
 def test_event_text_of_an_odd_shaped_token_event_is_empty_not_an_exception():
     # The byte scan takes these for tokens without decoding them; event_text runs after
     # stream_request's try block, so it must not raise on them.
-    for line in (b'data: {"choices": [1], "text": "a"}', b'data: {"choices": [{"delta": "x"}], "text": "a"}',
-                 b'data: {"choices": [{"text": 5}], "content": "a"}'):
+    for line in (
+        b'data: {"choices": [1], "text": "a"}',
+        b'data: {"choices": [{"delta": "x"}], "text": "a"}',
+        b'data: {"choices": [{"text": 5}], "content": "a"}',
+    ):
         assert parse_data(line).content
         assert event_text(line) == ""

@@ -58,7 +58,7 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
     event = b'data: {"choices":[{"delta":{"content":"%s"},"finish_reason":%s}]}\r\n\r\n'
     together = event % (b"a", b"null") + event % (b"b", b"null")
     split = event % (b"c", b'"stop"') + b"data: [DONE]\r\n\r\n"
-    serve = serve_events([together, 0.19, split[:30], 0.19, split[30:]])   # each write + 10 ms
+    serve = serve_events([together, 0.19, split[:30], 0.19, split[30:]])  # each write + 10 ms
 
     server = StreamServer(("127.0.0.1", 0), serve)
     server.start()
@@ -70,8 +70,8 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
     assert rec.ok, rec.error_detail
     assert rec.finish_reason == "stop" and rec.client_tokens == 3
     first, second, third = rec.token_times
-    assert first == second                  # one read brought both lines
-    assert third - second >= 0.39           # complete only with the third write, 0.4 s later
+    assert first == second  # one read brought both lines
+    assert third - second >= 0.39  # complete only with the third write, 0.4 s later
 
 
 def test_request_body_pins_the_output_and_asks_for_usage():
@@ -93,7 +93,7 @@ def test_bad_urls_are_user_errors(bad):
 def test_credentials_in_the_url_are_basic_auth_and_leave_the_url():
     endpoint = Endpoint.from_config(RunConfig(url="http://bob:pw@h:8000/v1", model="m", api_key="k"))
     assert (endpoint.base_url, endpoint.path) == ("http://h:8000", "/v1/chat/completions")
-    assert endpoint.headers("r")["Authorization"] == "Basic Ym9iOnB3"       # base64("bob:pw")
+    assert endpoint.headers("r")["Authorization"] == "Basic Ym9iOnB3"  # base64("bob:pw")
     assert "pw" not in repr(endpoint)
     keyed = Endpoint.from_config(RunConfig(url="http://h:8000", model="m", api_key="k"))
     assert keyed.headers("r")["Authorization"] == "Bearer k"
@@ -102,9 +102,28 @@ def test_credentials_in_the_url_are_basic_auth_and_leave_the_url():
 def test_every_fault_lands_in_its_category_and_sockets_stay_clean():
     """Faults drawn by the mock per request; 4 greenlets take turns on a pool of 4 keep-alive
     sockets, so a socket returned dirty after an abandoned stream would break a later request."""
-    with start_mock("--ttft", "0.02", "--itl", "0.01", "--seed", "3", "--error-rate", "0.1",
-                    "--error-codes", "500,429", "--disconnect-rate", "0.1", "--malformed-rate", "0.1",
-                    "--stall-rate", "0.1", "--stall-seconds", "3", "--not-sse-rate", "0.1") as mock:
+    with start_mock(
+        "--ttft",
+        "0.02",
+        "--itl",
+        "0.01",
+        "--seed",
+        "3",
+        "--error-rate",
+        "0.1",
+        "--error-codes",
+        "500,429",
+        "--disconnect-rate",
+        "0.1",
+        "--malformed-rate",
+        "0.1",
+        "--stall-rate",
+        "0.1",
+        "--stall-seconds",
+        "3",
+        "--not-sse-rate",
+        "0.1",
+    ) as mock:
         url = url_of(mock)
         http = client(url, concurrency=4, timeout=0.6)
         records = []
@@ -116,9 +135,13 @@ def test_every_fault_lands_in_its_category_and_sockets_stay_clean():
         gevent.joinall([gevent.spawn(worker, w) for w in range(4)], timeout=60)
         served = truth(url)
     assert len(records) == 48
-    expected = {None: "", "disconnect": ErrorCategory.DISCONNECT.value,
-                "malformed": ErrorCategory.MALFORMED.value, "stall": ErrorCategory.TIMEOUT.value,
-                "not_sse": ErrorCategory.NOT_SSE.value}
+    expected = {
+        None: "",
+        "disconnect": ErrorCategory.DISCONNECT.value,
+        "malformed": ErrorCategory.MALFORMED.value,
+        "stall": ErrorCategory.TIMEOUT.value,
+        "not_sse": ErrorCategory.NOT_SSE.value,
+    }
     seen = set()
     for rec in records:
         t = served[rec.request_id]
@@ -143,7 +166,7 @@ def test_auth_unknown_model_and_refused_connection():
         assert send(url, http, "key", api_key="sekret").ok
         unknown = send(url, http, "bad-model", model="nope", api_key="sekret")
         assert unknown.error == ErrorCategory.HTTP_404.value and unknown.status == 404
-    with socket.socket() as s:     # a port nothing listens on
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
         refused = send(dead, client(dead), "refused")
@@ -151,15 +174,18 @@ def test_auth_unknown_model_and_refused_connection():
     assert refused.token_times == [] and refused.end_time >= refused.send_time
 
 
-@pytest.mark.parametrize("error, responded, category", [
-    (ConnectionRefusedError(111, "refused"), False, ErrorCategory.CONNECT),
-    (socket.gaierror(-2, "Name or service not known"), False, ErrorCategory.CONNECT),
-    (TimeoutError("connect timed out"), False, ErrorCategory.CONNECT),
-    (ConnectionResetError(104, "reset"), False, ErrorCategory.DISCONNECT),
-    (ConnectionResetError(104, "reset"), True, ErrorCategory.DISCONNECT),
-    (TimeoutError("read timed out"), True, ErrorCategory.TIMEOUT),
-    (gevent.GreenletExit(), True, ErrorCategory.ABORTED),
-    (KeyError("bug"), True, ErrorCategory.CLIENT),
-])
+@pytest.mark.parametrize(
+    "error, responded, category",
+    [
+        (ConnectionRefusedError(111, "refused"), False, ErrorCategory.CONNECT),
+        (socket.gaierror(-2, "Name or service not known"), False, ErrorCategory.CONNECT),
+        (TimeoutError("connect timed out"), False, ErrorCategory.CONNECT),
+        (ConnectionResetError(104, "reset"), False, ErrorCategory.DISCONNECT),
+        (ConnectionResetError(104, "reset"), True, ErrorCategory.DISCONNECT),
+        (TimeoutError("read timed out"), True, ErrorCategory.TIMEOUT),
+        (gevent.GreenletExit(), True, ErrorCategory.ABORTED),
+        (KeyError("bug"), True, ErrorCategory.CLIENT),
+    ],
+)
 def test_each_transport_exception_has_one_category(error, responded, category):
     assert error_category(error, responded)[0] is category

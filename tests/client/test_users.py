@@ -22,15 +22,39 @@ DRIVER = Path(__file__).with_name("users_driver.py")
 def mock():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", "--ttft", "0.02",
-               "--itl", "0.02", "--error-rate", "0.2", "--error-codes", "500", "--seed", "2"],
-              ready_url=f"{url}/health"):
+    with Proc(
+        [
+            str(BIN / "loadlab"),
+            "mock",
+            "--port",
+            str(port),
+            "--model",
+            "m",
+            "--ttft",
+            "0.02",
+            "--itl",
+            "0.02",
+            "--error-rate",
+            "0.2",
+            "--error-codes",
+            "500",
+            "--seed",
+            "2",
+        ],
+        ready_url=f"{url}/health",
+    ):
         yield url
 
 
 def drive(*args: str) -> dict:
-    out = subprocess.run([sys.executable, str(DRIVER), *args], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, env={"PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -39,10 +63,10 @@ def drive(*args: str) -> dict:
 def test_locust_counts_one_request_per_stream(mock, mode, target):
     result = drive(mock, mode, target, "1.2")
     assert result["records"] >= 5
-    assert result["locust_requests"] == result["records"]           # not one per token
+    assert result["locust_requests"] == result["records"]  # not one per token
     assert result["locust_failures"] == result["failed_records"] > 0  # the injected 500s
     assert len(set(result["ids"])) == result["records"]
-    assert result["in_flight_after"] == 0                             # drained at stop
+    assert result["in_flight_after"] == 0  # drained at stop
     if mode == "closed":
         assert result["peak_in_flight"] <= 3
 
@@ -74,12 +98,23 @@ print(json.dumps({"kept": kept, "same_state": process_state(env) is state,
 def test_users_made_for_a_new_test_send_to_its_host():
     """Locust's web UI (or a master) may start a new test with another host or API: the users it
     spawns then must not keep the endpoint and workload of the first test."""
-    out = subprocess.run([sys.executable, "-c", SYNC_CHECK], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env={"PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", SYNC_CHECK],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"kept": True, "same_state": True, "base_url": "http://b:2",
-                      "path": "/v1/completions", "new_workload": True}
+    assert result == {
+        "kept": True,
+        "same_state": True,
+        "base_url": "http://b:2",
+        "path": "/v1/completions",
+        "new_workload": True,
+    }
 
 
 THINK_CHECK = """
@@ -102,10 +137,16 @@ print(json.dumps({"run1": draws(0), "run2": draws(0), "worker1": draws(1)}))
 def test_think_times_are_reproducible_per_user_and_differ_between_users():
     """Each closed-loop user draws its think times from a generator seeded by the workload seed,
     its process's worker index and its number: the same run again draws the same ones."""
-    out = subprocess.run([sys.executable, "-c", THINK_CHECK], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env={"PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", THINK_CHECK],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["run1"] == result["run2"]
-    assert len({tuple(d) for d in result["run1"]}) == 3          # every user its own sequence
+    assert len({tuple(d) for d in result["run1"]}) == 3  # every user its own sequence
     assert not set(map(tuple, result["run1"])) & set(map(tuple, result["worker1"]))

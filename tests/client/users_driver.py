@@ -22,10 +22,17 @@ from loadlab.store.schema import StepInfo
 
 
 def main(url: str, mode: str, target: float, seconds: float, requests: int = 0) -> dict:
-    workload = WorkloadConfig(input_len=LengthDist(mean=16, min=16, max=16),
-                              output_len=LengthDist(mean=8, min=8, max=8))
-    config = RunConfig(url=url, model="m", requests=requests, timeout=10, workload=workload,
-                       **({"concurrency": [int(target)]} if mode == "closed" else {"rate": [target]}))
+    workload = WorkloadConfig(
+        input_len=LengthDist(mean=16, min=16, max=16), output_len=LengthDist(mean=8, min=8, max=8)
+    )
+    config = RunConfig(
+        url=url,
+        model="m",
+        requests=requests,
+        timeout=10,
+        workload=workload,
+        **({"concurrency": [int(target)]} if mode == "closed" else {"rate": [target]}),
+    )
     env = Environment(user_classes=[ClosedLoopUser if mode == "closed" else OpenLoopUser], host=url)
     add_loadlab_events(env.events)
     env.loadlab = ClientContext(config=config, worker="driver")
@@ -42,10 +49,16 @@ def main(url: str, mode: str, target: float, seconds: float, requests: int = 0) 
     runner.stop()
     runner.quit()
     total = env.stats.total
-    return {"locust_requests": total.num_requests, "locust_failures": total.num_failures,
-            "records": len(records), "failed_records": sum(not r.ok for r in records),
-            "ids": [r.request_id for r in records], "peak_in_flight": peak[0],
-            "in_flight_after": in_flight(env), "tokens": [r.client_tokens for r in records]}
+    return {
+        "locust_requests": total.num_requests,
+        "locust_failures": total.num_failures,
+        "records": len(records),
+        "failed_records": sum(not r.ok for r in records),
+        "ids": [r.request_id for r in records],
+        "peak_in_flight": peak[0],
+        "in_flight_after": in_flight(env),
+        "tokens": [r.client_tokens for r in records],
+    }
 
 
 if __name__ == "__main__":

@@ -27,23 +27,33 @@ def test_default_scrapes_the_servers_metrics_then_the_tensorrt_llm_path():
     assert server.interval == 1.0
 
 
-@pytest.mark.parametrize("given, expected", [
-    (None, []),
-    ("/prometheus/metrics", ["http://127.0.0.1:8000/prometheus/metrics"]),
-    ("http://10.0.0.5:9400/metrics", ["http://10.0.0.5:9400/metrics"]),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (None, []),
+        ("/prometheus/metrics", ["http://127.0.0.1:8000/prometheus/metrics"]),
+        ("http://10.0.0.5:9400/metrics", ["http://10.0.0.5:9400/metrics"]),
+    ],
+)
 def test_server_metrics_setting(given, expected):
     assert server_metrics_urls(config(server_metrics=given)) == expected
 
 
 def test_every_collector_when_everything_is_asked_for(tmp_path):
-    collectors = build_collectors(RunConfig(
-        url="http://127.0.0.1:8000", metrics_interval=0.5, prometheus="http://127.0.0.1:9090",
-        prometheus_selector='{job="vllm"}', gpu=True, gpu_interval=0.1,
-        nccl_inspector_dir=str(tmp_path), server_pid=os.getpid()))
+    collectors = build_collectors(
+        RunConfig(
+            url="http://127.0.0.1:8000",
+            metrics_interval=0.5,
+            prometheus="http://127.0.0.1:9090",
+            prometheus_selector='{job="vllm"}',
+            gpu=True,
+            gpu_interval=0.1,
+            nccl_inspector_dir=str(tmp_path),
+            server_pid=os.getpid(),
+        )
+    )
     kinds = [type(c) for c in collectors]
-    assert kinds == [ServerMetricsCollector, PrometheusCollector, GpuCollector, NcclInspectorCollector,
-                     HostCollector]
+    assert kinds == [ServerMetricsCollector, PrometheusCollector, GpuCollector, NcclInspectorCollector, HostCollector]
     server, prom, gpu, nccl, host = collectors
     assert server.interval == 0.5 and prom.step == 0.5 and 'job="vllm"' in prom.query
     assert gpu.interval == 0.1
@@ -55,8 +65,14 @@ def test_nothing_when_everything_is_off():
     assert build_collectors(config(server_metrics=None)) == []
 
 
-@pytest.mark.parametrize("bad", [dict(prometheus="localhost:9090"), dict(server_metrics="ftp://x/metrics"),
-                                 dict(prometheus="http://p:9090", prometheus_selector="up{job")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(prometheus="localhost:9090"),
+        dict(server_metrics="ftp://x/metrics"),
+        dict(prometheus="http://p:9090", prometheus_selector="up{job"),
+    ],
+)
 def test_bad_urls_and_selectors_are_user_errors_before_the_run(bad):
     with pytest.raises(UserError):
         build_collectors(config(**bad))

@@ -40,15 +40,30 @@ def test_replay_gives_every_signal_for_each_gpu_at_the_interval():
     ticks = sorted({s.time for s in samples})
     assert len(ticks) >= 4
     gaps = [b - a for a, b in itertools.pairwise(ticks[:-1])]  # the last tick is the one taken at stop()
-    assert 0.02 < sorted(gaps)[len(gaps) // 2] < 0.2     # median gap near 0.05 s (noisy CI)
+    assert 0.02 < sorted(gaps)[len(gaps) // 2] < 0.2  # median gap near 0.05 s (noisy CI)
     first = [s for s in samples if s.time == ticks[0]]
     by_key = {(s.signal, s.labels["gpu"]): s for s in first}
     for gpu in ("0", "1"):
-        for signal in ("gpu_util", "gpu_mem_util", "gpu_mem_used", "gpu_mem_total", "gpu_power",
-                       "gpu_sm_clock", "gpu_clock_events", "gpu_clock_power_cap", "gpu_clock_thermal",
-                       "gpu_clock_hw_slowdown", "gpu_pcie_tx", "gpu_pcie_rx", "gpu_nvlink_tx",
-                       "gpu_nvlink_rx", "gpu_sm_active", "gpu_sm_occupancy", "gpu_tensor_active",
-                       "gpu_dram_active"):
+        for signal in (
+            "gpu_util",
+            "gpu_mem_util",
+            "gpu_mem_used",
+            "gpu_mem_total",
+            "gpu_power",
+            "gpu_sm_clock",
+            "gpu_clock_events",
+            "gpu_clock_power_cap",
+            "gpu_clock_thermal",
+            "gpu_clock_hw_slowdown",
+            "gpu_pcie_tx",
+            "gpu_pcie_rx",
+            "gpu_nvlink_tx",
+            "gpu_nvlink_rx",
+            "gpu_sm_active",
+            "gpu_sm_occupancy",
+            "gpu_tensor_active",
+            "gpu_dram_active",
+        ):
             assert (signal, gpu) in by_key, (signal, gpu)
     # The first tick is the trace's first instant: idle GPUs, "GPU idle" clock event only.
     recorded = ReplayBackend(TRACE).frames[0]
@@ -96,7 +111,7 @@ def test_without_nvml_it_says_unavailable_once_records_coverage_and_does_not_rai
     collector = GpuCollector(interval=0.05, backend=_nvml_missing_backend())
     with caplog.at_level(logging.WARNING):
         samples = run_collector(collector, 0.3)
-        collector.stop()   # a second stop is harmless
+        collector.stop()  # a second stop is harmless
     assert samples == []
     messages = [r.getMessage() for r in caplog.records if "GPU signals unavailable" in r.getMessage()]
     assert len(messages) == 1

@@ -34,7 +34,7 @@ def test_basic_counters_are_converted_to_loadlab_units():
 
 def test_gpm_metrics_become_ratios_and_bytes_per_second_on_hopper():
     backend, _ = open_backend()
-    assert backend.read()[0].sm_active is None   # right after open: a GPM window would be noise
+    assert backend.read()[0].sm_active is None  # right after open: a GPM window would be noise
     time.sleep(GPM_MIN_INTERVAL)
     hopper = backend.read()[0]
     assert hopper.sm_active == pytest.approx(0.61) and hopper.sm_occupancy == pytest.approx(0.23)
@@ -47,9 +47,9 @@ def test_unsupported_queries_are_skipped_and_not_asked_again():
     for _ in range(3):
         older = backend.read()[1]
         assert older.power is None and older.sm_active is None and older.nvlink_tx is None
-        assert older.util == 0.97                      # the rest of the GPU is still read
-    assert fake.calls["power1"] == 1                   # not supported: asked once only
-    assert older.clock_events == 0x40                  # fell back to the old "throttle" call
+        assert older.util == 0.97  # the rest of the GPU is still read
+    assert fake.calls["power1"] == 1  # not supported: asked once only
+    assert older.clock_events == 0x40  # fell back to the old "throttle" call
     assert backend.errors == 0
 
 

@@ -8,18 +8,23 @@ def test_each_present_field_becomes_one_labelled_sample_and_missing_ones_none():
     samples = {s.signal: s for s in r.to_samples(123.0)}
     assert set(samples) == {"gpu_util", "gpu_mem_used", "gpu_mem_total", "gpu_sm_active"}
     assert samples["gpu_util"].value == 0.97
-    assert all(s.labels == {"gpu": "1", "uuid": "GPU-x"} and s.time == 123.0 and s.source == "gpu"
-               for s in samples.values())
+    assert all(
+        s.labels == {"gpu": "1", "uuid": "GPU-x"} and s.time == 123.0 and s.source == "gpu" for s in samples.values()
+    )
 
 
 def test_power_cap_bit_sets_only_the_power_cap_flag():
-    assert decode_clock_events(0x4) == {"gpu_clock_power_cap": 1.0, "gpu_clock_thermal": 0.0,
-                                        "gpu_clock_hw_slowdown": 0.0, "gpu_clock_slowdown": 1.0}
+    assert decode_clock_events(0x4) == {
+        "gpu_clock_power_cap": 1.0,
+        "gpu_clock_thermal": 0.0,
+        "gpu_clock_hw_slowdown": 0.0,
+        "gpu_clock_slowdown": 1.0,
+    }
 
 
 def test_thermal_and_hardware_bits_decode_to_their_flags():
-    assert decode_clock_events(0x20)["gpu_clock_thermal"] == 1.0   # SW thermal
-    assert decode_clock_events(0x40)["gpu_clock_thermal"] == 1.0   # HW thermal
+    assert decode_clock_events(0x20)["gpu_clock_thermal"] == 1.0  # SW thermal
+    assert decode_clock_events(0x40)["gpu_clock_thermal"] == 1.0  # HW thermal
     assert decode_clock_events(0x8)["gpu_clock_hw_slowdown"] == 1.0
     assert decode_clock_events(0x80)["gpu_clock_hw_slowdown"] == 1.0  # HW power brake
     both = decode_clock_events(0x4 | 0x40)
@@ -39,7 +44,9 @@ def test_clock_events_emit_raw_mask_and_decoded_flags():
 
 
 def test_signal_names_cover_every_sample_a_full_reading_emits():
-    full = GpuReading(index=0, **{name[4:]: 0.5 for name in signal_names()
-                                  if name.startswith("gpu_") and not name.startswith("gpu_clock_")},
-                      clock_events=0)
+    full = GpuReading(
+        index=0,
+        **{name[4:]: 0.5 for name in signal_names() if name.startswith("gpu_") and not name.startswith("gpu_clock_")},
+        clock_events=0,
+    )
     assert {s.signal for s in full.to_samples(0.0)} == set(signal_names())

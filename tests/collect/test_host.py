@@ -33,15 +33,15 @@ def spawn():
 
 def cores_over(pid: int, seconds: float) -> float:
     cpu = ProcessCpu(pid)
-    assert cpu.sample() == 0.0      # the first call only primes
+    assert cpu.sample() == 0.0  # the first call only primes
     time.sleep(seconds)
     return cpu.sample()
 
 
 def test_busy_process_uses_most_of_a_core(spawn):
     busy = spawn(BUSY)
-    time.sleep(0.3)                 # past interpreter start-up
-    assert cores_over(busy.pid, 1.0) > 0.3   # wide: 2 shared cores in CI
+    time.sleep(0.3)  # past interpreter start-up
+    assert cores_over(busy.pid, 1.0) > 0.3  # wide: 2 shared cores in CI
 
 
 def test_idle_process_uses_almost_nothing(spawn):
@@ -52,7 +52,7 @@ def test_idle_process_uses_almost_nothing(spawn):
 
 def test_host_cpu_sees_a_busy_process(spawn):
     host = HostCpu()
-    spawn(BUSY)   # runs until the test ends
+    spawn(BUSY)  # runs until the test ends
     time.sleep(0.3)
     host.sample()
     time.sleep(1.0)
@@ -90,7 +90,7 @@ def test_host_collector_reports_a_vanished_pid_once_and_keeps_sampling(spawn, ca
 
     assert roles("server") and all(s.labels["pid"] == str(doomed.pid) for s in roles("server"))
     assert max(s.time for s in roles("server")) < killed_at + 0.15  # nothing after it vanished
-    assert max(s.time for s in roles("other")) > killed_at + 0.3    # the other role goes on
+    assert max(s.time for s in roles("other")) > killed_at + 0.3  # the other role goes on
     assert max(s.time for s in got if s.signal == "host_cpu") > killed_at + 0.3
     assert all(0.0 <= s.value <= psutil.cpu_count() + 0.5 for s in got if s.signal == "host_cpu")
     warnings = [r.getMessage() for r in caplog.records if "disappeared" in r.getMessage()]

@@ -28,7 +28,7 @@ def test_tails_inspector_files_into_collective_samples(tmp_path, caplog):
     collector = NcclInspectorCollector(str(dump_dir), interval=0.1)
     got: list[Sample] = []
     with caplog.at_level(logging.WARNING):
-        collector.start(got.extend)            # before the plugin has created anything
+        collector.start(got.extend)  # before the plugin has created anything
         time.sleep(0.25)
         dump_dir.mkdir()
         rank0, rank1 = dump_dir / "node0-pid4100.log", dump_dir / "node0-pid4101.log"
@@ -37,7 +37,7 @@ def test_tails_inspector_files_into_collective_samples(tmp_path, caplog):
         wait_for(lambda: collector.records == 3)
         # The sequence jumps 11 -> 14: the record stands for 3 collectives.
         line = inspector_line(0, 14, 300)
-        append(rank0, line[:40])               # a line caught half-written
+        append(rank0, line[:40])  # a line caught half-written
         time.sleep(0.3)
         append(rank0, line[40:] + '{"header": {"id": "0x1"\n' + "not json\n")
         append(rank1, inspector_line(1, 12, 350, kernel_stop_us=DUMP_US + 5_000_000))
@@ -46,17 +46,22 @@ def test_tails_inspector_files_into_collective_samples(tmp_path, caplog):
 
     times = [s for s in got if s.signal == "collective_time"]
     assert sorted((s.labels["rank"], s.value) for s in times) == [
-        ("0", 0.0003), ("0", 0.0004), ("0", 0.0005), ("1", 0.00035), ("1", 0.00045)]
-    assert all(s.labels["coll"] == "AllReduce" and s.labels["n_ranks"] == "2" and s.source == "nccl"
-               for s in times)
+        ("0", 0.0003),
+        ("0", 0.0004),
+        ("0", 0.0005),
+        ("1", 0.00035),
+        ("1", 0.00045),
+    ]
+    assert all(s.labels["coll"] == "AllReduce" and s.labels["n_ranks"] == "2" and s.source == "nccl" for s in times)
     calls = sorted((s.labels["rank"], s.value) for s in got if s.signal == "collective_calls")
     assert calls == [("0", 1.0), ("0", 1.0), ("0", 3.0), ("1", 1.0), ("1", 2.0)]
     verbose = [s for s in times if s.value == 0.00035][0]
-    assert verbose.time == pytest.approx((DUMP_US + 5_000_000) / 1e6)   # the kernel stop time
+    assert verbose.time == pytest.approx((DUMP_US + 5_000_000) / 1e6)  # the kernel stop time
     plain = [s for s in times if s.value == 0.0004][0]
-    assert plain.time == pytest.approx((DUMP_US + 10 * 1000) / 1e6)     # the dump time
-    totals = {r: sum(s.value for s in got if s.signal == "collective_seconds" and s.labels["rank"] == r)
-              for r in ("0", "1")}
+    assert plain.time == pytest.approx((DUMP_US + 10 * 1000) / 1e6)  # the dump time
+    totals = {
+        r: sum(s.value for s in got if s.signal == "collective_seconds" and s.labels["rank"] == r) for r in ("0", "1")
+    }
     assert totals["0"] == pytest.approx(0.0004 + 0.0005 + 3 * 0.0003)
     assert totals["1"] == pytest.approx(0.00045 + 2 * 0.00035)
     assert [s for s in got if s.signal == "collective_seconds" and s.value == 0.0]  # idle intervals too

@@ -17,8 +17,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.txt")))
 def test_same_series_and_values_as_the_reference_parser(fixture):
     text = (FIXTURES / fixture).read_text()
-    ours = {(s.signal, tuple(sorted(s.labels.items()))): s.value
-            for s in parse_metrics_text(text, time=0.0, source="server")}
+    ours = {
+        (s.signal, tuple(sorted(s.labels.items()))): s.value
+        for s in parse_metrics_text(text, time=0.0, source="server")
+    }
     reference = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -34,29 +36,34 @@ def test_same_series_and_values_as_the_reference_parser(fixture):
 
 
 def test_escapes_timestamps_special_values_and_blank_lines():
-    text = ('\n# a comment\n'
-            'a{path="C:\\\\dir",quote="say \\"hi\\"",nl="x\\ny",} 1 1700000000000\n'
-            '  b 2.5e-3  \n'
-            'c{} +Inf\n'
-            'd NaN\n')
+    text = (
+        '\n# a comment\n'
+        'a{path="C:\\\\dir",quote="say \\"hi\\"",nl="x\\ny",} 1 1700000000000\n'
+        '  b 2.5e-3  \n'
+        'c{} +Inf\n'
+        'd NaN\n'
+    )
     samples = {s.signal: s for s in parse_metrics_text(text, time=5.0, source="server")}
     assert samples["a"].labels == {"path": "C:\\dir", "quote": 'say "hi"', "nl": "x\ny"}
-    assert samples["a"].value == 1 and samples["a"].time == 5.0   # the scrape's time, not the server's
+    assert samples["a"].value == 1 and samples["a"].time == 5.0  # the scrape's time, not the server's
     assert samples["b"].value == 0.0025
     assert samples["c"].value == math.inf
-    assert "d" not in samples                                      # NaN carries no data
+    assert "d" not in samples  # NaN carries no data
 
 
-@pytest.mark.parametrize("junk", [
-    "<html><body>502 Bad Gateway</body></html>",
-    '{"object": "error"}',
-    'vllm:num_requests_running{model_name="m" 1',
-    'vllm:num_requests_running{model_name=m} 1',
-    "vllm:num_requests_running one",
-    "Not Found",
-    "",
-    "# only comments\n",
-])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        "<html><body>502 Bad Gateway</body></html>",
+        '{"object": "error"}',
+        'vllm:num_requests_running{model_name="m" 1',
+        'vllm:num_requests_running{model_name=m} 1',
+        "vllm:num_requests_running one",
+        "Not Found",
+        "",
+        "# only comments\n",
+    ],
+)
 def test_text_that_is_not_metrics_is_malformed(junk):
     with pytest.raises(MalformedMetrics):
         parse_metrics_text(junk, time=0.0, source="server")

@@ -31,9 +31,9 @@ def test_selector_is_merged_into_the_query():
     assert query.startswith('{__name__=~"(')
     assert query.endswith(', job="vllm", instance=~"node-.*"}')
     assert "vllm:num_requests_running" in query and "DCGM_FI_.+" in query
-    assert "DCGM_FI_DEV_GPU_UTIL|" not in query   # DCGM comes in by prefix, not by list
+    assert "DCGM_FI_DEV_GPU_UTIL|" not in query  # DCGM comes in by prefix, not by list
     assert series_query("") == series_query("{}")
-    assert series_query('job="vllm"') == series_query('{job="vllm"}')   # braces optional
+    assert series_query('job="vllm"') == series_query('{job="vllm"}')  # braces optional
 
 
 @pytest.mark.parametrize("bad", ["{job='x'", 'up{job="x"}', "{job=\"x\"", "vllm", "{{}}"])
@@ -48,7 +48,7 @@ def test_unreachable_prometheus_is_reported_once_and_the_run_goes_on(caplog):
     with caplog.at_level(logging.WARNING):
         collector.start(got.extend)
         collector.stop()
-        collector.stop()   # a second stop is harmless
+        collector.stop()  # a second stop is harmless
     cov = collector.coverage()
     assert got == [] and cov.ok_samples == 0 and cov.failed_samples == 1
     assert "ConnectionError" in cov.error
@@ -71,8 +71,11 @@ def serving(kind: str) -> Iterator[tuple[str, str]]:
         return
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
-              ready_url=f"{url}/metrics", timeout=120):
+    with Proc(
+        [str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+        ready_url=f"{url}/metrics",
+        timeout=120,
+    ):
         yield url, "loadlab-reference"
 
 

@@ -28,7 +28,7 @@ class MetricsPages:
     def __init__(self, pages: dict[str, tuple[int, str]]) -> None:
         self.pages = pages
         self.hits: dict[str, int] = {}
-        self.authorization = ""       # the last request's Authorization header
+        self.authorization = ""  # the last request's Authorization header
 
 
 @contextmanager
@@ -144,7 +144,7 @@ def test_malformed_text_is_a_failed_scrape_and_the_collector_goes_on(caplog):
         with caplog.at_level(logging.WARNING):
             collector.start(sink)
             time.sleep(0.35)
-            state.pages["/metrics"] = (200, VLLM_TEXT)   # the server recovers
+            state.pages["/metrics"] = (200, VLLM_TEXT)  # the server recovers
             time.sleep(0.35)
             collector.stop()
     cov = collector.coverage()
@@ -165,8 +165,7 @@ def test_http_error_is_a_failed_scrape():
 def test_falls_back_to_tensorrt_llm_path_on_404():
     trt = (FIXTURES / "trtllm.txt").read_text()
     with metrics_server({"/prometheus/metrics": (200, trt)}) as (url, _):
-        collector = ServerMetricsCollector(f"{url}/metrics", interval=10,
-                                           fallback_urls=(f"{url}/prometheus/metrics",))
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10, fallback_urls=(f"{url}/prometheus/metrics",))
         batch = collector.poll()
     assert collector.url.endswith("/prometheus/metrics")
     assert any(s.signal == "kv_usage" and s.value == 0.97 for s in batch)
@@ -176,7 +175,7 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
     with metrics_server({"/metrics": (200, "vllm:num_requests_running 3\n")}) as (url, pages):
         collector = ServerMetricsCollector(metrics_url(url.replace("http://", "http://bob:pw@") + "/v1"))
         batch = collector.poll()
-    assert pages.authorization == "Basic Ym9iOnB3" and batch           # base64("bob:pw")
+    assert pages.authorization == "Basic Ym9iOnB3" and batch  # base64("bob:pw")
     assert collector.url == url + "/metrics" and collector.urls == [url + "/metrics"]
 
 
@@ -204,10 +203,10 @@ def test_against_a_running_loadlab_mock_signals_follow_the_load():
     for s in sink.samples:
         by_signal.setdefault(s.signal, []).append(s)
     generated = [s.value for s in sorted(by_signal["generation_tokens"], key=lambda s: s.time)]
-    assert generated == sorted(generated)                     # a counter only grows
+    assert generated == sorted(generated)  # a counter only grows
     assert generated[0] < generated[-1] and generated[-1] >= 6 * 39
     assert max(s.value for s in by_signal["requests_running"]) >= 1
-    assert by_signal["requests_running"][-1].value == 0       # all done by the last scrape
+    assert by_signal["requests_running"][-1].value == 0  # all done by the last scrape
     last_time = max(s.time for s in sink.samples)
     ttft_count = [s.value for s in by_signal["ttft_count"] if s.time == last_time]
     assert ttft_count == [6]
@@ -220,8 +219,11 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Proc([str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
-              ready_url=f"{url}/metrics", timeout=120):
+    with Proc(
+        [str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+        ready_url=f"{url}/metrics",
+        timeout=120,
+    ):
         collector = ServerMetricsCollector(f"{url}/metrics", interval=10)
         before = collector.poll()
         for _ in range(2):
@@ -230,15 +232,16 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
     assert collector.coverage().failed_samples == 0
 
     def total(samples: list[Sample], signal: str, **labels: str) -> float:
-        return sum(s.value for s in samples if s.signal == signal
-                   and all(s.labels.get(k) == v for k, v in labels.items()))
+        return sum(
+            s.value for s in samples if s.signal == signal and all(s.labels.get(k) == v for k, v in labels.items())
+        )
 
     assert total(before, "step_time_count") == 0
     assert total(after, "step_time_count", phase="prefill") >= 1
-    assert total(after, "step_time_count") >= 8           # a prefill and a decode step per token
+    assert total(after, "step_time_count") >= 8  # a prefill and a decode step per token
     assert total(after, "step_time_sum") > 0
     assert total(after, "batch_size_count") == total(after, "step_time_count")
-    assert total(after, "collective_time_count") >= 1    # tensor parallel 1: zero-length collectives
+    assert total(after, "collective_time_count") >= 1  # tensor parallel 1: zero-length collectives
     assert total(after, "generation_tokens") == 16
     assert total(after, "ttft_count") == 2
     # Tokens per step: one series (the reference server once exported it under two names).
@@ -247,10 +250,9 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
 
 def test_a_server_without_metrics_gets_a_hint_not_just_a_404():
     with metrics_server({}) as (url, state):
-        collector = ServerMetricsCollector(f"{url}/metrics", interval=10,
-                                           fallback_urls=(f"{url}/prometheus/metrics",))
+        collector = ServerMetricsCollector(f"{url}/metrics", interval=10, fallback_urls=(f"{url}/prometheus/metrics",))
         run_collector(collector, 0.05)
-    assert state.hits == {"/metrics": 1, "/prometheus/metrics": 2}   # start and stop; fallback kept
+    assert state.hits == {"/metrics": 1, "/prometheus/metrics": 2}  # start and stop; fallback kept
     assert "404" in collector.coverage().error and "--enable-metrics" in collector.coverage().error
 
 
@@ -273,6 +275,11 @@ def test_a_scrape_is_parsed_off_the_gevent_event_loop():
     # Inside `loadlab run` (gevent-patched) parsing a large page on the loop delays token timestamps.
     page = (FIXTURES / "reference.txt").read_text()
     with metrics_server({"/metrics": (200, page)}) as (url, _):
-        done = subprocess.run([sys.executable, "-c", PARSED_WHERE, url + "/metrics"], capture_output=True,
-                              text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", PARSED_WHERE, url + "/metrics"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert done.stdout.strip() == "thread", done.stderr[-2000:]

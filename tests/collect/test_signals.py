@@ -43,7 +43,7 @@ def test_vllm_current_names():
         assert {hist + part for part in HISTOGRAM_PARTS} <= signals(samples), hist
     assert value(samples, "tokens_per_step", le="16.0") == 1200
     assert value(samples, "itl_count") == 15240
-    assert value(samples, "prefix_cache_queries") == 20480   # tokens
+    assert value(samples, "prefix_cache_queries") == 20480  # tokens
     assert value(samples, "prefix_cache_hits") == 12288
 
 
@@ -140,16 +140,19 @@ def test_dcgm_series_become_gpu_signals_in_ratios_and_bytes():
     assert value(samples, "DCGM_FI_DEV_SM_CLOCK") == 1980
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("vllm:iteration_tokens_total_bucket", "tokens_per_step"),
-    ("vllm:iteration_tokens_total_sum", "tokens_per_step_sum"),
-    ("vllm:num_preemptions_total", "preemptions"),
-    ("vllm:prefix_cache_hits_total", "prefix_cache_hits"),
-    ("vllm:num_preemptions", "preemptions"),
-    ("trtllm:kv_cache_utilization", "kv_usage"),
-    ("vllm:ttft_made_up", "vllm:ttft_made_up"),
-    ("vllm:num_requests_running_bucket", "requests_running"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("vllm:iteration_tokens_total_bucket", "tokens_per_step"),
+        ("vllm:iteration_tokens_total_sum", "tokens_per_step_sum"),
+        ("vllm:num_preemptions_total", "preemptions"),
+        ("vllm:prefix_cache_hits_total", "prefix_cache_hits"),
+        ("vllm:num_preemptions", "preemptions"),
+        ("trtllm:kv_cache_utilization", "kv_usage"),
+        ("vllm:ttft_made_up", "vllm:ttft_made_up"),
+        ("vllm:num_requests_running_bucket", "requests_running"),
+    ],
+)
 def test_canonical_name_strips_counter_and_histogram_suffixes(raw, expected):
     assert canonical_name(raw).signal == expected
 
@@ -162,8 +165,10 @@ def test_histogram_count_is_not_scaled():
 
 def test_two_raw_names_for_one_signal_give_one_series():
     # vLLM exported the old and new KV names side by side for a while; the first one wins.
-    text = ('vllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
-            'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
-            'vllm:kv_cache_usage_perc{model_name="other"} 0.25\n')
+    text = (
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
+        'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
+        'vllm:kv_cache_usage_perc{model_name="other"} 0.25\n'
+    )
     samples = parse_metrics_text(text, time=1.0, source="server")
     assert sorted((s.labels["model_name"], s.value) for s in samples) == [("m", 0.5), ("other", 0.25)]

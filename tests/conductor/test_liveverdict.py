@@ -52,7 +52,7 @@ def window_of(*halves) -> LiveWindow:
 
 def test_the_live_verdict_is_the_analyzers_on_the_same_window():
     light, bound = light_then_kv_bound()
-    live = window_of(light, bound).window(STEP, T + 61)   # requests of 1 s: the window ends 1 s before now
+    live = window_of(light, bound).window(STEP, T + 61)  # requests of 1 s: the window ends 1 s before now
     assert live is not None
     v = live.judge({})
     # The analyzer on a run of just those 30 s, with its own steady window.
@@ -63,13 +63,15 @@ def test_the_live_verdict_is_the_analyzers_on_the_same_window():
     for name in ("kv_usage_p90", "waiting_mean", "preemptions_per_min"):
         assert v.derived[name].value == pytest.approx(alone.derived[name].value), name
     assert [e.name for e in v.evidence[:3]] == [e.name for e in alone.evidence[:3]]
-    assert answer(window_of(light, bound), STEP, T + 61, {}).line == \
-        "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"
+    assert (
+        answer(window_of(light, bound), STEP, T + 61, {}).line
+        == "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"
+    )
 
 
 def test_the_window_moves_with_the_run():
     light, bound = light_then_kv_bound()
-    early = window_of(light, bound).window(STEP, T + 31)   # judges the light half
+    early = window_of(light, bound).window(STEP, T + 31)  # judges the light half
     assert early is not None
     v = early.judge({})
     alone = analyze_run(run_of(light[0], [closed(4, T, T + 30)], light[1])).steps[0]
@@ -85,10 +87,10 @@ def test_a_young_step_has_no_verdict_yet():
 def test_buffers_keep_only_the_recent_window():
     window = LiveWindow(seconds=30)
     light, bound = light_then_kv_bound()
-    for r in sorted(light[0] + bound[0], key=lambda r: r.end_time):   # records arrive as requests end
+    for r in sorted(light[0] + bound[0], key=lambda r: r.end_time):  # records arrive as requests end
         window.add_record(r)
     window.add_samples(light[1] + bound[1])
-    window.prune(T + 100)   # a window ends up to 15 s before now and counters need 10 s before it
+    window.prune(T + 100)  # a window ends up to 15 s before now and counters need 10 s before it
     assert min(r.end_time for r in window._records) >= T + 30 and len(window._records) >= len(bound[0])
     assert min(row[0] for row in window._samples) >= T + 30
     window.prune(T + 200)
@@ -107,7 +109,7 @@ def test_a_fault_in_the_analysis_is_an_answer_not_a_crash(monkeypatch):
     write_message(inp, ("judge", STEP, T + 61))
     write_message(inp, ("judge", STEP, T + 62))
     inp.seek(0)
-    serve(inp, out)   # returns at the end of its input
+    serve(inp, out)  # returns at the end of its input
     out.seek(0)
     answers = []
     while head := out.read(4):
@@ -170,22 +172,37 @@ def test_a_run_against_a_tiny_kv_pool_shows_the_kv_verdict_appearing(tmp_path):
     # once, the other 14 users wait for KV (as tests/cli/test_analyze.py). The server runs niced
     # so that the load generator is not the one starved on a busy 2-core machine.
     with start_server(tmp_path / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
-        result = loadlab("run", "--url", server.url, "--concurrency", "16", "--duration", "30",
-                         "--input-len", "100", "--output-len", "20", "--no-gpu", "--out", str(tmp_path / "run"),
-                         timeout=180)
+        result = loadlab(
+            "run",
+            "--url",
+            server.url,
+            "--concurrency",
+            "16",
+            "--duration",
+            "30",
+            "--input-len",
+            "100",
+            "--output-len",
+            "20",
+            "--no-gpu",
+            "--out",
+            str(tmp_path / "run"),
+            timeout=180,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
-    status = result.stderr[:result.stderr.find("[finished]")]   # the status lines (not a terminal: plain)
+    status = result.stderr[: result.stderr.find("[finished]")]  # the status lines (not a terminal: plain)
     verdicts = [line.strip() for line in status.splitlines() if line.startswith("          ")]
     assert verdicts, status
     # The busy machine may starve the client's event loop: then the line rightly says so first.
-    assert any(v.startswith("KV capacity binds: KV") and "waiting" in v for v in verdicts) or \
-        any(v.startswith("The load generator limits") and v.endswith("server-side evidence alone: KV capacity)")
-            for v in verdicts), status
+    assert any(v.startswith("KV capacity binds: KV") and "waiting" in v for v in verdicts) or any(
+        v.startswith("The load generator limits") and v.endswith("server-side evidence alone: KV capacity)")
+        for v in verdicts
+    ), status
     assert UNAVAILABLE not in status
 
 
 def test_a_costly_verdict_comes_less_often(monkeypatch):
-    monkeypatch.setattr("loadlab.conductor.liveverdict.MAX_CORE_SHARE", 0.001)   # any verdict is costly
+    monkeypatch.setattr("loadlab.conductor.liveverdict.MAX_CORE_SHARE", 0.001)  # any verdict is costly
     _, bound = light_then_kv_bound()
     clock = [T + 61]
     live = LiveVerdict({}, lambda: STEP, lambda: clock[0], every=0.01)
@@ -194,7 +211,7 @@ def test_a_costly_verdict_comes_less_often(monkeypatch):
             live.add_record(r)
         live.add_samples(bound[1])
         poll_until(live, lambda: live.line)
-        clock[0] += 1.0   # past `every`, not past cpu_s / MAX_CORE_SHARE
+        clock[0] += 1.0  # past `every`, not past cpu_s / MAX_CORE_SHARE
         for _ in range(20):
             live.poll()
             time.sleep(0.05)

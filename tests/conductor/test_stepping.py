@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from loadlab.conductor.stepping import (CLIENT, ERRORS, KNEE, MAX_LOAD, MAX_STEPS, SLO, StepResult,
-                                        SweepLimits, judge_all, next_step)
+from loadlab.conductor.stepping import (
+    CLIENT,
+    ERRORS,
+    KNEE,
+    MAX_LOAD,
+    MAX_STEPS,
+    SLO,
+    StepResult,
+    SweepLimits,
+    judge_all,
+    next_step,
+)
 
 LIMITS = SweepLimits(mode="closed", start=1, max_load=512, max_steps=12)
 
 
 def step(index: int, target: float, tps: float, e2e: float = 1.0, **kw: object) -> StepResult:
-    derived = {"output_tokens_per_s": tps, "e2e_p50": e2e, "refused_share": 0.0,
-               "completed_per_s": target / e2e, "waiting_mean": 0.0}
+    derived = {
+        "output_tokens_per_s": tps,
+        "e2e_p50": e2e,
+        "refused_share": 0.0,
+        "completed_per_s": target / e2e,
+        "waiting_mean": 0.0,
+    }
     return StepResult(index, f"concurrency={target:g}", target, derived, **kw)
 
 
@@ -42,13 +57,13 @@ def test_doubles_from_one_then_bisects_to_the_knee():
 
 def test_a_step_that_scales_less_than_the_load_but_not_flat_is_still_good():
     targets, decision = sweep(knee_at(10), SweepLimits("closed", 1, 16, 12))
-    assert targets == [1, 2, 4, 8, 16] and decision.stop == MAX_LOAD   # 16: +25 % for +100 %: at the knee
+    assert targets == [1, 2, 4, 8, 16] and decision.stop == MAX_LOAD  # 16: +25 % for +100 %: at the knee
 
 
 def test_a_flat_step_is_judged_against_the_highest_good_step_below_it():
     results = [step(0, 8, 800), step(1, 16, 810), step(2, 12, 1000)]
     judged = {j.step.target: j.bad for j in judge_all(results, "closed")}
-    assert judged == {8: "", 16: KNEE, 12: ""}      # 12 vs 8: +25 % throughput, still scaling
+    assert judged == {8: "", 16: KNEE, 12: ""}  # 12 vs 8: +25 % throughput, still scaling
 
 
 def test_still_scaling_at_max_stops_there():
@@ -60,6 +75,7 @@ def test_still_scaling_at_max_stops_there():
 def test_slo_breach_is_bisected_like_the_knee():
     def server(c):
         return {"tps": 100 * c, "slo_failures": ["ttft_p99=2s measured 3 s"] if c > 5 else []}
+
     targets, decision = sweep(server)
     assert targets == [1, 2, 4, 8, 6, 5]
     assert decision.stop == SLO and decision.good.target == 5 and decision.bad.step.target == 6
@@ -88,6 +104,7 @@ def test_open_loop_rates_bisect_in_fractions():
     # starts low (0.5/s) and bisects in fractions of a request per second where needed
     def server(rate):
         return {"tps": 10 * min(rate, 5), "e2e": 1.0}
+
     results: list[StepResult] = []
     limits = SweepLimits("open", 0.5, 64, 12)
     decision = next_step(results, limits)

@@ -46,23 +46,77 @@ def render(url: str, net_log: Path | None = None) -> str:
 def chromium(url: str, net_log: Path | None = None) -> subprocess.CompletedProcess:
     """Headless Chromium's run of the page: its DOM on stdout, its console messages on stderr."""
     logging = ["--enable-logging=stderr", "--v=0"] + ([f"--log-net-log={net_log}"] if net_log else [])
-    return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--virtual-time-budget=8000", *logging, "--dump-dom", url],
-                          capture_output=True, text=True, timeout=90, check=False)
+    return subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=8000",
+            *logging,
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
 
 
 def test_llm_tab_shows_exact_live_numbers(tmp_path):
     mock_port, web_port, out = free_port(), free_port(), tmp_path / "run"
     web = f"http://127.0.0.1:{web_port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(mock_port), "--ttft", "0.05", "--itl", "0.02",
-               "--error-rate", "0.2"],
-              ready_url=f"http://127.0.0.1:{mock_port}/health"), \
-         Proc([str(BIN / "locust"), "-f", "locustfiles/openai_stream.py", "--host", f"http://127.0.0.1:{mock_port}",
-               "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "10",
-               "--loadlab-model", "mock", "--loadlab-output-len", "16", "--loadlab-out", str(out)],
-              ready_url=web + "/loadlab/stats", timeout=90, log=tmp_path / "locust.log") as locust:
-        live = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["requests_ok"] >= 10
-                        and s["requests_failed"] >= 1 and s, 60, "10 finished requests and an injected error")
+    with (
+        Proc(
+            [
+                str(BIN / "loadlab"),
+                "mock",
+                "--port",
+                str(mock_port),
+                "--ttft",
+                "0.05",
+                "--itl",
+                "0.02",
+                "--error-rate",
+                "0.2",
+            ],
+            ready_url=f"http://127.0.0.1:{mock_port}/health",
+        ),
+        Proc(
+            [
+                str(BIN / "locust"),
+                "-f",
+                "locustfiles/openai_stream.py",
+                "--host",
+                f"http://127.0.0.1:{mock_port}",
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(web_port),
+                "--autostart",
+                "-u",
+                "2",
+                "-r",
+                "10",
+                "--loadlab-model",
+                "mock",
+                "--loadlab-output-len",
+                "16",
+                "--loadlab-out",
+                str(out),
+            ],
+            ready_url=web + "/loadlab/stats",
+            timeout=90,
+            log=tmp_path / "locust.log",
+        ) as locust,
+    ):
+        live = wait_for(
+            lambda: (s := get_json(web + "/loadlab/stats"))["requests_ok"] >= 10 and s["requests_failed"] >= 1 and s,
+            60,
+            "10 finished requests and an injected error",
+        )
         # While it runs: real latencies of the mock (50 ms to the first token, 20 ms between tokens).
         assert live["latency_ms"]["ttft"]["p50"] >= 45
         assert 15 <= live["latency_ms"]["itl"]["p50"] <= 200
@@ -78,7 +132,7 @@ def test_llm_tab_shows_exact_live_numbers(tmp_path):
         req = urllib.request.Request(web + "/stop", method="POST")
         urllib.request.urlopen(req, timeout=30).close()
         wait_for(lambda: get_json(web + "/stats/requests")["state"] == "stopped", 30, "the test to stop")
-        time.sleep(2.5)   # the run folder is flushed every second
+        time.sleep(2.5)  # the run folder is flushed every second
         final = get_json(web + "/loadlab/stats")
         locust_requests = get_json(web + "/stats/requests")["stats"][-1]["num_requests"]
         df = load_run(out).requests
@@ -86,13 +140,13 @@ def test_llm_tab_shows_exact_live_numbers(tmp_path):
 
     assert locust.proc.returncode in (0, 1), (tmp_path / "locust.log").read_text()[-3000:]
     ok = df[df["error"] == ""]
-    aborted = df[df["error"] == "aborted"]   # cut off by the stop: in the folder, not in Locust's counts
+    aborted = df[df["error"] == "aborted"]  # cut off by the stop: in the folder, not in Locust's counts
     # Locust counts one request per finished HTTP request, never per token event.
     assert locust_requests == len(df) - len(aborted)
     assert final["requests_ok"] == len(ok) and final["requests_aborted"] == len(aborted)
     assert final["requests_failed"] == len(df) - len(ok) - len(aborted)
     failed = df[~df["error"].isin(["", "aborted"])]["error"].value_counts().to_dict()
-    assert final["errors"] == failed and {"http_5xx", "http_429"} & set(failed)   # the mock's injected errors
+    assert final["errors"] == failed and {"http_5xx", "http_429"} & set(failed)  # the mock's injected errors
     ttft = ok["first_token_time"] - ok["send_time"]
     itl = np.concatenate([np.diff(np.asarray(t)) for t in ok["token_times"]])
     for q in (50, 90, 99):
@@ -103,16 +157,46 @@ def test_llm_tab_shows_exact_live_numbers(tmp_path):
 def test_llm_tab_draws_live_charts_and_the_verdict_offline(tmp_path):
     mock_port, web_port = free_port(), free_port()
     web = f"http://127.0.0.1:{web_port}"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(mock_port), "--ttft", "0.05", "--itl", "0.02"],
-              ready_url=f"http://127.0.0.1:{mock_port}/health"), \
-         Proc([str(BIN / "locust"), "-f", "locustfiles/openai_stream.py", "--host", f"http://127.0.0.1:{mock_port}",
-               "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "10",
-               "--loadlab-model", "mock", "--loadlab-output-len", "16", "--loadlab-server-metrics", "/metrics"],
-              ready_url=web + "/loadlab/stats", timeout=90, log=tmp_path / "locust.log"):
-        stats = wait_for(lambda: (s := get_json(web + "/loadlab/stats"))["verdict"] and len(s["history"]) >= 3
-                         and s, 60, "a live verdict and three points of history")
+    with (
+        Proc(
+            [str(BIN / "loadlab"), "mock", "--port", str(mock_port), "--ttft", "0.05", "--itl", "0.02"],
+            ready_url=f"http://127.0.0.1:{mock_port}/health",
+        ),
+        Proc(
+            [
+                str(BIN / "locust"),
+                "-f",
+                "locustfiles/openai_stream.py",
+                "--host",
+                f"http://127.0.0.1:{mock_port}",
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(web_port),
+                "--autostart",
+                "-u",
+                "2",
+                "-r",
+                "10",
+                "--loadlab-model",
+                "mock",
+                "--loadlab-output-len",
+                "16",
+                "--loadlab-server-metrics",
+                "/metrics",
+            ],
+            ready_url=web + "/loadlab/stats",
+            timeout=90,
+            log=tmp_path / "locust.log",
+        ),
+    ):
+        stats = wait_for(
+            lambda: (s := get_json(web + "/loadlab/stats"))["verdict"] and len(s["history"]) >= 3 and s,
+            60,
+            "a live verdict and three points of history",
+        )
         points = stats["history"]
-        assert points[-1]["kv_usage"] is not None and points[-1]["running"] is not None   # scraped from the mock
+        assert points[-1]["kv_usage"] is not None and points[-1]["running"] is not None  # scraped from the mock
         assert points[-1]["tokens_per_s"] > 0 and points[-1]["ttft_p50"] >= 45
         net_log = tmp_path / "net.json"
         page = chromium(web + "/?tab=llm", net_log)
@@ -129,6 +213,9 @@ def test_llm_tab_draws_live_charts_and_the_verdict_offline(tmp_path):
     # Every request the page made went to the local web UI (no CDN, nothing outside). The browser's
     # own (update checks and the like) have no page as their initiator.
     events = json.loads(net_log.read_text())["events"]
-    urls = {e["params"]["url"] for e in events
-            if "url" in e.get("params", {}) and e["params"].get("initiator", "not an origin") != "not an origin"}
+    urls = {
+        e["params"]["url"]
+        for e in events
+        if "url" in e.get("params", {}) and e["params"].get("initiator", "not an origin") != "not an origin"
+    }
     assert web + "/loadlab/stats" in urls and all(u.startswith(web + "/") for u in urls), urls

@@ -34,17 +34,28 @@ def test_every_metric_kind_passes_within_its_limits(run: Path) -> None:
     result = gate_run(run, parse_slo(PASSING))
     assert result.exit_code == 0 and result.verdict == "PASS"
     slo = [c for c in result.checks if c.kind == SLO]
-    assert len(slo) == 8 * 2 and all(c.status == PASS for c in slo)   # each objective on each step
+    assert len(slo) == 8 * 2 and all(c.status == PASS for c in slo)  # each objective on each step
     assert {c.kind for c in result.checks} == {VALIDITY, SLO}
     ttft = next(c for c in slo if c.name == "ttft_p99=2s [concurrency=1]")
     assert ttft.measured.endswith(" ms") and ttft.detail == "limit <= 2 s"
 
 
-@pytest.mark.parametrize("objective", ["ttft_p50=100ms", "itl_p99=5ms", "tpot_mean=1ms", "e2e_p90=0.1s",
-                                       "tps_user_p50=1000", "output_tps=1000", "rps=100", "error_rate=0%"])
+@pytest.mark.parametrize(
+    "objective",
+    [
+        "ttft_p50=100ms",
+        "itl_p99=5ms",
+        "tpot_mean=1ms",
+        "e2e_p90=0.1s",
+        "tps_user_p50=1000",
+        "output_tps=1000",
+        "rps=100",
+        "error_rate=0%",
+    ],
+)
 def test_each_metric_kind_fails_beyond_its_limit(run: Path, objective: str) -> None:
     result = gate_run(run, parse_slo(objective))
-    if objective == "error_rate=0%":   # no request failed: 0 <= 0 passes
+    if objective == "error_rate=0%":  # no request failed: 0 <= 0 passes
         assert result.exit_code == 0
         return
     assert result.exit_code == 1 and result.verdict == "FAIL"
@@ -53,7 +64,7 @@ def test_each_metric_kind_fails_beyond_its_limit(run: Path, objective: str) -> N
 
 def test_goodput_needs_per_request_objectives(run: Path) -> None:
     assert gate_run(run, parse_slo("ttft=2000,goodput=95%")).exit_code == 0
-    assert gate_run(run, parse_slo("ttft=2000,goodput=4")).exit_code == 0          # req/s
+    assert gate_run(run, parse_slo("ttft=2000,goodput=4")).exit_code == 0  # req/s
     assert gate_run(run, parse_slo("ttft=50,goodput=95%")).exit_code == 1
     result = gate_run(run, parse_slo("goodput=95%"))
     assert result.exit_code == 2 and ERROR in statuses(result).values()
@@ -64,7 +75,10 @@ def test_step_selection(run: Path) -> None:
     assert [c.name for c in one.checks if c.kind == SLO] == ["step=concurrency=2:ttft_p50=1ms [concurrency=2]"]
     assert one.exit_code == 1
     assert [c.name for c in one.checks if c.kind == VALIDITY] == [
-        "run finished", "at least 10 requests [concurrency=2]", "not client-limited [concurrency=2]"]
+        "run finished",
+        "at least 10 requests [concurrency=2]",
+        "not client-limited [concurrency=2]",
+    ]
     by_index = gate_run(run, parse_slo("step=0:ttft_p50=1ms"))
     assert [c.name for c in by_index.checks if c.kind == SLO] == ["step=0:ttft_p50=1ms [concurrency=1]"]
     overall = gate_run(run, parse_slo("step=overall:rps=4"))
@@ -74,7 +88,7 @@ def test_step_selection(run: Path) -> None:
 
 
 def test_a_client_limited_run_is_invalid_unless_told_otherwise(tmp_path: Path) -> None:
-    write_drawn_run(tmp_path / "run", seed=1, targets=(8,))   # ~2 in flight for 8 users
+    write_drawn_run(tmp_path / "run", seed=1, targets=(8,))  # ~2 in flight for 8 users
     result = gate_run(tmp_path / "run", parse_slo("ttft_p99=2s"))
     assert result.exit_code == 2 and result.verdict == "INVALID"
     limited = next(c for c in result.checks if c.name.startswith("not client-limited"))
@@ -95,9 +109,11 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     write_drawn_run(tmp_path / "run", seed=1)
     absent = gate_run(tmp_path / "run", parse_slo("verdict_not=kv_capacity"))
     assert absent.exit_code == 2 and "not checkable: no analysis.json" in absent.checks[-1].detail
-    analysis = {"format": 1, "steps": [{"index": 0, "label": "concurrency=2", "constraint": "kv_capacity",
-                                        "saturation": "past_knee"}],
-                "overall": {"constraint": "kv_capacity", "client_limited": False}}
+    analysis = {
+        "format": 1,
+        "steps": [{"index": 0, "label": "concurrency=2", "constraint": "kv_capacity", "saturation": "past_knee"}],
+        "overall": {"constraint": "kv_capacity", "client_limited": False},
+    }
     (tmp_path / "run" / "analysis.json").write_text(json.dumps(analysis))
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=kv_capacity|compute")).exit_code == 1
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=compute,saturation_not=overloaded")).exit_code == 0
@@ -105,7 +121,7 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     analysis["overall"]["client_limited"] = True
     (tmp_path / "run" / "analysis.json").write_text(json.dumps(analysis))
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=compute")).exit_code == 2
-    (tmp_path / "run" / "analysis.json").write_text('{"steps": [3, null], "overall": null}')   # odd shapes
+    (tmp_path / "run" / "analysis.json").write_text('{"steps": [3, null], "overall": null}')  # odd shapes
     odd = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
     assert odd.exit_code == 2 and "analysis.json has no constraint for this step" in odd.checks[-1].detail
     (tmp_path / "run" / "analysis.json").write_text("{not json")
@@ -138,8 +154,12 @@ def test_a_run_in_memory_is_checked_the_same_way() -> None:
     values = measure(run_of(drawn_records(T, 1, 50), [closed(2, start=T, end=T + 50 * DRAWN_EVERY)]))
     analysis = {"steps": [{"index": 0, "constraint": "compute"}], "overall": {"client_limited": False}}
     result = check_run(values, parse_slo("ttft_p99=2s,verdict_not=compute"), analysis)
-    assert statuses(result) == {"run finished": PASS, "at least 10 requests [concurrency=2]": PASS,
-                                "not client-limited [concurrency=2]": PASS,
-                                "not client-limited [analysis.json]": PASS,
-                                "ttft_p99=2s [concurrency=2]": PASS, "verdict_not=compute [concurrency=2]": FAIL}
+    assert statuses(result) == {
+        "run finished": PASS,
+        "at least 10 requests [concurrency=2]": PASS,
+        "not client-limited [concurrency=2]": PASS,
+        "not client-limited [analysis.json]": PASS,
+        "ttft_p99=2s [concurrency=2]": PASS,
+        "verdict_not=compute [concurrency=2]": FAIL,
+    }
     assert result.exit_code == 1

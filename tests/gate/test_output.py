@@ -8,14 +8,18 @@ from loadlab.gate.checks import BASELINE, ERROR, FAIL, INVALID, PASS, SKIPPED, S
 from loadlab.gate.junit import junit_xml
 from loadlab.gate.markdown import gate_markdown
 
-RESULT = GateResult("runs/<script>alert(1)</script>", [
-    Check(VALIDITY, "run finished", PASS, "finished"),
-    Check(VALIDITY, "not client-limited [concurrency=8]", INVALID, "client-limited", "CPU p90 0.9 cores"),
-    Check(SLO, "ttft_p99=2s [concurrency=8]", PASS, "812 ms", "limit <= 2000 ms"),
-    Check(SLO, 'itl_p99=5ms [a "quoted" | piped & <odd> label]', FAIL, "31 ms", "limit <= 5 ms"),
-    Check(SLO, "verdict_not=client [concurrency=8]", ERROR, "", "not checkable: no analysis.json"),
-    Check(BASELINE, "baseline tpot_p50 [concurrency=8]", SKIPPED, "not comparable"),
-], notes=["workload: 'a' in A, 'b' in B"])
+RESULT = GateResult(
+    "runs/<script>alert(1)</script>",
+    [
+        Check(VALIDITY, "run finished", PASS, "finished"),
+        Check(VALIDITY, "not client-limited [concurrency=8]", INVALID, "client-limited", "CPU p90 0.9 cores"),
+        Check(SLO, "ttft_p99=2s [concurrency=8]", PASS, "812 ms", "limit <= 2000 ms"),
+        Check(SLO, 'itl_p99=5ms [a "quoted" | piped & <odd> label]', FAIL, "31 ms", "limit <= 5 ms"),
+        Check(SLO, "verdict_not=client [concurrency=8]", ERROR, "", "not checkable: no analysis.json"),
+        Check(BASELINE, "baseline tpot_p50 [concurrency=8]", SKIPPED, "not comparable"),
+    ],
+    notes=["workload: 'a' in A, 'b' in B"],
+)
 
 
 def test_junit_has_one_testcase_per_check_and_counts_that_add_up() -> None:
@@ -39,6 +43,6 @@ def test_markdown_shows_the_verdict_a_row_per_check_and_escapes_cells() -> None:
     assert text.startswith("## loadlab gate: INVALID (exit 2)")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(RESULT.checks)
-    assert all(row.count(" | ") == 3 for row in rows[1:])     # a pipe in a name does not add a column
+    assert all(row.count(" | ") == 3 for row in rows[1:])  # a pipe in a name does not add a column
     assert "<script>" not in text and "&lt;script&gt;" in text
     assert "❌ fail" in text and "- workload: 'a' in A, 'b' in B" in text

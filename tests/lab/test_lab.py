@@ -18,17 +18,18 @@ from loadlab.lab.runner import MATCH, SHORT_SECONDS, run_scenario
 from loadlab.lab.scenarios import CLIENT, SCENARIOS
 from loadlab.lab.suite import server_has_twin
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("loadlab.analyze.analysis") is None,
-                                reason="no analyzer yet (loadlab.analyze.analysis, branch analyzer): "
-                                       "nothing writes analysis.json to judge")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("loadlab.analyze.analysis") is None,
+    reason="no analyzer yet (loadlab.analyze.analysis, branch analyzer): nothing writes analysis.json to judge",
+)
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
     "memory_bandwidth": "on a CPU the reference server's per-token work (sampling, streaming) weighs as much as "
-                        "the small preset's weight reads: the step-time fit may find decode steps growing with tokens",
+    "the small preset's weight reads: the step-time fit may find decode steps growing with tokens",
     "under_loaded": "1-2 thinking users of the tiny preset: step time 4 ms + 1.2 ms x tokens (R² 0.19) puts the "
-                    "fixed share (43-56 %) between the compute and bandwidth lines: saturation is under_loaded, "
-                    "but no class may be strong enough to say what sets per-token latency",
+    "fixed share (43-56 %) between the compute and bandwidth lines: saturation is under_loaded, "
+    "but no class may be strong enough to say what sets per-token latency",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
@@ -51,9 +52,13 @@ def params() -> list:
 @pytest.mark.parametrize("scenario", params())
 def test_each_scenario_provokes_its_class(scenario, tmp_path):
     result = run_scenario(scenario, tmp_path / scenario.name, SHORT_SECONDS, "cpu")
-    summary = f"{result.status}: {result.constraint} (server side {result.server_side or '-'}), " \
-              f"{result.saturation}; {result.reason or result.headline}; evidence {result.evidence}"
+    summary = (
+        f"{result.status}: {result.constraint} (server side {result.server_side or '-'}), "
+        f"{result.saturation}; {result.reason or result.headline}; evidence {result.evidence}"
+    )
     assert result.status == MATCH, summary
     if scenario.expect == CLIENT:
-        assert any(text.startswith(("achieved concurrency", "start delay", "achieved rate", "ttft outside"))
-                   for text in result.evidence), summary
+        assert any(
+            text.startswith(("achieved concurrency", "start delay", "achieved rate", "ttft outside"))
+            for text in result.evidence
+        ), summary

@@ -18,40 +18,51 @@ def scenario(expect: str | None, saturation: tuple[str, ...] = ()) -> Scenario:
 
 
 def analysis(constraint: str, saturation: str = "past_knee", server_side: str | None = None) -> dict:
-    step = {"constraint": constraint, "saturation": saturation, "confidence": 0.8, "runner_up": None,
-            "server_side": {"constraint": server_side, "score": 0.9} if server_side else None, "headline": "h",
-            "evidence": [{"constraint": constraint, "direction": "for", "text": "KV usage p90 97 % >= 90 %"},
-                         {"constraint": constraint, "direction": "against", "text": "not this"},
-                         {"constraint": "other", "direction": "for", "text": "nor this"}]}
+    step = {
+        "constraint": constraint,
+        "saturation": saturation,
+        "confidence": 0.8,
+        "runner_up": None,
+        "server_side": {"constraint": server_side, "score": 0.9} if server_side else None,
+        "headline": "h",
+        "evidence": [
+            {"constraint": constraint, "direction": "for", "text": "KV usage p90 97 % >= 90 %"},
+            {"constraint": constraint, "direction": "against", "text": "not this"},
+            {"constraint": "other", "direction": "for", "text": "nor this"},
+        ],
+    }
     return {"steps": [{"constraint": "insufficient_data", "saturation": "unknown"}, step]}
 
 
-@pytest.mark.parametrize("expect, saturation, verdict, status", [
-    (("kv_capacity", ("past_knee",)), None, ("kv_capacity", "past_knee"), MATCH),
-    (("kv_capacity", ("past_knee",)), None, ("kv_capacity", "under_loaded"), MISMATCH),
-    (("kv_capacity", ()), None, ("scheduling", "past_knee"), MISMATCH),
-    (("kv_capacity", ()), "kv_capacity", ("client", "past_knee"), CLIENT_LIMITED),
-    (("kv_capacity", ()), "scheduling", ("client", "past_knee"), MISMATCH),
-    (("client", ()), "kv_capacity", ("client", "past_knee"), MATCH),
-    ((None, ("under_loaded",)), None, ("compute", "under_loaded"), MATCH),
-    ((None, ("under_loaded",)), None, ("insufficient_data", "under_loaded"), MISMATCH),
-    ((None, ("under_loaded",)), None, ("compute", "at_knee"), MISMATCH),
-    ((None, ("under_loaded",)), None, ("client", "under_loaded"), CLIENT_LIMITED),
-    ((None, ("under_loaded",)), "compute", ("client", "past_knee"), MISMATCH),
-])
+@pytest.mark.parametrize(
+    "expect, saturation, verdict, status",
+    [
+        (("kv_capacity", ("past_knee",)), None, ("kv_capacity", "past_knee"), MATCH),
+        (("kv_capacity", ("past_knee",)), None, ("kv_capacity", "under_loaded"), MISMATCH),
+        (("kv_capacity", ()), None, ("scheduling", "past_knee"), MISMATCH),
+        (("kv_capacity", ()), "kv_capacity", ("client", "past_knee"), CLIENT_LIMITED),
+        (("kv_capacity", ()), "scheduling", ("client", "past_knee"), MISMATCH),
+        (("client", ()), "kv_capacity", ("client", "past_knee"), MATCH),
+        ((None, ("under_loaded",)), None, ("compute", "under_loaded"), MATCH),
+        ((None, ("under_loaded",)), None, ("insufficient_data", "under_loaded"), MISMATCH),
+        ((None, ("under_loaded",)), None, ("compute", "at_knee"), MISMATCH),
+        ((None, ("under_loaded",)), None, ("client", "under_loaded"), CLIENT_LIMITED),
+        ((None, ("under_loaded",)), "compute", ("client", "past_knee"), MISMATCH),
+    ],
+)
 def test_the_last_step_is_judged_against_the_expectation(expect, saturation, verdict, status):
     result = Result("s", expect[0] or "", list(expect[1]), FAILED)
     runner._judge(result, analysis(*verdict, server_side=saturation), scenario(*expect))
     assert result.status == status
     assert result.constraint == verdict[0] and result.saturation == verdict[1]
-    assert result.evidence == ["KV usage p90 97 % >= 90 %"]   # only the chosen class's rows that speak for it
+    assert result.evidence == ["KV usage p90 97 % >= 90 %"]  # only the chosen class's rows that speak for it
 
 
 def test_a_run_without_analysis_is_a_failure_with_the_analyzers_line(tmp_path: Path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(runner.LabFailure, match="loadlab analyze failed"):
-        runner._analysis(run)   # no run.json: `loadlab analyze` refuses it in one line
+        runner._analysis(run)  # no run.json: `loadlab analyze` refuses it in one line
     (run / "analysis.json").write_text(json.dumps({"steps": []}))
     with pytest.raises(runner.LabFailure, match="no steps"):
         runner._judge(Result("s", "x", [], FAILED), runner._analysis(run), scenario("x"))

@@ -9,19 +9,37 @@ from loadlab.lab.table import LabRun, print_lab, to_markdown
 
 
 def lab() -> LabRun:
-    return LabRun("loadlab lab --short", "cpu", 12.0, "runs/lab", [
-        Result("kv", "kv_capacity", ["past_knee"], MATCH, "kv_capacity", "past_knee", 0.91,
-               evidence=["kv usage p90 100 % >= 90 %"]),
-        Result("sched", "scheduling", [], CLIENT_LIMITED, "client", "past_knee", 1.0, server_side="scheduling"),
-        Result("mb", "memory_bandwidth", [], MISMATCH, "compute", "at_knee", 0.4, runner_up="memory_bandwidth"),
-        Result("light", "", ["under_loaded"], MATCH, "compute", "under_loaded", 0.3),
-        Result("twin", "compute", [], SKIPPED, reason="the reference server has no --twin"),
-    ])
+    return LabRun(
+        "loadlab lab --short",
+        "cpu",
+        12.0,
+        "runs/lab",
+        [
+            Result(
+                "kv",
+                "kv_capacity",
+                ["past_knee"],
+                MATCH,
+                "kv_capacity",
+                "past_knee",
+                0.91,
+                evidence=["kv usage p90 100 % >= 90 %"],
+            ),
+            Result("sched", "scheduling", [], CLIENT_LIMITED, "client", "past_knee", 1.0, server_side="scheduling"),
+            Result("mb", "memory_bandwidth", [], MISMATCH, "compute", "at_knee", 0.4, runner_up="memory_bandwidth"),
+            Result("light", "", ["under_loaded"], MATCH, "compute", "under_loaded", 0.3),
+            Result("twin", "compute", [], SKIPPED, reason="the reference server has no --twin"),
+        ],
+    )
 
 
 def test_confusion_counts_judged_scenarios_in_the_terms_each_expects():
-    assert lab().confusion() == {"kv_capacity": {"kv_capacity": 1}, "memory_bandwidth": {"compute": 1},
-                                 "scheduling": {"client": 1}, "under_loaded": {"under_loaded": 1}}
+    assert lab().confusion() == {
+        "kv_capacity": {"kv_capacity": 1},
+        "memory_bandwidth": {"compute": 1},
+        "scheduling": {"client": 1},
+        "under_loaded": {"under_loaded": 1},
+    }
     data = lab().to_dict()
     assert (data["matched"], data["client_limited"], data["judged"]) == (2, 1, 4)
     assert [r["status"] for r in data["results"]] == ["match", "client_limited", "mismatch", "match", "skipped"]
@@ -29,8 +47,10 @@ def test_confusion_counts_judged_scenarios_in_the_terms_each_expects():
 
 def test_markdown_and_terminal_show_every_scenario_and_why():
     md = to_markdown(lab())
-    assert md.startswith("`loadlab lab --short` (cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
-                         "1 client-limited (server side as expected).")
+    assert md.startswith(
+        "`loadlab lab --short` (cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
+        "1 client-limited (server side as expected)."
+    )
     assert "| mb | memory_bandwidth | compute | at_knee | 0.40 | memory_bandwidth | NO |" in md
     assert "| twin | compute |  |  |  |  | skipped | the reference server has no --twin |" in md
     assert "| light | any constraint (under_loaded) | compute | under_loaded |" in md

@@ -21,19 +21,22 @@ def test_the_per_request_form_of_loadlab_summary_still_parses_to_slo() -> None:
     assert parse_slo("ttft_p99=2s").per_request is None
 
 
-@pytest.mark.parametrize("text, metric, stat, limit", [
-    ("ttft_p99=2s", "ttft", "p99", 2.0),
-    ("itl_p99=100ms", "itl", "p99", 0.1),
-    ("tpot_p50=40", "tpot", "p50", 0.04),           # a bare latency is milliseconds
-    ("e2e_p99.9=10s", "e2e", "p99.9", 10.0),
-    ("ttft_mean=300ms", "ttft", "mean", 0.3),
-    ("tps_user_p50=10", "tps_user", "p50", 10.0),
-    ("output_tps=500", "output_tps", "", 500.0),
-    ("rps=2.5", "rps", "", 2.5),
-    ("error_rate=1%", "error_rate", "", 0.01),
-    ("error_rate=0.02", "error_rate", "", 0.02),
-    ("goodput=3", "goodput", "", 3.0),
-])
+@pytest.mark.parametrize(
+    "text, metric, stat, limit",
+    [
+        ("ttft_p99=2s", "ttft", "p99", 2.0),
+        ("itl_p99=100ms", "itl", "p99", 0.1),
+        ("tpot_p50=40", "tpot", "p50", 0.04),  # a bare latency is milliseconds
+        ("e2e_p99.9=10s", "e2e", "p99.9", 10.0),
+        ("ttft_mean=300ms", "ttft", "mean", 0.3),
+        ("tps_user_p50=10", "tps_user", "p50", 10.0),
+        ("output_tps=500", "output_tps", "", 500.0),
+        ("rps=2.5", "rps", "", 2.5),
+        ("error_rate=1%", "error_rate", "", 0.01),
+        ("error_rate=0.02", "error_rate", "", 0.02),
+        ("goodput=3", "goodput", "", 3.0),
+    ],
+)
 def test_aggregate_objectives_with_units(text: str, metric: str, stat: str, limit: float) -> None:
     (objective,) = parse_slo(text).objectives
     assert (objective.metric, objective.stat, objective.step) == (metric, stat, None)
@@ -51,9 +54,11 @@ def test_goodput_in_percent_is_a_share_and_limits_point_the_right_way() -> None:
 
 
 def test_step_selectors_verdicts_and_settings() -> None:
-    spec = parse_slo("step=concurrency=8:ttft_p99=1s, step=2:rps=1, step=overall:error_rate=1%, "
-                     "verdict_not=kv_capacity|client, step=0:saturation_not=overloaded, "
-                     "client_limited=any, min_requests=50")
+    spec = parse_slo(
+        "step=concurrency=8:ttft_p99=1s, step=2:rps=1, step=overall:error_rate=1%, "
+        "verdict_not=kv_capacity|client, step=0:saturation_not=overloaded, "
+        "client_limited=any, min_requests=50"
+    )
     steps = [o.step for o in spec.objectives]
     assert steps == ["concurrency=8", 2, "overall", None, 0]
     assert spec.objectives[3].excluded == ("kv_capacity", "client")
@@ -62,28 +67,31 @@ def test_step_selectors_verdicts_and_settings() -> None:
     assert parse_slo("ttft_p99=2s").check_client and parse_slo("client_limited=false").check_client
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("", "at least one"),
-    ("ttft", "NAME=VALUE"),
-    ("speed=3", "unknown name 'speed'"),
-    ("ttft=fast", "not a number"),
-    ("ttft=-1", "positive"),
-    ("ttft_p99=2h", "ends in ms or s"),
-    ("ttft_p0=2s", "percentile"),
-    ("ttft_p101=2s", "percentile"),
-    ("tps_user=10", "give a statistic"),
-    ("output_tps_p99=5", "one number per step"),
-    ("output_tps=5%", "only error_rate and goodput"),
-    ("error_rate=2", "between 0 and 1"),
-    ("error_rate=150%", "between 0 and 1"),
-    ("verdict_not=slow", "verdict values are"),
-    ("verdict_not=", "NAME=VALUE"),
-    ("step=concurrency=8 ttft_p99=2s", "step=SELECTOR:NAME=VALUE"),
-    ("step=1:ttft=500", "applies to every step"),
-    ("step=1:min_requests=5", "whole run"),
-    ("client_limited=true", "client_limited is false"),
-    ("min_requests=0", "whole number"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("", "at least one"),
+        ("ttft", "NAME=VALUE"),
+        ("speed=3", "unknown name 'speed'"),
+        ("ttft=fast", "not a number"),
+        ("ttft=-1", "positive"),
+        ("ttft_p99=2h", "ends in ms or s"),
+        ("ttft_p0=2s", "percentile"),
+        ("ttft_p101=2s", "percentile"),
+        ("tps_user=10", "give a statistic"),
+        ("output_tps_p99=5", "one number per step"),
+        ("output_tps=5%", "only error_rate and goodput"),
+        ("error_rate=2", "between 0 and 1"),
+        ("error_rate=150%", "between 0 and 1"),
+        ("verdict_not=slow", "verdict values are"),
+        ("verdict_not=", "NAME=VALUE"),
+        ("step=concurrency=8 ttft_p99=2s", "step=SELECTOR:NAME=VALUE"),
+        ("step=1:ttft=500", "applies to every step"),
+        ("step=1:min_requests=5", "whole run"),
+        ("client_limited=true", "client_limited is false"),
+        ("min_requests=0", "whole number"),
+    ],
+)
 def test_bad_slo_text_is_one_line_naming_the_item(bad: str, says: str) -> None:
     with pytest.raises(UserError) as e:
         parse_slo(bad)
@@ -91,11 +99,19 @@ def test_bad_slo_text_is_one_line_naming_the_item(bad: str, says: str) -> None:
 
 
 def test_a_toml_table_becomes_the_inline_text() -> None:
-    table = {"ttft": 500, "ttft_p99": "2s", "error_rate": "1%", "verdict_not": ["client", "compute"],
-             "client_limited": False, "step": {"concurrency=8": {"output_tps": 100}, "overall": {"rps": 1}}}
+    table = {
+        "ttft": 500,
+        "ttft_p99": "2s",
+        "error_rate": "1%",
+        "verdict_not": ["client", "compute"],
+        "client_limited": False,
+        "step": {"concurrency=8": {"output_tps": 100}, "overall": {"rps": 1}},
+    }
     text = slo_text(table)
-    assert text == ("ttft=500,ttft_p99=2s,error_rate=1%,verdict_not=client|compute,client_limited=false,"
-                    "step=concurrency=8:output_tps=100,step=overall:rps=1")
+    assert text == (
+        "ttft=500,ttft_p99=2s,error_rate=1%,verdict_not=client|compute,client_limited=false,"
+        "step=concurrency=8:output_tps=100,step=overall:rps=1"
+    )
     with pytest.raises(UserError, match="slo.step must hold tables"):
         slo_text({"step": 3})
     with pytest.raises(UserError, match="slo.ttft: expected a number"):

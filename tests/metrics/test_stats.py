@@ -18,7 +18,7 @@ def test_percentiles_interpolate_between_ranks() -> None:
 
 
 def test_exact_values_not_buckets() -> None:
-    values = [0.0101 + i * 1e-5 for i in range(101)]      # 10.10 ms .. 11.10 ms in 10 µs steps
+    values = [0.0101 + i * 1e-5 for i in range(101)]  # 10.10 ms .. 11.10 ms in 10 µs steps
     d = Distribution.of(values, "s")
     assert d.p50 == pytest.approx(values[50]) and d.p90 == pytest.approx(values[90])
     assert d.p99 == pytest.approx(values[99])
@@ -33,6 +33,7 @@ def test_nan_and_inf_are_dropped_and_empty_is_nan() -> None:
 
 
 def test_from_dict_reads_null_as_nan() -> None:
-    d = Distribution.from_dict({"unit": "s", "count": 0, "mean": None, "p50": None, "p90": None,
-                                "p99": None, "min": None, "max": None})
+    d = Distribution.from_dict(
+        {"unit": "s", "count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "min": None, "max": None}
+    )
     assert d.count == 0 and math.isnan(d.p50)

@@ -20,10 +20,32 @@ TTFT, ITL = 0.05, 0.01
 
 # Two mocks: one that behaves unless a request asks for a fault (X-Mock-Fault), one with fault rates.
 MOCKS = {
-    "plain": ["--ttft", str(TTFT), "--itl", str(ITL), "--output-len", "12", "--api-key", "sk-test",
-              "--stall-seconds", "0.6", "--error-codes", "503,429"],
-    "mixed": ["--error-rate", "0.3", "--disconnect-rate", "0.3", "--seed", "11", "--itl", "0.001",
-              "--truth-limit", "5"],
+    "plain": [
+        "--ttft",
+        str(TTFT),
+        "--itl",
+        str(ITL),
+        "--output-len",
+        "12",
+        "--api-key",
+        "sk-test",
+        "--stall-seconds",
+        "0.6",
+        "--error-codes",
+        "503,429",
+    ],
+    "mixed": [
+        "--error-rate",
+        "0.3",
+        "--disconnect-rate",
+        "0.3",
+        "--seed",
+        "11",
+        "--itl",
+        "0.001",
+        "--truth-limit",
+        "5",
+    ],
 }
 
 
@@ -32,9 +54,24 @@ def mocks():
     """name -> port of a running `loadlab mock`."""
     ports = {name: free_port() for name in MOCKS}
     with ExitStack() as stack:
-        procs = {name: stack.enter_context(Proc([str(BIN / "loadlab"), "mock", "--port", str(ports[name]),
-                                                 "--ttft", "0.01", "--itl", "0.002", *flags]))
-                 for name, flags in MOCKS.items()}
+        procs = {
+            name: stack.enter_context(
+                Proc(
+                    [
+                        str(BIN / "loadlab"),
+                        "mock",
+                        "--port",
+                        str(ports[name]),
+                        "--ttft",
+                        "0.01",
+                        "--itl",
+                        "0.002",
+                        *flags,
+                    ]
+                )
+            )
+            for name, flags in MOCKS.items()
+        }
         for name, proc in procs.items():
             wait_http(f"http://127.0.0.1:{ports[name]}/health", 60, proc.proc)
         yield ports
@@ -44,12 +81,12 @@ def mocks():
 class Reply:
     status: int
     content_type: str
-    lines: list[bytes] = field(default_factory=list)   # the raw body, line by line
+    lines: list[bytes] = field(default_factory=list)  # the raw body, line by line
     line_times: list[float] = field(default_factory=list)
-    complete: bool = True                               # the body ended cleanly
+    complete: bool = True  # the body ended cleanly
 
     def events(self) -> list[str]:
-        return [ln[len(b"data: "):].decode().rstrip("\n") for ln in self.lines if ln.startswith(b"data: ")]
+        return [ln[len(b"data: ") :].decode().rstrip("\n") for ln in self.lines if ln.startswith(b"data: ")]
 
     def chunks(self) -> list[dict]:
         return [json.loads(e) for e in self.events() if e != "[DONE]"]
@@ -84,8 +121,13 @@ def truth_of(port: int, request_id: str) -> dict:
 
 
 AUTH = {"Authorization": "Bearer sk-test"}
-CHAT = {"model": "mock", "messages": [{"role": "user", "content": "hello"}], "stream": True,
-        "stream_options": {"include_usage": True}, "max_tokens": 7}
+CHAT = {
+    "model": "mock",
+    "messages": [{"role": "user", "content": "hello"}],
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "max_tokens": 7,
+}
 COMPLETION = {"model": "mock", "prompt": "hello", "stream": True, "max_tokens": 7}
 
 
@@ -108,8 +150,7 @@ def test_chat_stream_shape(mocks):
     assert content[0]["choices"][0]["delta"]["role"] == "assistant"
     assert all("role" not in c["choices"][0]["delta"] for c in content[1:])
     assert [c["choices"][0]["finish_reason"] for c in content] == [None] * 6 + ["length"]
-    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 7,
-                                                         "total_tokens": 12}
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
 
 
 def test_completions_stream_shape_without_usage(mocks):
@@ -128,8 +169,14 @@ def test_each_event_is_flushed_on_its_own_at_the_configured_pace(mocks):
 
 
 def test_max_completion_tokens_and_the_default_length(mocks):
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "stream": True,
-            "max_completion_tokens": 3, "temperature": 0.5, "ignore_eos": True, "unknown_field": 1}
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "stream": True,
+        "max_completion_tokens": 3,
+        "temperature": 0.5,
+        "ignore_eos": True,
+        "unknown_field": 1,
+    }
     assert len(post(mocks["plain"], "/v1/chat/completions", body, AUTH).chunks()) == 3
     body.pop("max_completion_tokens")
     assert len(post(mocks["plain"], "/v1/chat/completions", body, AUTH).chunks()) == 12  # --output-len
@@ -171,14 +218,16 @@ def test_truth_reset_and_generated_ids(mocks):
 
 def test_bad_key_unknown_model_bad_body_and_unknown_path(mocks):
     port = mocks["plain"]
-    cases = [({}, COMPLETION, "/v1/completions", 401),
-             ({"Authorization": "Bearer wrong"}, COMPLETION, "/v1/completions", 401),
-             (AUTH, {**COMPLETION, "model": "gpt-9"}, "/v1/completions", 404),
-             (AUTH, {"prompt": "x", "max_tokens": 0}, "/v1/completions", 400),
-             (AUTH, {"messages": "hi"}, "/v1/chat/completions", 400),
-             (AUTH, {"prompt": "x", "max_tokens": 40000}, "/v1/completions", 400),
-             (AUTH, COMPLETION, "/v1/embeddings", 404),
-             (fault("explode"), COMPLETION, "/v1/completions", 400)]
+    cases = [
+        ({}, COMPLETION, "/v1/completions", 401),
+        ({"Authorization": "Bearer wrong"}, COMPLETION, "/v1/completions", 401),
+        (AUTH, {**COMPLETION, "model": "gpt-9"}, "/v1/completions", 404),
+        (AUTH, {"prompt": "x", "max_tokens": 0}, "/v1/completions", 400),
+        (AUTH, {"messages": "hi"}, "/v1/chat/completions", 400),
+        (AUTH, {"prompt": "x", "max_tokens": 40000}, "/v1/completions", 400),
+        (AUTH, COMPLETION, "/v1/embeddings", 404),
+        (fault("explode"), COMPLETION, "/v1/completions", 400),
+    ]
     for headers, body, path, status in cases:
         reply = post(port, path, body, headers)
         error = json.loads(b"".join(reply.lines))["error"]
@@ -196,24 +245,28 @@ def post_raw(port: int, path: str, body: bytes, headers: dict) -> tuple[int, dic
         conn.close()
 
 
-@pytest.mark.parametrize("body, headers", [
-    (b"[" * 100_000 + b"]" * 100_000, {}),                                        # nests too deep
-    (b'{"model": "mock", "messages": [{"role": "user", "content": "\\ud800"}]}', {}),   # lone surrogate
-    (b'{"model": "mock", "messages": [{"role": "user", "content": [{"text": 5}]}]}', {}),
-    (json.dumps(CHAT).encode(), {"Content-Encoding": "bogus"}),
-    (json.dumps(CHAT).encode(), {"Content-Encoding": "gzip"}),                   # not gzip at all
-])
+@pytest.mark.parametrize(
+    "body, headers",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, {}),  # nests too deep
+        (b'{"model": "mock", "messages": [{"role": "user", "content": "\\ud800"}]}', {}),  # lone surrogate
+        (b'{"model": "mock", "messages": [{"role": "user", "content": [{"text": 5}]}]}', {}),
+        (json.dumps(CHAT).encode(), {"Content-Encoding": "bogus"}),
+        (json.dumps(CHAT).encode(), {"Content-Encoding": "gzip"}),  # not gzip at all
+    ],
+)
 def test_hostile_bodies_get_400_not_500(mocks, body, headers):
     status, answer = post_raw(mocks["plain"], "/v1/chat/completions", body, {**AUTH, **headers})
     assert status == 400 and answer["error"]["code"] == 400 and answer["error"]["message"]
-    assert post(mocks["plain"], "/v1/chat/completions", CHAT, AUTH).status == 200   # and it goes on
+    assert post(mocks["plain"], "/v1/chat/completions", CHAT, AUTH).status == 200  # and it goes on
 
 
 def test_a_body_that_does_not_decode_leaves_no_traceback_in_the_log(tmp_path):
     port = free_port()
     log = tmp_path / "mock.log"
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
-              log=log):
+    with Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health", log=log
+    ):
         status, _ = post_raw(port, "/v1/chat/completions", json.dumps(CHAT).encode() * 50, {"Content-Encoding": "gzip"})
         assert status == 400
         assert post(port, "/v1/chat/completions", CHAT).status == 200
@@ -222,8 +275,11 @@ def test_a_body_that_does_not_decode_leaves_no_traceback_in_the_log(tmp_path):
 
 def test_the_api_key_may_come_from_the_environment():
     port = free_port()
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port)], ready_url=f"http://127.0.0.1:{port}/health",
-              env={"LOADLAB_SERVER_API_KEY": "sk-env"}):
+    with Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port)],
+        ready_url=f"http://127.0.0.1:{port}/health",
+        env={"LOADLAB_SERVER_API_KEY": "sk-env"},
+    ):
         assert post(port, "/v1/completions", COMPLETION).status == 401
         assert post(port, "/v1/completions", COMPLETION, {"Authorization": "Bearer sk-env"}).status == 200
 
@@ -244,24 +300,38 @@ def test_metrics_parse_with_vllm_names_labels_and_buckets(mocks):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/metrics")
     families = {f.name: f for f in text_string_to_metric_families(conn.getresponse().read().decode())}
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
-                 "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                 "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-                 "vllm:request_success"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions",
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_success",
+    ):
         assert name in families, name
         assert all(s.labels["model_name"] == "mock" and "engine" in s.labels for s in families[name].samples)
 
     def value(family: str, sample: str, **labels: str) -> float:
-        return next(s.value for s in families[family].samples
-                    if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
+        return next(
+            s.value
+            for s in families[family].samples
+            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+        )
 
     assert value("vllm:generation_tokens", "vllm:generation_tokens_total") >= 7
     assert value("vllm:request_success", "vllm:request_success_total", finished_reason="length") >= 1
 
     def bounds(family: str) -> list[float]:
-        return [float(s.labels["le"]) for s in families[family].samples
-                if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"]
+        return [
+            float(s.labels["le"])
+            for s in families[family].samples
+            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+        ]
 
     assert bounds("vllm:time_to_first_token_seconds") == TTFT_BUCKETS
     assert bounds("vllm:inter_token_latency_seconds") == ITL_BUCKETS
@@ -277,8 +347,9 @@ def test_running_and_kv_gauges_follow_live_streams(mocks):
     time.sleep(0.5)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/metrics")
-    gauges = {s.name: s.value for f in text_string_to_metric_families(conn.getresponse().read().decode())
-              for s in f.samples}
+    gauges = {
+        s.name: s.value for f in text_string_to_metric_families(conn.getresponse().read().decode()) for s in f.samples
+    }
     for t in threads:
         t.join()
     assert gauges["vllm:num_requests_running"] == 4
@@ -353,8 +424,12 @@ def test_faults_mix_by_their_rates_and_truth_keeps_the_latest(mocks):
 def test_client_that_goes_away_is_recorded(mocks):
     port = mocks["plain"]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("POST", "/v1/completions", json.dumps({**COMPLETION, "max_tokens": 200}),
-                 {**AUTH, "X-Request-Id": "gone-1", "Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/completions",
+        json.dumps({**COMPLETION, "max_tokens": 200}),
+        {**AUTH, "X-Request-Id": "gone-1", "Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     resp.readline()
     conn.sock.close()
@@ -368,8 +443,17 @@ def test_client_that_goes_away_is_recorded(mocks):
     assert truth["client_disconnected"] and not truth["finished"]
 
 
-@pytest.mark.parametrize("args", [["--error-rate", "2"], ["--error-codes", "abc"], ["--port", "-5"],
-                                  ["--ttft", "inf"], ["--itl", "nan"], ["--error-codes", "500,,429"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--error-rate", "2"],
+        ["--error-codes", "abc"],
+        ["--port", "-5"],
+        ["--ttft", "inf"],
+        ["--itl", "nan"],
+        ["--error-codes", "500,,429"],
+    ],
+)
 def test_bad_flags_are_one_line_errors(args):
     result = loadlab("mock", "--port", str(free_port()), *args, timeout=60)
     assert result.returncode == 2
@@ -378,8 +462,10 @@ def test_bad_flags_are_one_line_errors(args):
 
 def test_sigterm_ends_the_mock_promptly_even_with_a_stalled_stream():
     port = free_port()
-    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--stall-rate", "1", "--stall-seconds", "60"],
-              ready_url=f"http://127.0.0.1:{port}/health") as proc:
+    with Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port), "--stall-rate", "1", "--stall-seconds", "60"],
+        ready_url=f"http://127.0.0.1:{port}/health",
+    ) as proc:
         t = threading.Thread(target=lambda: _ignore(post, port, "/v1/completions", COMPLETION, timeout=30))
         t.start()
         time.sleep(0.5)
@@ -401,8 +487,13 @@ def test_the_official_openai_client_works_against_the_mock(mocks):
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{mocks['plain']}/v1", api_key="sk-test", max_retries=0)
     assert [m.id for m in client.models.list()] == ["mock"]
-    stream = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=5, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="mock",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "the q"
     assert chunks[-1].usage.completion_tokens == 5

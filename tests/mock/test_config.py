@@ -9,11 +9,24 @@ from loadlab.errors import UserError
 from loadlab.mock.config import MockConfig, parse_codes
 
 
-@pytest.mark.parametrize("settings", [
-    {"error_rate": 2}, {"error_rate": -0.1}, {"error_rate": 0.6, "stall_rate": 0.6}, {"itl": -1},
-    {"jitter": 1.5}, {"output_len": 0}, {"truth_limit": 0}, {"error_codes": [200]}, {"error_codes": []},
-    {"ttft": float("inf")}, {"itl": float("nan")}, {"stall_seconds": float("inf")}, {"model": ""},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"error_rate": 2},
+        {"error_rate": -0.1},
+        {"error_rate": 0.6, "stall_rate": 0.6},
+        {"itl": -1},
+        {"jitter": 1.5},
+        {"output_len": 0},
+        {"truth_limit": 0},
+        {"error_codes": [200]},
+        {"error_codes": []},
+        {"ttft": float("inf")},
+        {"itl": float("nan")},
+        {"stall_seconds": float("inf")},
+        {"model": ""},
+    ],
+)
 def test_impossible_settings_are_user_errors(settings):
     with pytest.raises(UserError):
         MockConfig(**settings).check()
@@ -33,8 +46,14 @@ def test_faults_follow_their_rates_and_the_seed():
     rng = random.Random(4)
     draws = [cfg.draw_fault(rng) for _ in range(20000)]
     counts = Counter(draws)
-    for fault, rate in [("error", 0.1), ("disconnect", 0.2), ("malformed", 0.05), ("stall", 0.05),
-                        ("not_sse", 0.1), (None, 0.5)]:
+    for fault, rate in [
+        ("error", 0.1),
+        ("disconnect", 0.2),
+        ("malformed", 0.05),
+        ("stall", 0.05),
+        ("not_sse", 0.1),
+        (None, 0.5),
+    ]:
         assert counts[fault] / len(draws) == pytest.approx(rate, abs=0.015), fault
     rng = random.Random(4)
     assert [cfg.draw_fault(rng) for _ in range(100)] == draws[:100]

@@ -45,6 +45,7 @@ def assert_error(response, status, param=None):
 
 # ---- endpoints ---------------------------------------------------------------------------------
 
+
 def test_models_lists_the_served_model_with_root_and_context(server):
     body = server.get("/v1/models").json()
     assert body["object"] == "list"
@@ -66,8 +67,11 @@ def test_health_and_metrics_stay_open_without_the_api_key(server):
 @pytest.mark.parametrize("authorization", ["", "Bearer wrong", KEY, f"Basic {KEY}"])
 def test_a_missing_or_wrong_api_key_is_401(server, authorization):
     for path in ("/v1/models", "/v1/completions"):
-        response = server.post(path, {"prompt": "x"}, headers={"Authorization": authorization}) \
-            if path.endswith("completions") else server.get(path, headers={"Authorization": authorization})
+        response = (
+            server.post(path, {"prompt": "x"}, headers={"Authorization": authorization})
+            if path.endswith("completions")
+            else server.get(path, headers={"Authorization": authorization})
+        )
         assert_error(response, 401)
 
 
@@ -85,6 +89,7 @@ def test_unknown_paths_and_models_are_404(server):
 
 # ---- generation --------------------------------------------------------------------------------
 
+
 def test_completion_honours_max_tokens_and_reports_usage(server):
     body = completion(server, prompt="Hello", max_tokens=7, ignore_eos=True)
     assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
@@ -99,13 +104,16 @@ def test_min_tokens_pins_the_output_length(server):
     assert body["usage"]["completion_tokens"] == 9
 
 
-@pytest.mark.parametrize("prompt, prompt_tokens, choices", [
-    ("abc", 3, 1),
-    (["abc"], 3, 1),
-    ([97, 98, 99, 100], 4, 1),
-    ([[97, 98], [99]], 3, 2),
-    (["ab", "cde"], 5, 2),
-])
+@pytest.mark.parametrize(
+    "prompt, prompt_tokens, choices",
+    [
+        ("abc", 3, 1),
+        (["abc"], 3, 1),
+        ([97, 98, 99, 100], 4, 1),
+        ([[97, 98], [99]], 3, 2),
+        (["ab", "cde"], 5, 2),
+    ],
+)
 def test_every_prompt_form_is_accepted(server, prompt, prompt_tokens, choices):
     body = completion(server, prompt=prompt, max_tokens=3, ignore_eos=True)
     assert [c["index"] for c in body["choices"]] == list(range(choices))
@@ -114,11 +122,13 @@ def test_every_prompt_form_is_accepted(server, prompt, prompt_tokens, choices):
 
 
 def test_chat_completion_counts_the_templated_prompt(server):
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "name": "ann",
-                 "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}]
-    response = server.post("/v1/chat/completions", {"model": MODEL, "messages": messages,
-                                                     "max_completion_tokens": 4, "ignore_eos": True})
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]},
+    ]
+    response = server.post(
+        "/v1/chat/completions", {"model": MODEL, "messages": messages, "max_completion_tokens": 4, "ignore_eos": True}
+    )
     body = response.json()
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
     assert body["choices"][0]["message"]["role"] == "assistant"
@@ -127,8 +137,15 @@ def test_chat_completion_counts_the_templated_prompt(server):
 
 
 def test_max_completion_tokens_wins_over_max_tokens(server):
-    response = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                                                     "max_tokens": 9, "max_completion_tokens": 2, "ignore_eos": True})
+    response = server.post(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 9,
+            "max_completion_tokens": 2,
+            "ignore_eos": True,
+        },
+    )
     assert response.json()["usage"]["completion_tokens"] == 2
 
 
@@ -137,7 +154,7 @@ def test_stop_strings_end_the_output_before_the_stop(server):
     text = completion(server, **greedy)["choices"][0]["text"]
     stop = text[10:12]
     body = completion(server, **greedy, stop=[stop, "never-there"])
-    assert body["choices"][0]["text"] == text[:text.find(stop)]
+    assert body["choices"][0]["text"] == text[: text.find(stop)]
     assert body["choices"][0]["finish_reason"] == "stop"
 
 
@@ -147,15 +164,26 @@ def test_seeded_sampling_repeats(server):
 
 
 def test_unknown_fields_are_ignored(server):
-    completion(server, prompt="x", max_tokens=1, logprobs=None, repetition_penalty=1.0, echo=False,
-               user="u", something_new={"a": [1]})
+    completion(
+        server,
+        prompt="x",
+        max_tokens=1,
+        logprobs=None,
+        repetition_penalty=1.0,
+        echo=False,
+        user="u",
+        something_new={"a": [1]},
+    )
 
 
 # ---- streaming ---------------------------------------------------------------------------------
 
+
 def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(server):
-    data = server.events("/v1/completions", {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True,
-                                             "stream_options": {"include_usage": True}})
+    data = server.events(
+        "/v1/completions",
+        {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True, "stream_options": {"include_usage": True}},
+    )
     body = chunks(data)
     token_chunks, usage_chunk = body[:-1], body[-1]
     assert len(token_chunks) == 6
@@ -169,8 +197,9 @@ def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(serve
 
 
 def test_streamed_chat_sends_the_role_with_the_first_token(server):
-    data = server.events("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                  "max_tokens": 5, "ignore_eos": True})
+    data = server.events(
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "ignore_eos": True}
+    )
     body = chunks(data)
     assert all(c["object"] == "chat.completion.chunk" for c in body)
     deltas = [c["choices"][0]["delta"] for c in body]
@@ -180,9 +209,15 @@ def test_streamed_chat_sends_the_role_with_the_first_token(server):
 
 
 def test_continuous_usage_stats_put_usage_on_every_chunk(server):
-    data = server.events("/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4, "ignore_eos": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    data = server.events(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_completion_tokens": 4,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    )
     body = chunks(data)
     assert [c["usage"]["completion_tokens"] for c in body] == [1, 2, 3, 4, 4]
     assert body[-1]["choices"] == []
@@ -195,39 +230,43 @@ def test_streaming_errors_before_the_stream_are_plain_http_errors(server):
 
 # ---- errors ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/v1/completions", b"{not json", None),
-    ("/v1/completions", b"\xff\xfe", None),
-    ("/v1/completions", [1, 2], None),
-    ("/v1/completions", {"max_tokens": 3}, "prompt"),
-    ("/v1/completions", {"prompt": ""}, "prompt"),
-    ("/v1/completions", {"prompt": []}, "prompt"),
-    ("/v1/completions", {"prompt": [1, "a"]}, "prompt"),
-    ("/v1/completions", {"prompt": "lone \ud800 surrogate"}, "prompt"),
-    ("/v1/chat/completions", {"messages": [{"role": "user\udfff", "content": "x"}]}, "messages"),
-    ("/tokenize", {"prompt": "\udc00"}, "prompt"),
-    ("/v1/completions", {"prompt": [300000]}, "prompt"),
-    ("/v1/completions", {"prompt": "x", "n": 2}, "n"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": -5}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": "5"}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": True}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": MAX_MODEL_LEN}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x" * MAX_MODEL_LEN, "max_tokens": 1}, "prompt"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
-    ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
-    ("/v1/completions", {"prompt": "x", "temperature": 10**400}, "temperature"),
-    ("/v1/completions", {"prompt": "x", "top_p": float("nan")}, "top_p"),
-    ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
-    ("/v1/completions", {"prompt": "x", "top_k": -2}, "top_k"),
-    ("/v1/completions", {"prompt": "x", "stop": [1]}, "stop"),
-    ("/v1/completions", {"prompt": "x", "stream_options": "yes"}, None),
-    ("/v1/chat/completions", {"messages": []}, "messages"),
-    ("/v1/chat/completions", {"messages": [{"content": "no role"}]}, "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
-    ("/tokenize", {}, "prompt"),
-    ("/detokenize", {"tokens": ["a"]}, "tokens"),
-])
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/v1/completions", b"{not json", None),
+        ("/v1/completions", b"\xff\xfe", None),
+        ("/v1/completions", [1, 2], None),
+        ("/v1/completions", {"max_tokens": 3}, "prompt"),
+        ("/v1/completions", {"prompt": ""}, "prompt"),
+        ("/v1/completions", {"prompt": []}, "prompt"),
+        ("/v1/completions", {"prompt": [1, "a"]}, "prompt"),
+        ("/v1/completions", {"prompt": "lone \ud800 surrogate"}, "prompt"),
+        ("/v1/chat/completions", {"messages": [{"role": "user\udfff", "content": "x"}]}, "messages"),
+        ("/tokenize", {"prompt": "\udc00"}, "prompt"),
+        ("/v1/completions", {"prompt": [300000]}, "prompt"),
+        ("/v1/completions", {"prompt": "x", "n": 2}, "n"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": -5}, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": "5"}, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": True}, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": MAX_MODEL_LEN}, "max_tokens"),
+        ("/v1/completions", {"prompt": "x" * MAX_MODEL_LEN, "max_tokens": 1}, "prompt"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+        ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
+        ("/v1/completions", {"prompt": "x", "temperature": 10**400}, "temperature"),
+        ("/v1/completions", {"prompt": "x", "top_p": float("nan")}, "top_p"),
+        ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
+        ("/v1/completions", {"prompt": "x", "top_k": -2}, "top_k"),
+        ("/v1/completions", {"prompt": "x", "stop": [1]}, "stop"),
+        ("/v1/completions", {"prompt": "x", "stream_options": "yes"}, None),
+        ("/v1/chat/completions", {"messages": []}, "messages"),
+        ("/v1/chat/completions", {"messages": [{"content": "no role"}]}, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+        ("/tokenize", {}, "prompt"),
+        ("/detokenize", {"tokens": ["a"]}, "tokens"),
+    ],
+)
 def test_client_mistakes_are_400_in_openai_format(server, path, body, param):
     assert_error(server.post(path, body), 400, param)
 
@@ -247,6 +286,7 @@ def test_a_full_waiting_queue_is_429_and_closing_streams_frees_everything(server
 
 
 # ---- a failed step, a dead engine --------------------------------------------------------------
+
 
 @contextlib.asynccontextmanager
 async def in_process_server(engine: AsyncEngine) -> AsyncIterator[aiohttp.ClientSession]:
@@ -283,7 +323,7 @@ async def _failed_steps() -> None:
             whole = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4})
             assert whole.status == 500 and (await whole.json())["error"]["code"] == "engine_error"
             stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4, "stream": True})
-            data = sse_data(await stream.read())   # an error event, then [DONE]
+            data = sse_data(await stream.read())  # an error event, then [DONE]
             assert stream.status == 200 and len(data) == 2 and json.loads(data[0])["error"]["type"] == "server_error"
             after = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 4, "ignore_eos": True})
             assert after.status == 200 and (await after.json())["usage"]["completion_tokens"] == 4
@@ -302,8 +342,9 @@ async def _stopped_engine() -> None:
     await engine.start()
     async with in_process_server(engine) as http:
         assert (await http.get("/health")).status == 200
-        stream = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": 200, "ignore_eos": True,
-                                                          "stream": True})
+        stream = await http.post(
+            "/v1/completions", json={"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+        )
         first = await stream.content.readuntil(b"\n\n")
         await engine.shutdown()
         data = sse_data(first + await stream.read())

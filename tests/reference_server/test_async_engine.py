@@ -31,9 +31,14 @@ def config(**overrides) -> EngineConfig:
 
 async def generate_all(engine: AsyncEngine, prompts: list[str], params: SamplingParams) -> list[Result]:
     """Send all prompts at once (a seeded request i gets seed + i) and collect every stream."""
-    streams = [engine.add_request(f"r{i}", engine.tokenizer.encode(p),
-                                  params if params.seed is None else replace(params, seed=params.seed + i))
-               for i, p in enumerate(prompts)]
+    streams = [
+        engine.add_request(
+            f"r{i}",
+            engine.tokenizer.encode(p),
+            params if params.seed is None else replace(params, seed=params.seed + i),
+        )
+        for i, p in enumerate(prompts)
+    ]
     return list(await asyncio.gather(*map(collect, streams)))
 
 
@@ -59,7 +64,7 @@ def test_a_request_streams_one_printable_byte_per_token_then_finishes_by_length(
     assert [o.finish_reason for o in result.outputs] == [None] * 9 + ["length"]
     assert len(result.text) == 10 and result.text.isascii()
     assert all(len(o.text) == 1 and 0 <= o.token_id < 256 for o in result.outputs)
-    assert len(set(reference)) == len(reference)      # different prompts, different outputs
+    assert len(set(reference)) == len(reference)  # different prompts, different outputs
 
 
 def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
@@ -77,32 +82,33 @@ def test_preemption_by_recompute_keeps_outputs_identical(reference) -> None:
 def test_chunked_prefill_under_a_small_budget_gives_the_same_tokens(reference) -> None:
     async def scenario(engine):
         results = await generate_all(engine, PROMPTS, SEEDED)
-        return [r.text for r in results], metric(engine, "vllm:iteration_tokens_total_bucket", le="32.0"), \
-            metric(engine, "vllm:iteration_tokens_total_count")
+        return (
+            [r.text for r in results],
+            metric(engine, "vllm:iteration_tokens_total_bucket", le="32.0"),
+            metric(engine, "vllm:iteration_tokens_total_count"),
+        )
 
-    texts, small_steps, steps = run_engine(config(max_num_batched_tokens=32, long_prefill_token_threshold=8),
-                                           scenario)
+    texts, small_steps, steps = run_engine(config(max_num_batched_tokens=32, long_prefill_token_threshold=8), scenario)
     assert texts == reference
-    assert small_steps == steps          # no step went over the 32-token budget
+    assert small_steps == steps  # no step went over the 32-token budget
 
 
 def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion(reference) -> None:
     async def scenario(engine):
         assert [r.text for r in await generate_all(engine, PROMPTS, SEEDED)] == reference
         long = engine.add_request("long", [65] * 8, SamplingParams(max_tokens=60, temperature=0, ignore_eos=True))
-        first = await long.__anext__()           # the long request's batch is running
+        first = await long.__anext__()  # the long request's batch is running
         late = asyncio.ensure_future(collect(engine.add_request("late", [66] * 8, SEEDED)))
         rest = await collect(long)
         return first, rest, await late
 
     for batching in ("static", "continuous"):
-        first, long, late = run_engine(config(batching=batching, max_num_seqs=4, static_batch_timeout=0.05),
-                                       scenario)
+        first, long, late = run_engine(config(batching=batching, max_num_seqs=4, static_batch_timeout=0.05), scenario)
         assert long.finish_reason == "length" and late.finish_reason == "length"
         if batching == "static":
-            assert late.times[0] >= long.times[-1]    # the late request waited for the whole batch
+            assert late.times[0] >= long.times[-1]  # the late request waited for the whole batch
         else:
-            assert late.times[0] < long.times[-1]     # it joined the running batch
+            assert late.times[0] < long.times[-1]  # it joined the running batch
 
 
 def test_contiguous_kv_fits_fewer_sequences_in_the_same_memory(reference) -> None:
@@ -139,7 +145,7 @@ def test_seeded_sampling_is_reproducible_across_batches() -> None:
         return alone.text, [r.text for r in crowd], {r.text for r in others}
 
     alone, crowd, unseeded = run_engine(config(), scenario)
-    assert crowd == [alone] * 4          # same seed, same text, whatever the batch around it
+    assert crowd == [alone] * 4  # same seed, same text, whatever the batch around it
     assert len(unseeded) > 1
 
 
@@ -175,12 +181,12 @@ def test_abort_ends_the_stream_and_frees_blocks_at_once() -> None:
 def test_queue_limit_and_bad_prompts_are_refused() -> None:
     async def scenario(engine):
         params = SamplingParams(max_tokens=4)
-        with pytest.raises(ValueError, match="--max-waiting"):   # could never be queued: a 400, not a 429
+        with pytest.raises(ValueError, match="--max-waiting"):  # could never be queued: a 400, not a 429
             engine.add_requests([(f"b{i}", [65]) for i in range(3)], params)
         streams = [engine.add_request("r0", [65], params)]
-        with pytest.raises(QueueFull):   # fits the queue, not now: none of the batch is queued...
+        with pytest.raises(QueueFull):  # fits the queue, not now: none of the batch is queued...
             engine.add_requests([("b0", [65]), ("b1", [65])], params)
-        streams.append(engine.add_request("r1", [65], params))   # ...so it takes no seat from others
+        streams.append(engine.add_request("r1", [65], params))  # ...so it takes no seat from others
         with pytest.raises(QueueFull):
             engine.add_request("r2", [65], params)
         with pytest.raises(ValueError, match="context"):
@@ -211,14 +217,26 @@ def test_metrics_use_vllm_names_and_labels() -> None:
 
     engine = run_engine(config(), scenario)
     text = __import__("prometheus_client").generate_latest(engine.registry).decode()
-    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                 "vllm:iteration_tokens_total_bucket", "vllm:time_to_first_token_seconds_bucket",
-                 "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
-                 "vllm:request_queue_time_seconds_bucket", "vllm:request_prefill_time_seconds_bucket",
-                 "vllm:request_decode_time_seconds_bucket", "vllm:request_inference_time_seconds_bucket",
-                 "vllm:request_success_total", "loadlab_server_step_seconds_bucket",
-                 "loadlab_server_batch_size_bucket", "loadlab_server_collective_seconds_bucket"]:
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:iteration_tokens_total_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:request_prefill_time_seconds_bucket",
+        "vllm:request_decode_time_seconds_bucket",
+        "vllm:request_inference_time_seconds_bucket",
+        "vllm:request_success_total",
+        "loadlab_server_step_seconds_bucket",
+        "loadlab_server_batch_size_bucket",
+        "loadlab_server_collective_seconds_bucket",
+    ]:
         assert f'{name}{{engine="0",' in text, name
     assert 'model_name="loadlab-reference"' in text
     assert metric(engine, "vllm:request_success_total", finished_reason="length") == 3
@@ -243,8 +261,11 @@ def test_no_value_is_exported_twice_under_two_names() -> None:
     histograms = {}
     for family in engine.registry.collect():
         if family.type == "histogram":
-            histograms[family.name] = tuple((s.name.removeprefix(family.name), tuple(sorted(s.labels.items())), s.value)
-                                            for s in family.samples if not s.name.endswith("_created"))
+            histograms[family.name] = tuple(
+                (s.name.removeprefix(family.name), tuple(sorted(s.labels.items())), s.value)
+                for s in family.samples
+                if not s.name.endswith("_created")
+            )
     seen: dict[tuple, str] = {}
     for name, values in histograms.items():
         assert values not in seen, f"{name} repeats {seen.get(values)}"
@@ -277,7 +298,7 @@ def test_a_failed_step_fails_its_requests_and_the_engine_serves_the_next(monkeyp
         result = await collect(engine.add_request("next", [67], SamplingParams(max_tokens=4, ignore_eos=True)))
         return result, metric(engine, "vllm:request_success_total", finished_reason="error")
 
-    result, errors = run_engine(config(), scenario)   # run_engine checks every block is free again
+    result, errors = run_engine(config(), scenario)  # run_engine checks every block is free again
     assert result.finish_reason == "length" and len(result.outputs) == 4
     assert errors == 2
 
@@ -330,7 +351,7 @@ def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(mo
         await engine.start()
         running = engine.add_request("a", [65], SamplingParams())
         assert await asyncio.to_thread(entered.wait, 10)
-        queued = engine.add_request("b", [66], SamplingParams())   # the loop is inside the step
+        queued = engine.add_request("b", [66], SamplingParams())  # the loop is inside the step
         release.set()
         for stream in (running, queued):
             with pytest.raises(EngineDead):
@@ -340,17 +361,23 @@ def test_a_request_still_in_the_inbox_when_the_loop_dies_gets_engine_dead_too(mo
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"preset": "gpt-5"}, "unknown preset"),
-    ({"batching": "dynamic"}, "batching must be one of"),
-    ({"num_kv_blocks": 2}, "cannot hold one sequence"),
-    ({"dtype": "int4"}, "dtype must be one of"),
-    ({"max_num_seqs": 0}, "max_num_seqs must be at least 1"),
-    ({"weights": "/nonexistent/model.safetensors"}, "does not exist"),
-    ({"tensor_parallel": 4}, "does not divide num_kv_heads"),
-    pytest.param({"device": "cuda"}, "no CUDA GPU",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"preset": "gpt-5"}, "unknown preset"),
+        ({"batching": "dynamic"}, "batching must be one of"),
+        ({"num_kv_blocks": 2}, "cannot hold one sequence"),
+        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"max_num_seqs": 0}, "max_num_seqs must be at least 1"),
+        ({"weights": "/nonexistent/model.safetensors"}, "does not exist"),
+        ({"tensor_parallel": 4}, "does not divide num_kv_heads"),
+        pytest.param(
+            {"device": "cuda"},
+            "no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here"),
+        ),
+    ],
+)
 def test_configuration_errors_are_clear_and_come_before_the_model_loads(overrides, message) -> None:
     with pytest.raises(ValueError, match=message):
         EngineCore(config(**overrides))
@@ -365,15 +392,29 @@ def test_the_async_engine_refuses_a_bad_setting_at_once() -> None:
 def test_random_configurations_finish_every_request_and_return_every_block(trial: int) -> None:
     rng = random.Random(trial)
     block_size = rng.choice([4, 8, 16])
-    cfg = config(block_size=block_size, num_kv_blocks=rng.randint(128 // block_size, 512 // block_size),
-                 max_num_batched_tokens=rng.choice([8, 16, 64, 256]),
-                 long_prefill_token_threshold=rng.choice([0, 4, 16]),
-                 max_num_seqs=rng.choice([1, 3, 8]), batching=rng.choice(["continuous", "static"]),
-                 kv=rng.choice(["paged", "contiguous"]), static_batch_timeout=0.01)
-    requests = [([rng.randint(0, 255) for _ in range(rng.randint(1, 127))],
-                 SamplingParams(max_tokens=rng.randint(1, 30), temperature=rng.choice([0, 1.0]),
-                                min_tokens=rng.choice([0, 5]), stop=rng.choice([[], ["a"], ["xy", "~"]])),
-                 rng.random() < 0.2) for _ in range(10)]
+    cfg = config(
+        block_size=block_size,
+        num_kv_blocks=rng.randint(128 // block_size, 512 // block_size),
+        max_num_batched_tokens=rng.choice([8, 16, 64, 256]),
+        long_prefill_token_threshold=rng.choice([0, 4, 16]),
+        max_num_seqs=rng.choice([1, 3, 8]),
+        batching=rng.choice(["continuous", "static"]),
+        kv=rng.choice(["paged", "contiguous"]),
+        static_batch_timeout=0.01,
+    )
+    requests = [
+        (
+            [rng.randint(0, 255) for _ in range(rng.randint(1, 127))],
+            SamplingParams(
+                max_tokens=rng.randint(1, 30),
+                temperature=rng.choice([0, 1.0]),
+                min_tokens=rng.choice([0, 5]),
+                stop=rng.choice([[], ["a"], ["xy", "~"]]),
+            ),
+            rng.random() < 0.2,
+        )
+        for _ in range(10)
+    ]
 
     async def one(engine, i, prompt, params, abort):
         await asyncio.sleep(i * 0.005)
@@ -393,4 +434,4 @@ def test_random_configurations_finish_every_request_and_return_every_block(trial
         if last.finish_reason == "length":
             assert last.output_tokens == params.max_tokens or prompt_len + last.output_tokens == 128
         if last.finish_reason == "stop" and not params.stop:
-            assert last.output_tokens > params.min_tokens      # EOS only after min_tokens
+            assert last.output_tokens > params.min_tokens  # EOS only after min_tokens

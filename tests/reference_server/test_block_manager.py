@@ -14,7 +14,7 @@ def test_paged_tables_grow_as_tokens_need_blocks_and_free_returns_them() -> None
     a, b = seq(), seq()
     bm.allocate(a, 17, [])
     assert len(a.block_table) == 2 and bm.num_free == 2
-    bm.allocate(a, 32, [])                       # still fits in two blocks
+    bm.allocate(a, 32, [])  # still fits in two blocks
     assert len(a.block_table) == 2
     assert bm.can_allocate(b, 32, []) and not bm.can_allocate(b, 33, [])
     bm.allocate(b, 20, [])
@@ -25,16 +25,16 @@ def test_paged_tables_grow_as_tokens_need_blocks_and_free_returns_them() -> None
 
 
 def test_contiguous_slabs_reserve_a_slab_and_fits_fewer_sequences() -> None:
-    bm = ContiguousBlocks(num_blocks=10, block_size=16, blocks_per_slab=4)   # max_model_len 64
-    assert bm.total == 8                      # two slabs; two blocks cannot form a slab
+    bm = ContiguousBlocks(num_blocks=10, block_size=16, blocks_per_slab=4)  # max_model_len 64
+    assert bm.total == 8  # two slabs; two blocks cannot form a slab
     seqs = [seq(), seq(), seq()]
     for s in seqs[:2]:
         assert bm.can_allocate(s, 1, [])
         bm.allocate(s, 1, [])
     # The lowest free slab goes first, so sequences admitted together own neighbouring slabs.
     assert seqs[0].block_table == [0, 1, 2, 3] and seqs[1].block_table == [4, 5, 6, 7]
-    assert not bm.can_allocate(seqs[2], 1, [])     # 1 token each, yet the pool is full
-    assert bm.can_allocate(seqs[0], 64, [])        # growing within the slab is free
+    assert not bm.can_allocate(seqs[2], 1, [])  # 1 token each, yet the pool is full
+    assert bm.can_allocate(seqs[0], 64, [])  # growing within the slab is free
     paged = PagedBlocks(num_blocks=10, block_size=16)
     fitted = 0
     while paged.can_allocate(seq(), 1, []):

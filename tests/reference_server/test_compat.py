@@ -29,6 +29,7 @@ def client(server):
 
 # ---- the official openai client ----------------------------------------------------------------
 
+
 def test_openai_client_lists_the_model(client):
     assert [m.id for m in client.models.list().data] == [MODEL]
 
@@ -37,16 +38,25 @@ def test_openai_client_completion_and_chat(client):
     completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, extra_body={"ignore_eos": True})
     assert len(completion.choices[0].text) == 5 and completion.usage.completion_tokens == 5
     assert completion.usage.prompt_tokens == len(PROMPT)
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}],
-                                          max_completion_tokens=4, extra_body={"ignore_eos": True})
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_completion_tokens=4,
+        extra_body={"ignore_eos": True},
+    )
     assert chat.choices[0].message.role == "assistant" and len(chat.choices[0].message.content) == 4
     assert chat.usage.total_tokens == chat.usage.prompt_tokens + 4
 
 
 def test_openai_client_streams_chat_with_usage(client):
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}],
-                                            max_tokens=6, stream=True, stream_options={"include_usage": True},
-                                            extra_body={"ignore_eos": True})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     events = list(stream)
     content = [e for e in events if e.choices]
     assert content[0].choices[0].delta.role == "assistant" and content[0].choices[0].delta.content
@@ -55,8 +65,9 @@ def test_openai_client_streams_chat_with_usage(client):
 
 
 def test_openai_client_streams_completions(client):
-    stream = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, stream=True,
-                                       extra_body={"ignore_eos": True})
+    stream = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=4, stream=True, extra_body={"ignore_eos": True}
+    )
     texts = [e.choices[0].text for e in stream]
     assert len(texts) == 4 and all(texts)
 
@@ -69,6 +80,7 @@ def test_openai_client_raises_its_typed_errors(client):
 
 
 # ---- vLLM's `vllm bench serve` -----------------------------------------------------------------
+
 
 def vllm_bench_parse(data: list[str], chat: bool) -> tuple[str, int | None]:
     """What vLLM's benchmark client reads: text from chunks with choices, tokens from the one without."""
@@ -90,29 +102,56 @@ def test_vllm_bench_reads_the_model_root(server):
 
 
 def test_vllm_bench_completions(server):
-    body = {"model": MODEL, "prompt": PROMPT, "temperature": 0.0, "repetition_penalty": 1.0, "max_tokens": 8,
-            "logprobs": None, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "temperature": 0.0,
+        "repetition_penalty": 1.0,
+        "max_tokens": 8,
+        "logprobs": None,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     text, output_len = vllm_bench_parse(server.events("/v1/completions", body), chat=False)
     assert output_len == 8 and len(text) == 8
 
 
 def test_vllm_bench_chat_with_content_parts(server):
-    body = {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}],
-            "temperature": 0.0, "max_completion_tokens": 7, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}],
+        "temperature": 0.0,
+        "max_completion_tokens": 7,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     text, output_len = vllm_bench_parse(server.events("/v1/chat/completions", body), chat=True)
     assert output_len == 7 and len(text) == 7
 
 
 # ---- GuideLLM ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, prompt", [
-    ("/v1/completions", {"prompt": PROMPT}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
-])
+
+@pytest.mark.parametrize(
+    "path, prompt",
+    [
+        ("/v1/completions", {"prompt": PROMPT}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
+    ],
+)
 def test_guidellm_requests(server, path, prompt):
-    body = {**prompt, "model": MODEL, "stream": True, "max_tokens": 6, "max_completion_tokens": 6, "stop": None,
-            "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        **prompt,
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 6,
+        "max_completion_tokens": 6,
+        "stop": None,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     response = server.post(path, body)
     lines = response.content.decode().splitlines()
     assert lines.count("data: [DONE]") == 1  # GuideLLM compares the whole line
@@ -123,14 +162,28 @@ def test_guidellm_requests(server, path, prompt):
 
 # ---- NVIDIA AIPerf -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, prompt, kind", [
-    ("/v1/completions", {"prompt": [PROMPT]}, "text_completion"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "name": "u1", "content": PROMPT}]},
-     "chat.completion.chunk"),
-])
+
+@pytest.mark.parametrize(
+    "path, prompt, kind",
+    [
+        ("/v1/completions", {"prompt": [PROMPT]}, "text_completion"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "name": "u1", "content": PROMPT}]},
+            "chat.completion.chunk",
+        ),
+    ],
+)
 def test_aiperf_requests(server, path, prompt, kind):
-    body = {**prompt, "model": MODEL, "stream": True, "max_tokens": 5, "min_tokens": 5, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        **prompt,
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 5,
+        "min_tokens": 5,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     parsed = [c for c in chunks(server.events(path, body)) if c.get("object") == kind]  # AIPerf drops other objects
     content = [c for c in parsed if c["choices"]]
     assert len(content) == 5 and parsed[-1]["usage"]["completion_tokens"] == 5
@@ -138,10 +191,15 @@ def test_aiperf_requests(server, path, prompt, kind):
 
 # ---- the exported tokenizer counts what the server counts --------------------------------------
 
+
 def test_exported_tokenizer_counts_the_same_tokens_as_usage(server, client, tmp_path):
     folder = tmp_path / "tok"
-    subprocess.run([sys.executable, "-m", "reference_server", "--export-tokenizer", str(folder)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "reference_server", "--export-tokenizer", str(folder)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
 
     prompt = "Grüße, <|im_start|> 日本語 ok"
@@ -149,9 +207,14 @@ def test_exported_tokenizer_counts_the_same_tokens_as_usage(server, client, tmp_
     assert len(tokenizer.encode(prompt)) == completion.usage.prompt_tokens
     assert len(tokenizer.encode(completion.choices[0].text)) == completion.usage.completion_tokens
 
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "name": "ann",
-                 "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "name": "ann",
+            "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}],
+        },
+    ]
     chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids

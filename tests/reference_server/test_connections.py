@@ -12,7 +12,7 @@ import time
 
 from tests.support.reference_server import start_server
 
-IDLE = 1.0   # --idle-timeout of these servers: seconds
+IDLE = 1.0  # --idle-timeout of these servers: seconds
 
 
 def port_of(server) -> int:
@@ -47,10 +47,10 @@ def test_half_open_slow_and_idle_connections_are_closed_after_the_idle_timeout(t
         slow_body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
         idle = http.client.HTTPConnection(*address)
         idle.request("GET", "/health")
-        assert idle.getresponse().read() == b""   # kept alive, then idle
+        assert idle.getresponse().read() == b""  # kept alive, then idle
         for sock in silent + slow_headers + [idle.sock]:
             assert closed_by_server(sock, within=IDLE + 3) is not None
-        answer = closed_by_server(slow_body, within=2 * IDLE + 3)   # a 408, then aiohttp's lingering close
+        answer = closed_by_server(slow_body, within=2 * IDLE + 3)  # a 408, then aiohttp's lingering close
         assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
         assert b'"code": "request_timeout"' in answer
         assert server.get("/health").status_code == 200
@@ -63,17 +63,17 @@ def test_a_server_out_of_file_descriptors_keeps_answering_and_logs_a_line_a_seco
         resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE, (in_use + 20, in_use + 20))
         flood = []
         start = time.monotonic()
-        for _ in range(150):   # far past the limit; accepted ones hold a descriptor until shed
+        for _ in range(150):  # far past the limit; accepted ones hold a descriptor until shed
             sock = socket.socket()
             sock.settimeout(0.5)
             try:
                 sock.connect(("127.0.0.1", port_of(server)))
-            except OSError:   # the listen backlog is full
+            except OSError:  # the listen backlog is full
                 sock.close()
                 continue
             flood.append(sock)
         time.sleep(3)
-        for sock in flood:   # clients that give up before sending headers: a reset
+        for sock in flood:  # clients that give up before sending headers: a reset
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
         response = server.post("/v1/completions", {"prompt": "after the flood", "max_tokens": 2})

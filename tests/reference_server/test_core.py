@@ -15,12 +15,11 @@ from reference_server.engine.sequence import Sequence
 from reference_server.interface import SamplingParams, StepFailed
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
-SHARED = [ord(c) for c in "You are a helpful assistant. Answer briefly and kindly: "]   # 56 tokens
+SHARED = [ord(c) for c in "You are a helpful assistant. Answer briefly and kindly: "]  # 56 tokens
 
 
 def config(**overrides) -> EngineConfig:
-    return EngineConfig(**{"preset": "tiny", "max_model_len": 128, "num_kv_blocks": 32, "block_size": 8,
-                           **overrides})
+    return EngineConfig(**{"preset": "tiny", "max_model_len": 128, "num_kv_blocks": 32, "block_size": 8, **overrides})
 
 
 def run_to_end(core: EngineCore, max_steps: int = 2000) -> dict[str, list[int]]:
@@ -72,10 +71,14 @@ def shared_prefix_run(prefix_caching: bool) -> tuple[dict[str, list[int]], float
         outputs: dict[str, list[int]] = {}
         for i, suffix in enumerate(["first question?", "second one, longer?", "third"]):
             core.add(core.new_sequence(f"r{i}", SHARED + [ord(c) for c in suffix], GREEDY))
-            outputs.update(run_to_end(core))   # one after the other: each finds the others' blocks cached
+            outputs.update(run_to_end(core))  # one after the other: each finds the others' blocks cached
         computed = metric(core, "vllm:iteration_tokens_total_sum")
-        return outputs, computed, metric(core, "vllm:prefix_cache_queries_total"), \
-            metric(core, "vllm:prefix_cache_hits_total")
+        return (
+            outputs,
+            computed,
+            metric(core, "vllm:prefix_cache_queries_total"),
+            metric(core, "vllm:prefix_cache_hits_total"),
+        )
     finally:
         core.shutdown()
 
@@ -83,8 +86,8 @@ def shared_prefix_run(prefix_caching: bool) -> tuple[dict[str, list[int]], float
 def test_a_shared_prefix_is_computed_once_and_gives_the_same_tokens() -> None:
     cached, computed_cached, queries, hits = shared_prefix_run(prefix_caching=True)
     plain, computed_plain, plain_queries, plain_hits = shared_prefix_run(prefix_caching=False)
-    assert cached == plain                        # reused KV, same greedy tokens
-    assert hits == 2 * 56                         # 7 full blocks of the shared 56 tokens, twice
+    assert cached == plain  # reused KV, same greedy tokens
+    assert hits == 2 * 56  # 7 full blocks of the shared 56 tokens, twice
     assert queries == plain_queries > hits and plain_hits == 0
     assert computed_plain - computed_cached == hits
 
@@ -93,7 +96,7 @@ def test_a_prompt_entirely_cached_still_computes_its_last_token() -> None:
     core = EngineCore(config())
     try:
         for i in range(2):
-            core.add(core.new_sequence(f"r{i}", SHARED[:48], GREEDY))   # 6 full blocks exactly
+            core.add(core.new_sequence(f"r{i}", SHARED[:48], GREEDY))  # 6 full blocks exactly
             run_to_end(core)
         # The second run reuses 5 blocks: the 6th holds the last token, whose logits start the output.
         assert metric(core, "vllm:prefix_cache_hits_total") == 40
@@ -112,14 +115,14 @@ def test_cached_blocks_are_evicted_tail_first_and_never_while_held() -> None:
         blocks.allocate(s, s.num_tokens, blocks.cached_prefix(s))
         blocks.cache_blocks(s, 0, s.num_tokens)
     a_blocks = list(a.block_table)
-    blocks.free(a)          # a's two full blocks stay cached; its partial third is handed out first
+    blocks.free(a)  # a's two full blocks stay cached; its partial third is handed out first
     again = seq([1, 2, 3, 4, 6])
     assert blocks.cached_prefix(again) == a_blocks[:2]
-    c = seq([9] * 4)        # two blocks: the partial one, then a's second (a prefix's tail goes first)
+    c = seq([9] * 4)  # two blocks: the partial one, then a's second (a prefix's tail goes first)
     blocks.allocate(c, 4, [])
     assert blocks.cached_prefix(again) == a_blocks[:1]
     prefix = blocks.cached_prefix(again)
-    assert not blocks.can_allocate(again, 5, prefix)   # a cached block nobody holds counts as taken once reused
+    assert not blocks.can_allocate(again, 5, prefix)  # a cached block nobody holds counts as taken once reused
     blocks.free(c)
     blocks.allocate(again, 5, prefix)
     assert again.block_table[0] == a_blocks[0]
@@ -133,27 +136,43 @@ def test_cached_blocks_are_evicted_tail_first_and_never_while_held() -> None:
 
 # ---- random traffic ------------------------------------------------------------------------------
 
-prompt = st.tuples(st.sampled_from([[], SHARED[:8], SHARED[:20], SHARED]),
-                   st.lists(st.integers(32, 126), min_size=1, max_size=30)).map(lambda p: p[0] + p[1])
+prompt = st.tuples(
+    st.sampled_from([[], SHARED[:8], SHARED[:20], SHARED]), st.lists(st.integers(32, 126), min_size=1, max_size=30)
+).map(lambda p: p[0] + p[1])
 add = st.tuples(st.just("add"), prompt, st.integers(1, 40))
-operation = st.one_of(add, add, st.tuples(st.just("abort"), st.integers(0, 20)),
-                      st.tuples(st.just("step"), st.integers(1, 4)))
+operation = st.one_of(
+    add, add, st.tuples(st.just("abort"), st.integers(0, 20)), st.tuples(st.just("step"), st.integers(1, 4))
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(operations=st.lists(operation, min_size=5, max_size=40), block_size=st.sampled_from([4, 8]),
-       spare_blocks=st.sampled_from([0, 8]), budget=st.sampled_from([16, 64]), prefix_caching=st.booleans())
-def test_random_traffic_never_leaks_or_double_frees_a_block(core_cache, operations, block_size, spare_blocks,
-                                                           budget, prefix_caching) -> None:
+@given(
+    operations=st.lists(operation, min_size=5, max_size=40),
+    block_size=st.sampled_from([4, 8]),
+    spare_blocks=st.sampled_from([0, 8]),
+    budget=st.sampled_from([16, 64]),
+    prefix_caching=st.booleans(),
+)
+def test_random_traffic_never_leaks_or_double_frees_a_block(
+    core_cache, operations, block_size, spare_blocks, budget, prefix_caching
+) -> None:
     # Room for one full-length sequence and a little more: preemption, eviction and sharing all
     # happen; aborts hit waiting and running sequences.
-    core = core_cache(config(block_size=block_size, num_kv_blocks=128 // block_size + spare_blocks,
-                             max_num_batched_tokens=budget, prefix_caching=prefix_caching, max_num_seqs=6))
+    core = core_cache(
+        config(
+            block_size=block_size,
+            num_kv_blocks=128 // block_size + spare_blocks,
+            max_num_batched_tokens=budget,
+            prefix_caching=prefix_caching,
+            max_num_seqs=6,
+        )
+    )
     added = 0
     for op in operations:
         if op[0] == "add":
-            core.add(core.new_sequence(f"r{added}", op[1], SamplingParams(max_tokens=op[2], temperature=0,
-                                                                          ignore_eos=True)))
+            core.add(
+                core.new_sequence(f"r{added}", op[1], SamplingParams(max_tokens=op[2], temperature=0, ignore_eos=True))
+            )
             added += 1
         elif op[0] == "abort":
             core.abort(f"r{op[1]}")
@@ -190,15 +209,17 @@ def test_the_real_engine_counts_each_steps_estimated_work_as_vllm_does() -> None
     core = EngineCore(config())
     core.add(core.new_sequence("a", [65] * 10, GREEDY))
     run_to_end(core)
-    cost = ModelCost(PRESETS["tiny"], tp=1, dtype_bytes=4)              # float32 on one rank
+    cost = ModelCost(PRESETS["tiny"], tp=1, dtype_bytes=4)  # float32 on one rank
     steps = [cost.step([ChunkWork(10, 0, True)])] + [cost.step([ChunkWork(1, 10 + i, True)]) for i in range(5)]
     labels = {"model_name": "loadlab-reference", "engine": "0"}
     registry = core.metrics.registry
     assert registry.get_sample_value("vllm:estimated_flops_per_gpu_total", labels) == sum(s.flops for s in steps)
-    assert registry.get_sample_value("vllm:estimated_read_bytes_per_gpu_total", labels) == \
-        sum(s.read_bytes for s in steps)
-    assert registry.get_sample_value("vllm:estimated_write_bytes_per_gpu_total", labels) == \
-        sum(s.write_bytes for s in steps)
+    assert registry.get_sample_value("vllm:estimated_read_bytes_per_gpu_total", labels) == sum(
+        s.read_bytes for s in steps
+    )
+    assert registry.get_sample_value("vllm:estimated_write_bytes_per_gpu_total", labels) == sum(
+        s.write_bytes for s in steps
+    )
 
 
 def test_the_gauges_show_the_batch_a_step_runs_not_the_one_that_just_finished() -> None:
@@ -210,14 +231,21 @@ def test_the_gauges_show_the_batch_a_step_runs_not_the_one_that_just_finished() 
     execute = core.runner.execute
 
     def observed(step):
-        seen.append((metric(core, "vllm:num_requests_running"), metric(core, "vllm:num_requests_waiting"),
-                     metric(core, "vllm:kv_cache_usage_perc")))
+        seen.append(
+            (
+                metric(core, "vllm:num_requests_running"),
+                metric(core, "vllm:num_requests_waiting"),
+                metric(core, "vllm:kv_cache_usage_perc"),
+            )
+        )
         return execute(step)
 
     core.runner.execute = observed
     try:
         for i in range(4):
-            core.add(core.new_sequence(f"r{i}", [65 + i] * 10, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)))
+            core.add(
+                core.new_sequence(f"r{i}", [65 + i] * 10, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+            )
         run_to_end(core)
         assert seen and all(running > 0 and kv > 0 for running, _, kv in seen), seen
         assert seen[0][:2] == (2, 2)

@@ -32,18 +32,30 @@ def prefill_logits(model, ids: list[int], table: list[int]) -> torch.Tensor:
 
 def test_real_presets_have_the_published_shapes() -> None:
     llama = PRESETS["llama-3-8b"]
-    assert (llama.num_layers, llama.hidden_size, llama.num_heads, llama.num_kv_heads, llama.intermediate_size,
-            llama.vocab_size) == (32, 4096, 32, 8, 14336, 128256)
+    assert (
+        llama.num_layers,
+        llama.hidden_size,
+        llama.num_heads,
+        llama.num_kv_heads,
+        llama.intermediate_size,
+        llama.vocab_size,
+    ) == (32, 4096, 32, 8, 14336, 128256)
     qwen = PRESETS["qwen2.5-0.5b"]
-    assert (qwen.num_layers, qwen.hidden_size, qwen.num_heads, qwen.num_kv_heads, qwen.tie_embeddings,
-            qwen.qkv_bias) == (24, 896, 14, 2, True, True)
+    assert (
+        qwen.num_layers,
+        qwen.hidden_size,
+        qwen.num_heads,
+        qwen.num_kv_heads,
+        qwen.tie_embeddings,
+        qwen.qkv_bias,
+    ) == (24, 896, 14, 2, True, True)
     for shape in PRESETS.values():
-        assert shape.vocab_size >= 261     # room for every byte and the special tokens
+        assert shape.vocab_size >= 261  # room for every byte and the special tokens
 
 
 def test_chunked_prefill_and_decode_match_one_shot_prefill() -> None:
     model = tiny_model()
-    ids = list(b"The quick brown fox jumps over")      # 30 tokens over two blocks
+    ids = list(b"The quick brown fox jumps over")  # 30 tokens over two blocks
     table = [5, 2]
     full = prefill_logits(model, ids, table)
     cache = new_cache()
@@ -51,8 +63,13 @@ def test_chunked_prefill_and_decode_match_one_shot_prefill() -> None:
     def step(start: int, end: int, decode: bool) -> torch.Tensor:
         slots = torch.tensor([table[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, end)])
         if decode:
-            meta = AttentionMetadata(slots, num_decodes=1, decode_tables=torch.tensor([table]), decode_len=end,
-                                     decode_mask=torch.ones(1, 1, 1, end, dtype=torch.bool))
+            meta = AttentionMetadata(
+                slots,
+                num_decodes=1,
+                decode_tables=torch.tensor([table]),
+                decode_len=end,
+                decode_mask=torch.ones(1, 1, 1, end, dtype=torch.bool),
+            )
         else:
             mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None] if start else None
             meta = AttentionMetadata(slots, prefills=[PrefillChunk(0, end - start, start, torch.tensor([table]), mask)])

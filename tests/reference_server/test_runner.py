@@ -30,16 +30,22 @@ def test_step_puts_decodes_first_and_samples_only_completed_prompts() -> None:
     assert step.input_ids.tolist() == [4] + list(range(16, 32))
     assert step.positions.tolist() == [3] + list(range(16, 32))
     assert step.meta.slot_mapping.tolist() == [7 * 16 + 3] + list(range(5 * 16, 6 * 16))
-    assert step.sample_rows.tolist() == [0] and sampled == [decode]   # the chunk does not end the prompt
+    assert step.sample_rows.tolist() == [0] and sampled == [decode]  # the chunk does not end the prompt
     assert step.meta.decode_mask.tolist() == [[[[True] * 4]]]
     assert step.meta.prefills[0].mask.shape == (16, 32)
     finishing = Sequence("f", list(range(32)), params, 0.0, num_computed=16, block_table=[2, 5])
     _, sampled = build_step([ScheduledChunk(finishing, 16), ScheduledChunk(decode, 1)], block_size=16)
-    assert sampled == [decode, finishing]      # row order, not scheduling order
+    assert sampled == [decode, finishing]  # row order, not scheduling order
 
 
-@pytest.mark.parametrize("error, fatal", [(RuntimeError("a bug"), False), (torch.OutOfMemoryError("no memory"), False),
-                                          (torch.AcceleratorError("CUDA error: an illegal memory access"), True)])
+@pytest.mark.parametrize(
+    "error, fatal",
+    [
+        (RuntimeError("a bug"), False),
+        (torch.OutOfMemoryError("no memory"), False),
+        (torch.AcceleratorError("CUDA error: an illegal memory access"), True),
+    ],
+)
 def test_only_a_broken_device_is_an_engine_fault(monkeypatch, error, fatal) -> None:
     def broken(self, step):
         raise error
@@ -58,7 +64,7 @@ def test_kv_budget_sets_the_number_of_blocks_and_caps_the_default_context() -> N
     assert (layout.num_blocks, layout.max_model_len, layout.blocks_per_slab) == (1000, 1024, 0)
     assert kv_layout(EngineConfig(preset="tiny", tensor_parallel=2, kv_memory_gb=0.004096 * 16)).num_blocks == 2000
     small_pool = kv_layout(EngineConfig(preset="tiny", num_kv_blocks=40, block_size=16))
-    assert small_pool.max_model_len == 640          # the preset's 1024 would not fit: capped
+    assert small_pool.max_model_len == 640  # the preset's 1024 would not fit: capped
     contiguous = kv_layout(EngineConfig(preset="tiny", kv="contiguous", num_kv_blocks=200, max_model_len=1000))
     assert contiguous.blocks_per_slab == 63
     with pytest.raises(ValueError, match="cannot hold one sequence"):
@@ -77,8 +83,11 @@ def greedy_texts_and_collective(tp: int) -> tuple[list[str], float, float]:
         total = engine.registry.get_sample_value("loadlab_server_collective_seconds_sum", labels)
         return texts, count, total
 
-    return run_engine(EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=32, tensor_parallel=tp,
-                                   seed=11), scenario, timeout=120)
+    return run_engine(
+        EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=32, tensor_parallel=tp, seed=11),
+        scenario,
+        timeout=120,
+    )
 
 
 def test_tensor_parallel_2_gives_the_same_greedy_output_and_measures_collectives() -> None:
@@ -88,7 +97,7 @@ def test_tensor_parallel_2_gives_the_same_greedy_output_and_measures_collectives
     assert steps2 == steps1 > 0
     assert collective1 == 0.0 and collective2 > 0.0
     ranks = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
-    assert not ranks                    # the worker rank ended with the engine
+    assert not ranks  # the worker rank ended with the engine
 
 
 def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None:
@@ -97,19 +106,25 @@ def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None
     from reference_server.attention import KVCache
 
     params = SamplingParams()
-    seqs = [Sequence(str(i), [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[b, b + 1])
-            for i, b in ((0, 4), (1, 2))]
+    seqs = [
+        Sequence(str(i), [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[b, b + 1])
+        for i, b in ((0, 4), (1, 2))
+    ]
     step, sampled = build_step([ScheduledChunk(s, 1) for s in seqs], block_size=4, blocks_per_slab=2)
-    assert sampled == seqs[::-1] and step.meta.decode_first_slab == 1   # sorted: slabs 1, 2
+    assert sampled == seqs[::-1] and step.meta.decode_first_slab == 1  # sorted: slabs 1, 2
     cache = KVCache(1, 8, 4, 1, 2, torch.float32, torch.device("cpu"), blocks_per_slab=2)
     cache.k.copy_(torch.randn_like(cache.k))
     view, _ = cache.gather(0, step.meta.decode_tables, 3, first_slab=1)
     copied, _ = cache.gather(0, step.meta.decode_tables, 3)
     torch.testing.assert_close(view, copied)
-    apart, _ = build_step([ScheduledChunk(seqs[0], 1)] + [ScheduledChunk(Sequence(
-        "x", [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[0, 1]), 1)], 4, 2)
-    assert apart.meta.decode_first_slab == -1                                          # slabs 0 and 2
-    assert build_step([ScheduledChunk(s, 1) for s in seqs], 4)[0].meta.decode_first_slab == -1   # paged
+    apart, _ = build_step(
+        [ScheduledChunk(seqs[0], 1)]
+        + [ScheduledChunk(Sequence("x", [1, 2], params, 0.0, output_ids=[3], num_computed=2, block_table=[0, 1]), 1)],
+        4,
+        2,
+    )
+    assert apart.meta.decode_first_slab == -1  # slabs 0 and 2
+    assert build_step([ScheduledChunk(s, 1) for s in seqs], 4)[0].meta.decode_first_slab == -1  # paged
 
 
 def test_tensor_parallel_engine_survives_idling_past_the_collective_timeout(monkeypatch) -> None:
@@ -119,7 +134,7 @@ def test_tensor_parallel_engine_survives_idling_past_the_collective_timeout(monk
     monkeypatch.setattr(runner, "KEEPALIVE_EVERY", 0.5)
 
     async def scenario(engine):
-        await asyncio.sleep(5)          # without keepalives the idle worker rank times out here
+        await asyncio.sleep(5)  # without keepalives the idle worker rank times out here
         result = await collect(engine.add_request("late", [65] * 4, SamplingParams(max_tokens=4)))
         return result.finish_reason, engine.healthy
 

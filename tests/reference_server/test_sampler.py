@@ -20,8 +20,8 @@ def seq(seed: int | None = None, outputs: int = 0, **params) -> Sequence:
 def eos_favoured(rows: int = 1) -> torch.Tensor:
     logits = torch.zeros(rows, VOCAB)
     logits[:, EOS] = 50.0
-    logits[:, 300] = 100.0          # a special id above EOS: never sampled
-    logits[:, 200] = 100.0          # a non-ASCII byte: never sampled
+    logits[:, 300] = 100.0  # a special id above EOS: never sampled
+    logits[:, 200] = 100.0  # a non-ASCII byte: never sampled
     return logits
 
 
@@ -35,8 +35,11 @@ def test_only_printable_bytes_or_eos_are_sampled() -> None:
 
 def test_eos_is_suppressed_until_min_tokens_and_always_with_ignore_eos() -> None:
     sampler = Sampler(EOS, seed=0)
-    early, due, ignored = seq(temperature=0, min_tokens=3, outputs=2), seq(temperature=0, min_tokens=3, outputs=3), \
-        seq(temperature=0, ignore_eos=True, outputs=50)
+    early, due, ignored = (
+        seq(temperature=0, min_tokens=3, outputs=2),
+        seq(temperature=0, min_tokens=3, outputs=3),
+        seq(temperature=0, ignore_eos=True, outputs=50),
+    )
     picks = sampler.sample(eos_favoured(3), [early, due, ignored])
     assert picks[0] != EOS and picks[1] == EOS and picks[2] != EOS
 
@@ -72,15 +75,15 @@ def test_a_request_seed_makes_sampling_reproducible() -> None:
         s, sampler = seq(seed, temperature=1.0), Sampler(EOS, sampler_seed)
         return [sampler.sample(logits, [s])[0] for _ in range(30)]
 
-    assert draw(5) == draw(5, sampler_seed=99)   # the request's seed wins over the engine's
+    assert draw(5) == draw(5, sampler_seed=99)  # the request's seed wins over the engine's
     assert draw(5) != draw(6)
 
 
 def test_min_p_keeps_only_tokens_near_the_top() -> None:
     logits = torch.zeros(1, VOCAB)
     logits[0, ord("a")] = 5.0
-    logits[0, ord("b")] = 4.5        # 0.61 x a's probability
-    logits[0, ord("c")] = 2.0        # 0.05 x a's probability
+    logits[0, ord("b")] = 4.5  # 0.61 x a's probability
+    logits[0, ord("c")] = 2.0  # 0.05 x a's probability
     sampler = Sampler(EOS, seed=0)
     picks = {sampler.sample(logits, [seq(temperature=1.0, min_p=0.5)])[0] for _ in range(60)}
     assert picks == set(b"ab")
@@ -96,8 +99,13 @@ def test_extreme_parameters_always_keep_the_top_token() -> None:
     logits = torch.randn(4, VOCAB) * 30
     greedy = sampler.sample(logits, [seq(temperature=0) for _ in range(4)])
     for value in EXTREMES:
-        for params in ({"top_p": value}, {"min_p": value}, {"temperature": 1e-5, "top_p": value},
-                       {"temperature": 1e6, "top_p": value, "min_p": value}, {"temperature": value + 1e-5}):
+        for params in (
+            {"top_p": value},
+            {"min_p": value},
+            {"temperature": 1e-5, "top_p": value},
+            {"temperature": 1e6, "top_p": value, "min_p": value},
+            {"temperature": value + 1e-5},
+        ):
             picks = sampler.sample(logits, [seq(**{"temperature": 1.0, **params}) for _ in range(4)])
             assert set(picks) <= set(PRINTABLE), params
             if params.get("top_p", 1.0) < 1e-6 or params.get("min_p", 0.0) == 1.0:

@@ -55,27 +55,27 @@ def test_long_prompt_is_chunked_by_the_threshold_and_finishes() -> None:
         sizes.append(chunks[0].num_tokens)
         advance(chunks)
     assert sizes == [16, 16, 8]
-    assert s.running[0].output_ids == [65]   # sampled only after the last chunk
+    assert s.running[0].output_ids == [65]  # sampled only after the last chunk
 
 
 def test_preemption_by_recompute_when_blocks_run_out() -> None:
-    s = make(num_blocks=6)                   # 24 token slots
+    s = make(num_blocks=6)  # 24 token slots
     a, b = request("a", 8), request("b", 8)
     s.add(a)
     s.add(b)
-    advance(s.schedule(0.0))                  # both prefilled: 2 blocks each, 2 free
-    for _ in range(4):                        # decode to 12 tokens each: 3 blocks each -> full
+    advance(s.schedule(0.0))  # both prefilled: 2 blocks each, 2 free
+    for _ in range(4):  # decode to 12 tokens each: 3 blocks each -> full
         advance(s.schedule(0.0))
     assert s.blocks.num_free == 0
-    chunks = s.schedule(0.0)                  # a needs a 4th block: b (newest) is preempted
+    chunks = s.schedule(0.0)  # a needs a 4th block: b (newest) is preempted
     assert [c.seq for c in chunks] == [a]
     assert s.take_stats().preemptions == 1
     assert b.status is Status.WAITING and b.num_computed == 0 and b.block_table == []
-    assert s.waiting[0] is b and len(b.output_ids) == 5   # keeps its tokens, recomputes them later
+    assert s.waiting[0] is b and len(b.output_ids) == 5  # keeps its tokens, recomputes them later
     advance(chunks)
     s.remove(a)
     chunks = s.schedule(0.0)
-    assert chunks[0].seq is b and chunks[0].num_tokens == b.num_tokens   # prompt + outputs recomputed
+    assert chunks[0].seq is b and chunks[0].num_tokens == b.num_tokens  # prompt + outputs recomputed
     s.remove(b)
     assert s.blocks.num_free == s.blocks.total
 
@@ -84,7 +84,7 @@ def test_sequence_that_cannot_fit_preempts_itself_last() -> None:
     s = make(num_blocks=3)
     a = request("a", 12)
     s.add(a)
-    advance(s.schedule(0.0))                  # 12 tokens + 1 sampled = 13 -> needs a 4th block
+    advance(s.schedule(0.0))  # 12 tokens + 1 sampled = 13 -> needs a 4th block
     assert s.schedule(0.0) == [] and a.status is Status.WAITING and s.blocks.num_free == 3
 
 
@@ -92,8 +92,8 @@ def test_static_batching_waits_for_a_full_batch_or_the_timeout() -> None:
     s = make(batching="static", max_num_seqs=3, static_batch_timeout=0.05)
     s.add(request("a", 4, arrival=0.0))
     s.add(request("b", 4, arrival=0.01))
-    assert s.schedule(0.02) == []            # neither full nor timed out
-    assert len(s.schedule(0.06)) == 2         # timed out: run what is there
+    assert s.schedule(0.02) == []  # neither full nor timed out
+    assert len(s.schedule(0.06)) == 2  # timed out: run what is there
 
 
 def test_static_batch_runs_to_completion_before_admitting_more() -> None:
@@ -104,9 +104,9 @@ def test_static_batch_runs_to_completion_before_admitting_more() -> None:
     advance(s.schedule(0.0))
     s.add(request("c", 4))
     s.add(request("d", 4))
-    s.remove(first[0])                        # a finished; b still running
+    s.remove(first[0])  # a finished; b still running
     chunks = s.schedule(100.0)
-    assert [c.seq.request_id for c in chunks] == ["b"]   # continuous batching would admit c here
+    assert [c.seq.request_id for c in chunks] == ["b"]  # continuous batching would admit c here
     s.remove(first[1])
     assert {c.seq.request_id for c in s.schedule(100.0)} == {"c", "d"}
 

@@ -38,7 +38,7 @@ def test_eos_and_length_flush_held_text() -> None:
     assert "".join(sent) == "abx" and reason == "stop" and sent[-1] == "x"
     sent, reason = feed("abcx", stop=["xyz"], max_tokens=4)
     assert "".join(sent) == "abcx" and reason == "length"
-    sent, reason = feed("abcdef", max_model_len=4)       # prompt (1) + 3 outputs fill the context
+    sent, reason = feed("abcdef", max_model_len=4)  # prompt (1) + 3 outputs fill the context
     assert "".join(sent) == "abc" and reason == "length"
 
 

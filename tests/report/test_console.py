@@ -21,12 +21,12 @@ def render(summary, width: int = 160) -> str:
 def test_a_row_per_step_with_latencies_in_ms_and_the_counts() -> None:
     text = render(summarize(hand_built(), Slo(ttft_ms=150)))
     row = next(line for line in text.splitlines() if line.strip().startswith("concurrency=2"))
-    assert "4/3/1" in row                       # sent/ok/failed
-    assert "200/280/298" in row                 # TTFT p50/p90/p99 ms of .1 .2 .3 s
-    assert "150/270/297" in row                 # ITL
-    assert "500/580/598" in row                 # E2E
-    assert "0.24/2" in row                      # achieved concurrency / users
-    assert "7.5" in row and "0.10" in row       # per-user tok/s p50, goodput req/s
+    assert "4/3/1" in row  # sent/ok/failed
+    assert "200/280/298" in row  # TTFT p50/p90/p99 ms of .1 .2 .3 s
+    assert "150/270/297" in row  # ITL
+    assert "500/580/598" in row  # E2E
+    assert "0.24/2" in row  # achieved concurrency / users
+    assert "7.5" in row and "0.10" in row  # per-user tok/s p50, goodput req/s
     assert "errors: timeout 1" in text
     assert "1 requests returned more tokens than max_tokens" in text
     assert "server 7 ok/0 failed" in text
@@ -43,8 +43,7 @@ def test_client_limited_runs_say_so_with_the_reasons() -> None:
 
 def test_several_steps_get_an_overall_row_and_a_cut_off_run_is_marked() -> None:
     slow = [req(100 + i, T + 10 + i, [T + 10 + i + 0.1], step=1) for i in range(5)]
-    run = run_of(four_users_back_to_back() + slow, [closed(4), closed(8, T + 10, T + 20, index=1)],
-                 status="running")
+    run = run_of(four_users_back_to_back() + slow, [closed(4), closed(8, T + 10, T + 20, index=1)], status="running")
     text = render(summarize(run))
     labels = [line.split()[0] for line in text.splitlines() if line.strip()[:5] in ("concu", "overa")]
     assert labels == ["concurrency=4", "concurrency=8", "overall"]
@@ -59,9 +58,13 @@ def test_labels_and_paths_are_printed_literally_not_as_markup() -> None:
 
 
 def test_errors_are_listed_by_category_for_each_step() -> None:
-    records = [req(0, T, [T + 1]), req(1, T, [], error="http_429", status=429),
-               req(2, T + 10, [], step=1, error="timeout"), req(3, T + 10, [], step=1, error="timeout"),
-               req(4, T + 10, [], step=1, error="connect", status=0)]
+    records = [
+        req(0, T, [T + 1]),
+        req(1, T, [], error="http_429", status=429),
+        req(2, T + 10, [], step=1, error="timeout"),
+        req(3, T + 10, [], step=1, error="timeout"),
+        req(4, T + 10, [], step=1, error="connect", status=0),
+    ]
     text = render(summarize(run_of(records, [closed(2), closed(4, T + 10, T + 20, index=1)])))
     assert "errors (concurrency=2): http_429 1" in text
     assert "errors (concurrency=4): connect 1, timeout 2" in text

@@ -10,14 +10,30 @@ from loadlab.report.live import LiveDisplay, LiveStatus, format_status
 
 
 def stats(done: int, warning: str = "") -> LiveStatus:
-    return LiveStatus(elapsed=12.5, step_label="concurrency=8", in_flight=8, done=done, errors=1,
-                     output_tokens=4000, tokens_per_s=321.0, warning=warning)
+    return LiveStatus(
+        elapsed=12.5,
+        step_label="concurrency=8",
+        in_flight=8,
+        done=done,
+        errors=1,
+        output_tokens=4000,
+        tokens_per_s=321.0,
+        warning=warning,
+    )
 
 
 def test_the_line_shows_every_figure_and_the_warning() -> None:
     line = format_status(stats(42, "client CPU 0.9 cores > 0.6"))
-    for part in ("12.5s", "concurrency=8", "in flight 8", "done 42", "errors 1", "out tokens 4000",
-                 "321.0 tok/s", "client CPU 0.9 cores > 0.6"):
+    for part in (
+        "12.5s",
+        "concurrency=8",
+        "in flight 8",
+        "done 42",
+        "errors 1",
+        "out tokens 4000",
+        "321.0 tok/s",
+        "client CPU 0.9 cores > 0.6",
+    ):
         assert part in line
 
 
@@ -29,7 +45,7 @@ def test_not_a_terminal_prints_plain_lines_at_most_every_5_seconds() -> None:
             display.update(stats(done))
     lines = out.getvalue().splitlines()
     assert [line.split("done ")[1].split()[0] for line in lines] == ["1", "4"]
-    assert "\x1b" not in out.getvalue()            # no cursor movement in logs
+    assert "\x1b" not in out.getvalue()  # no cursor movement in logs
 
 
 def test_a_terminal_gets_a_live_display_limited_to_4_refreshes_per_second() -> None:
@@ -39,6 +55,6 @@ def test_a_terminal_gets_a_live_display_limited_to_4_refreshes_per_second() -> N
         for done in (1, 2, 3, 4):
             display.update(stats(done))
     text = out.getvalue()
-    assert "done 1" in text and "done 4" in text   # the first, and the last one kept for the exit
-    assert "done 2" not in text                     # dropped: within 0.25 s of the previous draw
-    assert "\x1b[" in text                          # drawn by rich.live, not printed line by line
+    assert "done 1" in text and "done 4" in text  # the first, and the last one kept for the exit
+    assert "done 2" not in text  # dropped: within 0.25 s of the previous draw
+    assert "\x1b[" in text  # drawn by rich.live, not printed line by line

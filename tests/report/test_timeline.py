@@ -25,7 +25,7 @@ def test_columns_are_formatted_and_missing_values_are_dashes():
     rows = [row(0, started=3, ttft_p50=0.0514, kv_usage=0.042), row(0.5, started=2, kv_usage=0.5)]
     text = render(Timeline(0.0, 0.5, rows, ["t", "started", "ttft_p50", "kv_usage"]), 0.5)
     header = next(line for line in text.splitlines() if "TTFT ms" in line)
-    assert "KV" in header and "GPU" not in header   # only the columns with data
+    assert "KV" in header and "GPU" not in header  # only the columns with data
     lines = [line.replace("│", " ").split() for line in text.splitlines()]
-    assert ["0.00", "3", "51", "4.2%"] in lines     # ms, a share below 10 % with one decimal
-    assert ["0.50", "2", "-", "50%"] in lines       # t with two decimals for a 0.5 s interval
+    assert ["0.00", "3", "51", "4.2%"] in lines  # ms, a share below 10 % with one decimal
+    assert ["0.50", "2", "-", "50%"] in lines  # t with two decimals for a 0.5 s interval

@@ -20,9 +20,8 @@ def render(analysis) -> str:
 
 
 def test_a_kv_bound_step_shows_its_figures_evidence_and_knobs():
-    vllm = [Sample(T, "server", "vllm:request_success_total", 1.0, {})]   # a raw name: the server is vLLM
-    records, samples = loaded_run(gauges={"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4},
-                                  extra=vllm)
+    vllm = [Sample(T, "server", "vllm:request_success_total", 1.0, {})]  # a raw name: the server is vLLM
+    records, samples = loaded_run(gauges={"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4}, extra=vllm)
     text = render(analyze_run(run_of(records, [closed(4, T, T + 20)], samples)))
     row = next(line for line in text.splitlines() if line.strip().startswith("concurrency=4"))
     assert "past_knee" in row and "kv_capacity" in row and "KV p90 97 %" in row
@@ -40,8 +39,9 @@ def test_insufficient_data_says_what_would_decide_it():
 
 
 def test_the_live_line_names_the_class_and_its_figures():
-    records, samples = loaded_run(gauges={"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4},
-                                  counters={"preemptions": 0.0})
+    records, samples = loaded_run(
+        gauges={"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4}, counters={"preemptions": 0.0}
+    )
     step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
     assert verdict_line(step) == "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"
     lonely = analyze_run(run_of(records, [closed(4, T, T + 20)])).steps[0]

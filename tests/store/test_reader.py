@@ -19,7 +19,7 @@ from tests.support.records import record
 
 
 def test_a_run_without_parts_loads_as_empty_tables_with_all_columns(tmp_path: Path) -> None:
-    RunWriter(tmp_path, RunConfig(), process_anchor())          # never closed: cut off at once
+    RunWriter(tmp_path, RunConfig(), process_anchor())  # never closed: cut off at once
     run = load_run(tmp_path)
     assert list(run.requests.columns) == REQUEST_SCHEMA.names and len(run.requests) == 0
     assert list(run.samples.columns) == SAMPLE_SCHEMA.names and len(run.samples) == 0
@@ -38,7 +38,7 @@ def test_a_damaged_part_is_skipped_with_a_warning_and_the_rest_is_kept(tmp_path:
     run = load_run(tmp_path)
     assert list(run.requests["request_id"]) == ["r0", "r1"]
     assert [w for w in run.warnings if "part-999999.parquet" in w]
-    assert not [w for w in run.warnings if ".tmp" in w]           # temporary files are not parts
+    assert not [w for w in run.warnings if ".tmp" in w]  # temporary files are not parts
 
 
 def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) -> None:
@@ -50,24 +50,31 @@ def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) ->
     requests = tmp_path / "requests"
     kept = {p.name: p.read_bytes() for p in requests.glob("part-*.parquet")}
     writer.add_requests([record(3, now())])
-    writer.close()                                  # compacts parts 1..4
-    for name, data in kept.items():                 # singles 1..3 back, as if never deleted
+    writer.close()  # compacts parts 1..4
+    for name, data in kept.items():  # singles 1..3 back, as if never deleted
         (requests / name).write_bytes(data)
     assert list(load_run(tmp_path).requests["request_id"]) == ["r0", "r1", "r2", "r3"]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: None, "does not exist"),
-    (lambda p: p.mkdir(), "has no run.json"),
-    (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
-    (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), "unreadable"),
-    (lambda p: (p.mkdir(), (p / "run.json").write_text("[]")), "a JSON array, not an object"),
-    (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
-    (lambda p: _valid_run_json_with(p, config=[1]), "config"),
-    (lambda p: _valid_run_json_with(p, status=5), "status"),
-    (lambda p: _valid_run_json_with(p, steps=[{"index": 0, "label": "x", "mode": 7, "target": 1,
-                                               "start_time": 0}]), r"steps\[0\]\.mode"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: None, "does not exist"),
+        (lambda p: p.mkdir(), "has no run.json"),
+        (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
+        (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), "unreadable"),
+        (lambda p: (p.mkdir(), (p / "run.json").write_text("[]")), "a JSON array, not an object"),
+        (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
+        (lambda p: _valid_run_json_with(p, config=[1]), "config"),
+        (lambda p: _valid_run_json_with(p, status=5), "status"),
+        (
+            lambda p: _valid_run_json_with(
+                p, steps=[{"index": 0, "label": "x", "mode": 7, "target": 1, "start_time": 0}]
+            ),
+            r"steps\[0\]\.mode",
+        ),
+    ],
+)
 def test_not_a_run_folder_is_a_one_line_user_error(tmp_path: Path, make, message: str) -> None:
     folder = tmp_path / "x"
     make(folder)

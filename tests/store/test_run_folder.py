@@ -34,11 +34,23 @@ def test_round_trip_keeps_every_field_and_the_token_times_list(tmp_path: Path) -
     records = [
         record(0, t),
         record(1, t, warmup=True, token_times=[], conversation="c1", turn=2, error_detail="ünïcode ✓"),
-        record(2, t, first_token_time=math.nan, token_times=[], completion_tokens=-1, client_tokens=0,
-               status=503, error="http_5xx", error_detail="Service Unavailable", step=1),
+        record(
+            2,
+            t,
+            first_token_time=math.nan,
+            token_times=[],
+            completion_tokens=-1,
+            client_tokens=0,
+            status=503,
+            error="http_5xx",
+            error_detail="Service Unavailable",
+            step=1,
+        ),
     ]
-    samples = [Sample(t, "server", "requests_running", 4.0, {"model": "m", "instance": "a"}),
-               Sample(t + 1, "client", "client_cpu", 0.25)]
+    samples = [
+        Sample(t, "server", "requests_running", 4.0, {"model": "m", "instance": "a"}),
+        Sample(t + 1, "client", "client_cpu", 0.25),
+    ]
     writer = RunWriter(tmp_path / "run", RunConfig(url="http://x", api_key="secret"), process_anchor())
     writer.add_requests(records)
     writer.add_samples(samples)
@@ -56,7 +68,9 @@ def test_round_trip_keeps_every_field_and_the_token_times_list(tmp_path: Path) -
             else:
                 assert got == value, name
     assert run.samples[["time", "source", "signal", "value"]].values.tolist() == [
-        [t, "server", "requests_running", 4.0], [t + 1, "client", "client_cpu", 0.25]]
+        [t, "server", "requests_running", 4.0],
+        [t + 1, "client", "client_cpu", 0.25],
+    ]
     assert [json.loads(x) for x in run.samples["labels"]] == [{"instance": "a", "model": "m"}, {}]
     assert "secret" not in (tmp_path / "run" / "run.json").read_text()
 
@@ -71,7 +85,7 @@ def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_p
     assert meta["anchors"] == {"wall": 1000.0, "monotonic": anchor.monotonic}
     assert set(meta["versions"]) >= {"loadlab", "python", "locust", "platform"}
     assert meta["host"]["pid"] == os.getpid()
-    assert 1000.0 <= meta["started_at"] < 1010.0        # on the given anchor's clock
+    assert 1000.0 <= meta["started_at"] < 1010.0  # on the given anchor's clock
 
     writer.begin_step(StepInfo(0, "concurrency=1", "closed", 1, 1001.0))
     writer.end_step(0, 1002.0)
@@ -85,9 +99,9 @@ def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_p
     run = load_run(folder)
     assert run.meta.status == "interrupted" and not run.meta.cut_off
     assert run.meta.ended_at >= run.meta.started_at
-    assert run.meta.steps[1].end_time == run.meta.ended_at     # a step still open ends with the run
+    assert run.meta.steps[1].end_time == run.meta.ended_at  # a step still open ends with the run
     assert run.meta.coverage == [Coverage("gpu", False, error="no NVML")]
-    assert not (folder / "summary.json").exists()    # the writer stops at the run folder; analyze/ summarizes
+    assert not (folder / "summary.json").exists()  # the writer stops at the run folder; analyze/ summarizes
     assert not list(folder.rglob(".*.tmp"))
 
 
@@ -113,7 +127,7 @@ def test_each_flush_adds_a_part_and_an_empty_flush_adds_none(tmp_path: Path) -> 
     assert parts(tmp_path / "run", "samples") == []
     assert list(load_run(tmp_path / "run").requests["request_id"]) == ["r0", "r1", "r2"]
     writer.close()
-    writer.close()   # a second close changes nothing
+    writer.close()  # a second close changes nothing
 
 
 def test_close_compacts_the_parts_into_one_that_holds_every_row(tmp_path: Path) -> None:
@@ -156,15 +170,15 @@ def test_a_full_disk_keeps_the_rows_in_memory_and_closes_as_failed_with_what_fit
         writer.add_requests([record(i, t + 1) for i in range(100, 20100)])
         with pytest.raises(OSError):
             writer.flush()
-        writer.add_requests([record(20100, t + 2)])   # still buffered after the failure
+        writer.add_requests([record(20100, t + 2)])  # still buffered after the failure
         ballast = disk / "ballast"
-        os.truncate(ballast, ballast.stat().st_size - 100 * 1024)   # room for some of them
+        os.truncate(ballast, ballast.stat().st_size - 100 * 1024)  # room for some of them
         writer.close()
         assert writer.failure == "No space left on device" and writer.unsaved > 0
         run = load_run(disk / "run")
         assert run.meta.status == "failed" and f"{writer.unsaved} finished requests" in run.meta.reason
         assert len(run.requests) + writer.unsaved == 20101
-        assert len(run.requests) > 100                  # in small parts, what fitted was written
+        assert len(run.requests) > 100  # in small parts, what fitted was written
         assert run.requests["request_id"].is_unique
         assert not (disk / "run" / ".reserve").exists()
 
@@ -205,8 +219,7 @@ _CHILD = textwrap.dedent("""
 
 def test_kill_9_mid_run_keeps_everything_older_than_the_flush_interval(tmp_path: Path) -> None:
     folder = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder)], cwd=REPO,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         time.sleep(3.5)
@@ -217,10 +230,10 @@ def test_kill_9_mid_run_keeps_everything_older_than_the_flush_interval(tmp_path:
     assert child.returncode == -signal.SIGKILL
 
     run = load_run(folder)
-    assert run.meta.cut_off and run.warnings         # still "running": the reader says so
+    assert run.meta.cut_off and run.warnings  # still "running": the reader says so
     assert len(run.meta.steps) == 1
     ids = sorted(int(i) for i in run.requests["request_id"])
-    assert ids == list(range(len(ids)))              # whole parts only: no gaps, no duplicates
+    assert ids == list(range(len(ids)))  # whole parts only: no gaps, no duplicates
     # autoflush runs every second; 1.5 s more margin for a loaded 2-core machine
     older = run.requests["end_time"].max()
     assert older >= killed_at - 2.5, "records older than the flush interval (+ margin) were lost"

@@ -16,8 +16,11 @@ PINNED = (3, "e36d1571b8db")
 
 def records_fingerprint() -> str:
     """A short hash of every on-disk record's field names and types, and the error categories."""
-    parts = [f"{cls.__name__}.{f.name}:{f.type}" for cls in (schema.RequestRecord, schema.StepInfo, schema.Sample,
-                                                             schema.Coverage, RunMeta) for f in fields(cls)]
+    parts = [
+        f"{cls.__name__}.{f.name}:{f.type}"
+        for cls in (schema.RequestRecord, schema.StepInfo, schema.Sample, schema.Coverage, RunMeta)
+        for f in fields(cls)
+    ]
     parts += [f"ErrorCategory.{c.name}={c.value}" for c in schema.ErrorCategory]
     parts += [f"samples.{f.name}:{f.type}" for f in SAMPLE_SCHEMA]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
@@ -28,7 +31,8 @@ def test_the_format_version_moves_with_the_records():
     assert (schema.FORMAT_VERSION, records_fingerprint()) == (version, fingerprint), (
         f"the run folder's records changed (fingerprint {records_fingerprint()}): bump FORMAT_VERSION in "
         f"loadlab/store/schema.py, say what changed in docs/run-folder.md, and pin "
-        f"({schema.FORMAT_VERSION + 1}, '{records_fingerprint()}') in {__file__}")
+        f"({schema.FORMAT_VERSION + 1}, '{records_fingerprint()}') in {__file__}"
+    )
 
 
 def test_run_json_names_the_format_version():

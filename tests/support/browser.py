@@ -17,32 +17,51 @@ from typing import Any
 
 import aiohttp
 
-CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--hide-scrollbars", "--no-first-run", "--remote-debugging-port=0"]
+CHROMIUM = [
+    "chromium",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--no-first-run",
+    "--remote-debugging-port=0",
+]
 
 
 @dataclass
 class PageLoad:
     """What happened while a page loaded."""
 
-    errors: list[str] = field(default_factory=list)     # console errors and uncaught exceptions
-    requests: list[str] = field(default_factory=list)   # URLs requested besides the page itself
-    value: Any = None                                   # the expression's value, after the load
+    errors: list[str] = field(default_factory=list)  # console errors and uncaught exceptions
+    requests: list[str] = field(default_factory=list)  # URLs requested besides the page itself
+    value: Any = None  # the expression's value, after the load
 
 
-def load_page(url: str, expression: str, screenshot: Path | None = None, width: int = 1400,
-              height: int = 1000, settle: float = 1.5, timeout: float = 90.0) -> PageLoad:
+def load_page(
+    url: str,
+    expression: str,
+    screenshot: Path | None = None,
+    width: int = 1400,
+    height: int = 1000,
+    settle: float = 1.5,
+    timeout: float = 90.0,
+) -> PageLoad:
     """Open `url`, wait for its load event and `settle` seconds more, evaluate `expression` there.
 
     `screenshot`: a PNG of the top `width` x `height` pixels is written there.
     """
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        proc = subprocess.Popen([*CHROMIUM, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*CHROMIUM, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port = _devtools_port(Path(profile), proc, timeout)
-            return asyncio.run(asyncio.wait_for(
-                _drive(port, url, expression, screenshot, width, height, settle), timeout))
+            return asyncio.run(
+                asyncio.wait_for(_drive(port, url, expression, screenshot, width, height, settle), timeout)
+            )
         finally:
             proc.terminate()
             try:
@@ -65,8 +84,9 @@ def _devtools_port(profile: Path, proc: subprocess.Popen, timeout: float) -> int
     raise TimeoutError("chromium's DevTools did not come up")
 
 
-async def _drive(port: int, url: str, expression: str, screenshot: Path | None, width: int, height: int,
-                 settle: float) -> PageLoad:
+async def _drive(
+    port: int, url: str, expression: str, screenshot: Path | None, width: int, height: int, settle: float
+) -> PageLoad:
     result = PageLoad()
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
@@ -76,8 +96,9 @@ async def _drive(port: int, url: str, expression: str, screenshot: Path | None, 
             reader = asyncio.create_task(cdp.read())
             for domain in ("Page", "Runtime", "Log", "Network"):
                 await cdp.call(f"{domain}.enable")
-            await cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                           deviceScaleFactor=1, mobile=False)
+            await cdp.call(
+                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+            )
             await cdp.call("Page.navigate", url=url)
             await cdp.loaded.wait()
             await asyncio.sleep(settle)

@@ -25,8 +25,10 @@ from tests.support.procs import BIN, Proc, free_port
 def start_mock(*args: str) -> Proc:
     """`loadlab mock` on a free port, model "m" (extra CLI args appended)."""
     port = free_port()
-    return Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
-                ready_url=f"http://127.0.0.1:{port}/health")
+    return Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port), "--model", "m", *args],
+        ready_url=f"http://127.0.0.1:{port}/health",
+    )
 
 
 def url_of(mock: Proc) -> str:
@@ -39,22 +41,43 @@ def truth(url: str) -> dict[str, dict]:
 
 
 def spec(max_tokens: int = 10, pin: bool = True) -> RequestSpec:
-    return RequestSpec(prompt="hello", messages=[{"role": "user", "content": "hello"}],
-                       max_tokens=max_tokens, input_tokens=5, pin_output=pin)
+    return RequestSpec(
+        prompt="hello",
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=max_tokens,
+        input_tokens=5,
+        pin_output=pin,
+    )
 
 
 def client(url: str, concurrency: int = 4, timeout: float = 5.0) -> HTTPClient:
-    return HTTPClient.from_url(URL(url), concurrency=concurrency, network_timeout=timeout,
-                               connection_timeout=timeout)
+    return HTTPClient.from_url(URL(url), concurrency=concurrency, network_timeout=timeout, connection_timeout=timeout)
 
 
-def send(url: str, http: HTTPClient, request_id: str, *, api: str = "chat", model: str = "m",
-         timeout: float = 5.0, api_key: str = "", max_tokens: int = 10) -> RequestRecord:
+def send(
+    url: str,
+    http: HTTPClient,
+    request_id: str,
+    *,
+    api: str = "chat",
+    model: str = "m",
+    timeout: float = 5.0,
+    api_key: str = "",
+    max_tokens: int = 10,
+) -> RequestRecord:
     """One streamed request through the client, as a load-test user sends it; its record."""
-    endpoint = Endpoint.from_config(RunConfig(url=url, model=model, api=api, timeout=timeout,
-                                              api_key=api_key))
-    return stream_request(http, endpoint, spec(max_tokens), request_id, time.perf_counter(),
-                          process_anchor(), worker="test", step=0, warmup=False).record
+    endpoint = Endpoint.from_config(RunConfig(url=url, model=model, api=api, timeout=timeout, api_key=api_key))
+    return stream_request(
+        http,
+        endpoint,
+        spec(max_tokens),
+        request_id,
+        time.perf_counter(),
+        process_anchor(),
+        worker="test",
+        step=0,
+        warmup=False,
+    ).record
 
 
 def serve_events(writes: list[bytes | float]):
@@ -73,8 +96,7 @@ def serve_events(writes: list[bytes | float]):
             length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
             while len(body) < length:
                 body += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             for data in writes:
                 if isinstance(data, float):
                     gevent.sleep(data)

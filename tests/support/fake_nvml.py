@@ -12,22 +12,31 @@ class FakeNvml:
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
-        self.clock_us = 1_000_000      # field timestamps; tests move it forward
+        self.clock_us = 1_000_000  # field timestamps; tests move it forward
         self.counters = {138: 0, 139: 0, 197: 0, 198: 0}
         # Per call: NVLink TX +1 MiB, RX +2 MiB (counted in KiB); PCIe TX +5 MB, RX +10 MB (bytes).
         self.steps = {138: 1024, 139: 2048, 197: 5_000_000, 198: 10_000_000}
 
-    def __getattr__(self, name):       # constants, structs, error classes
+    def __getattr__(self, name):  # constants, structs, error classes
         return getattr(pynvml, name)
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
 
-    def nvmlInit(self): pass
-    def nvmlShutdown(self): pass
-    def nvmlDeviceGetCount(self): return 2
-    def nvmlDeviceGetHandleByIndex(self, i): return i
-    def nvmlDeviceGetUUID(self, h): return f"GPU-fake-{h}".encode()
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-fake-{h}".encode()
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return pynvml.c_nvmlUtilization_t(gpu=97, memory=64)

@@ -49,8 +49,14 @@ def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = N
 class Proc:
     """A subprocess that is ended (by its PID) when the context exits."""
 
-    def __init__(self, args: list[str], ready_url: str | None = None, timeout: float = 60.0,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        ready_url: str | None = None,
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> None:
         self.args = args
         self.ready_url = ready_url
         self.timeout = timeout
@@ -60,8 +66,9 @@ class Proc:
 
     def __enter__(self) -> Proc:
         out = open(self.log, "wb") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=out,
-                                     stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.args, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL
+        )
         if self.ready_url:
             try:
                 wait_http(self.ready_url, self.timeout, self.proc)
@@ -92,5 +99,11 @@ class Proc:
 
 def loadlab(*args: str, timeout: float = 300.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the `loadlab` console script to completion and capture its output."""
-    return subprocess.run([str(BIN / "loadlab"), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(BIN / "loadlab"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )

@@ -41,8 +41,10 @@ def prometheus_binary() -> str:
     """Path of the prometheus binary, or fail the test with how to install it."""
     path = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
     if path is None:
-        pytest.fail("the `prometheus` binary is missing: install it with `make system-deps` "
-                    "(Debian package `prometheus`)", pytrace=False)
+        pytest.fail(
+            "the `prometheus` binary is missing: install it with `make system-deps` (Debian package `prometheus`)",
+            pytrace=False,
+        )
     return path
 
 
@@ -74,17 +76,22 @@ class PrometheusServer:
 
 
 @contextmanager
-def prometheus_server(targets: list[str], workdir: Path, metrics_path: str = "/metrics",
-                      job: str = "loadlab-test") -> Iterator[PrometheusServer]:
+def prometheus_server(
+    targets: list[str], workdir: Path, metrics_path: str = "/metrics", job: str = "loadlab-test"
+) -> Iterator[PrometheusServer]:
     """Start Prometheus scraping `targets` ("host:port") each second; stopped by PID on exit."""
     binary = prometheus_binary()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(CONFIG.format(job=job, metrics_path=metrics_path,
-                                    targets=", ".join(f'"{t}"' for t in targets)))
+    config.write_text(CONFIG.format(job=job, metrics_path=metrics_path, targets=", ".join(f'"{t}"' for t in targets)))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    args = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
     with Proc(args, ready_url=f"{url}/-/ready", timeout=60, log=workdir / "prometheus.log") as proc:
         yield PrometheusServer(url=url, proc=proc, job=job)

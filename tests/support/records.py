@@ -10,17 +10,35 @@ from loadlab.store.schema import RequestRecord, StepInfo
 T = 1000.0
 
 
-def req(i: int, send: float, tokens: list[float], end: float | None = None, *, scheduled: float | None = None,
-        step: int = 0, **kw: Any) -> RequestRecord:
+def req(
+    i: int,
+    send: float,
+    tokens: list[float],
+    end: float | None = None,
+    *,
+    scheduled: float | None = None,
+    step: int = 0,
+    **kw: Any,
+) -> RequestRecord:
     """A successful request unless `error` is given; completion_tokens defaults to len(tokens)."""
     n = len(tokens)
     fields: dict[str, Any] = dict(
-        request_id=f"r{i}", worker="w", step=step, warmup=False, api="chat",
-        scheduled_time=send if scheduled is None else scheduled, send_time=send,
+        request_id=f"r{i}",
+        worker="w",
+        step=step,
+        warmup=False,
+        api="chat",
+        scheduled_time=send if scheduled is None else scheduled,
+        send_time=send,
         first_token_time=tokens[0] if tokens else math.nan,
         end_time=end if end is not None else (tokens[-1] if tokens else send),
-        token_times=tokens, token_clock="kernel", completion_tokens=n, client_tokens=n, max_tokens=n,
-        status=200)
+        token_times=tokens,
+        token_clock="kernel",
+        completion_tokens=n,
+        client_tokens=n,
+        max_tokens=n,
+        status=200,
+    )
     return RequestRecord(**{**fields, **kw})
 
 
@@ -34,8 +52,9 @@ def opened(rate: float, start: float = T, end: float = T + 10, index: int = 0) -
 
 def record(i: int, t: float, **kw: Any) -> RequestRecord:
     """A whole request as a load-test user records it, scheduled at `t`: three tokens over 0.2 s."""
-    whole = dict(scheduled=t, worker="host:1", token_clock="", prompt_tokens=12, input_tokens=12,
-                 finish_reason="length")
+    whole = dict(
+        scheduled=t, worker="host:1", token_clock="", prompt_tokens=12, input_tokens=12, finish_reason="length"
+    )
     return req(i, t + 0.001, [t + 0.1, t + 0.2, t + 0.3], **{**whole, **kw})
 
 

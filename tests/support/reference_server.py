@@ -63,8 +63,11 @@ class Server:
         """Whether, within timeout, no sequence runs or waits and every KV block is free again."""
         deadline = time.monotonic() + timeout
         while True:
-            idle = (self.metric("vllm:kv_cache_usage_perc") == 0.0 and self.metric("vllm:num_requests_running") == 0
-                    and self.metric("vllm:num_requests_waiting") == 0)
+            idle = (
+                self.metric("vllm:kv_cache_usage_perc") == 0.0
+                and self.metric("vllm:num_requests_running") == 0
+                and self.metric("vllm:num_requests_waiting") == 0
+            )
             if idle or time.monotonic() > deadline:
                 return idle
             time.sleep(0.05)
@@ -76,7 +79,7 @@ def sse_data(body: bytes) -> list[str]:
     events = body.decode().split("\n\n")
     assert events[-1] == ""
     assert all(e.startswith("data: ") and "\n" not in e for e in events[:-1]), body[:500]
-    data = [e[len("data: "):] for e in events[:-1]]
+    data = [e[len("data: ") :] for e in events[:-1]]
     assert data.count("[DONE]") == 1
     return data
 

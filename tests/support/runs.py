@@ -19,38 +19,76 @@ from loadlab.store.tables import requests_table, samples_table
 from tests.support.records import T, closed, req
 
 
-def run_of(records: list[RequestRecord], steps: list[StepInfo] = (), samples: list[Sample] = (),
-           status: str = "finished", config: dict[str, Any] | None = None) -> RunData:
+def run_of(
+    records: list[RequestRecord],
+    steps: list[StepInfo] = (),
+    samples: list[Sample] = (),
+    status: str = "finished",
+    config: dict[str, Any] | None = None,
+) -> RunData:
     """A loaded run in memory, as `load_run` would return it (no folder behind it)."""
-    meta = RunMeta(status=status, config=config or {}, versions={}, host={},
-                   anchor=ClockAnchor(T, 0.0), steps=list(steps),
-                   coverage=[Coverage("server", True, ok_samples=7)])
-    return RunData(path=Path("mem"), meta=meta, requests=requests_table(records).to_pandas(),
-                   samples=samples_table(list(samples)).to_pandas())
+    meta = RunMeta(
+        status=status,
+        config=config or {},
+        versions={},
+        host={},
+        anchor=ClockAnchor(T, 0.0),
+        steps=list(steps),
+        coverage=[Coverage("server", True, ok_samples=7)],
+    )
+    return RunData(
+        path=Path("mem"),
+        meta=meta,
+        requests=requests_table(records).to_pandas(),
+        samples=samples_table(list(samples)).to_pandas(),
+    )
 
 
 def hand_built() -> RunData:
     """One closed-loop step of five requests whose figures are worked out in the comments."""
-    return run_of([
-        # TTFT .2; gaps .1 .2 .1; E2E .6; TPOT (.6-.2)/3; 4 tokens in .4 s -> 10 tok/s; cap 3 exceeded
-        req(0, T, [T + 0.2, T + 0.3, T + 0.5, T + 0.6], max_tokens=3),
-        # closed loop: TTFT from send (1001.0), not from scheduled; ends .1 s after its last token
-        # TTFT .1; gap .3; E2E .5; TPOT .4/1; 2 tokens / .4 s = 5 tok/s; client saw 3 events; cap 4 not reached
-        req(1, T + 1, [T + 1.1, T + 1.4], T + 1.5, scheduled=T + 0.9, client_tokens=3, max_tokens=4),
-        req(2, T + 2, [T + 2.5], T + 3, error="timeout", status=200),
-        # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token;
-        # read over TLS, so timed at the read
-        req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0, token_clock="read"),
-        req(4, T, [T + 5], warmup=True),
-    ], [closed(2)])
+    return run_of(
+        [
+            # TTFT .2; gaps .1 .2 .1; E2E .6; TPOT (.6-.2)/3; 4 tokens in .4 s -> 10 tok/s; cap 3 exceeded
+            req(0, T, [T + 0.2, T + 0.3, T + 0.5, T + 0.6], max_tokens=3),
+            # closed loop: TTFT from send (1001.0), not from scheduled; ends .1 s after its last token
+            # TTFT .1; gap .3; E2E .5; TPOT .4/1; 2 tokens / .4 s = 5 tok/s; client saw 3 events; cap 4 not reached
+            req(1, T + 1, [T + 1.1, T + 1.4], T + 1.5, scheduled=T + 0.9, client_tokens=3, max_tokens=4),
+            req(2, T + 2, [T + 2.5], T + 3, error="timeout", status=200),
+            # no usage: the client's count (1) is used; TPOT and per-user speed undefined for one token;
+            # read over TLS, so timed at the read
+            req(3, T + 3, [T + 3.3], completion_tokens=-1, client_tokens=1, max_tokens=0, token_clock="read"),
+            req(4, T, [T + 5], warmup=True),
+        ],
+        [closed(2)],
+    )
 
 
-def request(rid: str, t0: float, send: float, tokens: list[float], end: float, completion: int = -1,
-            error: str = "", scheduled: float | None = None, step: int = 0) -> RequestRecord:
+def request(
+    rid: str,
+    t0: float,
+    send: float,
+    tokens: list[float],
+    end: float,
+    completion: int = -1,
+    error: str = "",
+    scheduled: float | None = None,
+    step: int = 0,
+) -> RequestRecord:
     """A record with times given as seconds after t0; no usage from the server unless `completion`."""
-    return req(0, t0 + send, [t0 + t for t in tokens], t0 + end, step=step, request_id=rid,
-               scheduled=t0 + (send if scheduled is None else scheduled), completion_tokens=completion,
-               error=error, status=200 if not error else 0, token_clock="", max_tokens=0)
+    return req(
+        0,
+        t0 + send,
+        [t0 + t for t in tokens],
+        t0 + end,
+        step=step,
+        request_id=rid,
+        scheduled=t0 + (send if scheduled is None else scheduled),
+        completion_tokens=completion,
+        error=error,
+        status=200 if not error else 0,
+        token_clock="",
+        max_tokens=0,
+    )
 
 
 Content = Callable[[float], tuple[list[RequestRecord], list[Sample]]]
@@ -58,8 +96,9 @@ Content = Callable[[float], tuple[list[RequestRecord], list[Sample]]]
 
 def write_run(folder: Path, content: Content, mode: str = "closed") -> None:
     """A finished run folder whose records and samples `content(t0)` makes from the run's start t0."""
-    config = RunConfig(url="http://127.0.0.1:1", concurrency=[2] if mode == "closed" else [],
-                       rate=[2.0] if mode == "open" else [])
+    config = RunConfig(
+        url="http://127.0.0.1:1", concurrency=[2] if mode == "closed" else [], rate=[2.0] if mode == "open" else []
+    )
     writer = RunWriter(folder, config, process_anchor())
     t0 = writer.meta.started_at
     writer.begin_step(StepInfo(index=0, label="x", mode=mode, target=2, start_time=t0))
@@ -88,32 +127,43 @@ def three_requests(t0: float) -> list[RequestRecord]:
 
 def server_samples(t0: float) -> list[Sample]:
     """Server, GPU and step-time samples over the first ~2.5 s from t0, worked out in the comments."""
+
     def s(t: float, signal: str, value: float, source: str = "server", **labels: str) -> Sample:
         return Sample(t0 + t, source, signal, value, labels)
 
     return [
         # Two engines: running is their sum at each scrape, then the mean over the second.
-        s(0.5, "requests_running", 1, engine="0"), s(0.5, "requests_running", 1, engine="1"),
-        s(0.9, "requests_running", 2, engine="0"), s(0.9, "requests_running", 2, engine="1"),
-        s(1.5, "requests_running", 1, engine="0"), s(1.5, "requests_running", 0, engine="1"),
-        s(0.5, "kv_usage", 0.2, engine="0"), s(0.5, "kv_usage", 0.4, engine="1"),
+        s(0.5, "requests_running", 1, engine="0"),
+        s(0.5, "requests_running", 1, engine="1"),
+        s(0.9, "requests_running", 2, engine="0"),
+        s(0.9, "requests_running", 2, engine="1"),
+        s(1.5, "requests_running", 1, engine="0"),
+        s(1.5, "requests_running", 0, engine="1"),
+        s(0.5, "kv_usage", 0.2, engine="0"),
+        s(0.5, "kv_usage", 0.4, engine="1"),
         s(0.5, "requests_waiting", 0, engine="0"),
         # Preemptions counter: +2 in second 1, reset then +1 in second 2.
-        s(0.5, "preemptions", 3), s(1.5, "preemptions", 5), s(2.5, "preemptions", 1),
+        s(0.5, "preemptions", 3),
+        s(1.5, "preemptions", 5),
+        s(2.5, "preemptions", 1),
         # A Prometheus copy of the same gauge must not be added to the direct scrape's.
         s(0.5, "requests_running", 50, source="prometheus"),
         # GPUs: mean over both GPUs and both samples.
-        s(0.2, "gpu_util", 0.5, source="gpu", gpu="0"), s(0.2, "gpu_util", 0.7, source="gpu", gpu="1"),
-        s(0.7, "gpu_util", 0.9, source="gpu", gpu="0"), s(0.7, "gpu_util", 0.9, source="gpu", gpu="1"),
+        s(0.2, "gpu_util", 0.5, source="gpu", gpu="0"),
+        s(0.2, "gpu_util", 0.7, source="gpu", gpu="1"),
+        s(0.7, "gpu_util", 0.9, source="gpu", gpu="0"),
+        s(0.7, "gpu_util", 0.9, source="gpu", gpu="1"),
         s(0.7, "gpu_sm_active", 0.4, source="gpu", gpu="0"),
         # Step time grows 0.8 s and collective time 0.2 s during second 1: share 0.25.
-        s(0.5, "step_time_sum", 1.0, phase="decode"), s(1.5, "step_time_sum", 1.8, phase="decode"),
-        s(0.5, "collective_time_sum", 0.1), s(1.5, "collective_time_sum", 0.3),
-        s(0.5, "ttft", 3, le="0.1"),   # histogram buckets are not timeline columns
+        s(0.5, "step_time_sum", 1.0, phase="decode"),
+        s(1.5, "step_time_sum", 1.8, phase="decode"),
+        s(0.5, "collective_time_sum", 0.1),
+        s(1.5, "collective_time_sum", 0.3),
+        s(0.5, "ttft", 3, le="0.1"),  # histogram buckets are not timeline columns
     ]
 
 
-DRAWN_EVERY = 0.2   # drawn runs: one request sent every 0.2 s
+DRAWN_EVERY = 0.2  # drawn runs: one request sent every 0.2 s
 
 
 def drawn_records(t0: float, seed: int, n: int, slower: float = 1.0, step: int = 0) -> list[RequestRecord]:
@@ -131,8 +181,14 @@ def drawn_records(t0: float, seed: int, n: int, slower: float = 1.0, step: int =
     return records
 
 
-def write_drawn_run(folder: Path, seed: int, slower: float = 1.0, targets: Sequence[float] = (2,),
-                    n: int = 150, status: str = "finished") -> None:
+def write_drawn_run(
+    folder: Path,
+    seed: int,
+    slower: float = 1.0,
+    targets: Sequence[float] = (2,),
+    n: int = 150,
+    status: str = "finished",
+) -> None:
     """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step, one step per
     target (labels concurrency=<target>), the steps one after the other."""
     config = RunConfig(url="http://127.0.0.1:1", concurrency=[int(t) for t in targets])
@@ -147,9 +203,17 @@ def write_drawn_run(folder: Path, seed: int, slower: float = 1.0, targets: Seque
     writer.close(status)
 
 
-def loaded_run(users: int = 4, seconds: int = 20, ttft: float = 0.1, e2e: float = 1.0,
-               gauges: dict[str, float] | None = None, counters: dict[str, float] | None = None,
-               step: int = 0, start: float = T, extra: list[Sample] = ()) -> tuple[list[RequestRecord], list[Sample]]:
+def loaded_run(
+    users: int = 4,
+    seconds: int = 20,
+    ttft: float = 0.1,
+    e2e: float = 1.0,
+    gauges: dict[str, float] | None = None,
+    counters: dict[str, float] | None = None,
+    step: int = 0,
+    start: float = T,
+    extra: list[Sample] = (),
+) -> tuple[list[RequestRecord], list[Sample]]:
     """One closed-loop step of `users` users back to back (requests of `e2e` s, first token after
     `ttft`, 10 tokens) over `seconds`, with server gauges scraped every second at the values given
     and counters growing by the given amount per second."""

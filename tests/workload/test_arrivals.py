@@ -41,9 +41,16 @@ def test_same_seed_same_gaps():
     assert gaps("poisson", n=100) == gaps("poisson", n=100)
 
 
-@pytest.mark.parametrize("kind,rate,burstiness", [
-    ("poisson", 0, 1), ("poisson", -1, 1), ("poisson", float("nan"), 1), ("uniform", 1, 1), ("gamma", 1, 0),
-])
+@pytest.mark.parametrize(
+    "kind,rate,burstiness",
+    [
+        ("poisson", 0, 1),
+        ("poisson", -1, 1),
+        ("poisson", float("nan"), 1),
+        ("uniform", 1, 1),
+        ("gamma", 1, 0),
+    ],
+)
 def test_bad_arguments_raise_user_error_at_call_time(kind, rate, burstiness):
     with pytest.raises(UserError):
         arrival_gaps(kind, rate, burstiness, random.Random(0))

@@ -62,10 +62,25 @@ def test_same_seed_same_draws():
     assert draws("lognormal:300:200", 50, seed=5) != draws("lognormal:300:200", 50, seed=6)
 
 
-@pytest.mark.parametrize("text", [
-    "", "abc", "poisson:3", "fixed:0", "fixed:-3", "fixed:1.5", "uniform:10", "uniform:9:3",
-    "normal:100", "normal:0:5", "normal:100:-1", "lognormal:1:2:3", "uniform:a:b", "fixed:nan",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "abc",
+        "poisson:3",
+        "fixed:0",
+        "fixed:-3",
+        "fixed:1.5",
+        "uniform:10",
+        "uniform:9:3",
+        "normal:100",
+        "normal:0:5",
+        "normal:100:-1",
+        "lognormal:1:2:3",
+        "uniform:a:b",
+        "fixed:nan",
+    ],
+)
 def test_bad_strings_raise_user_error(text):
     with pytest.raises(UserError):
         parse_length(text)

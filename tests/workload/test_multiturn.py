@@ -9,8 +9,9 @@ from loadlab.workload.distributions import parse_length
 
 
 def multiturn(turns: int = 3, seed: int = 0):
-    cfg = WorkloadConfig(kind="multiturn", turns=turns, input_len=parse_length("uniform:10:30"),
-                         output_len=parse_length("8"), seed=seed)
+    cfg = WorkloadConfig(
+        kind="multiturn", turns=turns, input_len=parse_length("uniform:10:30"), output_len=parse_length("8"), seed=seed
+    )
     return make_workload(cfg, "chat")
 
 
@@ -76,6 +77,7 @@ def test_reproducible_with_seed():
             out.append(s)
             w.complete(s, "ok", ok=True)
         return out
+
     assert run(7) == run(7)
     assert run(7) != run(8)
 

@@ -37,8 +37,13 @@ def write(tmp_path, text: str) -> Path:
 def test_a_scenario_maps_onto_run_config(tmp_path):
     cfg = load_scenario(write(tmp_path, SCENARIO))
     assert isinstance(cfg, RunConfig)
-    assert (cfg.url, cfg.model, cfg.api, cfg.concurrency, cfg.step_duration) == \
-        ("http://127.0.0.1:8000", "m", "completions", [1, 8, 32], 10.0)
+    assert (cfg.url, cfg.model, cfg.api, cfg.concurrency, cfg.step_duration) == (
+        "http://127.0.0.1:8000",
+        "m",
+        "completions",
+        [1, 8, 32],
+        10.0,
+    )
     assert cfg.think_time == LengthDist(kind="uniform", mean=1.0, std=0, min=0.5, max=1.5)
     assert cfg.server_metrics is None
     assert cfg.workload.input_len == parse_length("uniform:64:256")
@@ -57,21 +62,24 @@ def test_rate_may_be_a_single_number(tmp_path):
     assert cfg.rate == [2.0] and cfg.arrival == "gamma" and cfg.burstiness == 0.5
 
 
-@pytest.mark.parametrize("text,key", [
-    ('urll = "x"', "urll"),
-    ('concurrency = ["a"]', "concurrency"),
-    ('timeout = "soon"', "timeout"),
-    ("gpu = 1", "gpu"),
-    ('[workload]\nkind = "synthetic"\ncolour = 3', "workload.colour"),
-    ('[workload]\ninput_len = "uniform:9:1"', "workload.input_len"),
-    ("[workload]\nturns = 2.5", "workload.turns"),
-    ('workload = 3', "workload"),
-    ('api = "grpc"', "api"),
-    ('arrival = "burst"', "arrival"),
-    ("concurrency = [4]\nrate = [1]", "concurrency or rate"),
-    ('[workload]\nkind = "sharegpt"', "workload.dataset"),
-    ('url = "http://[::1"', "url"),
-])
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ('urll = "x"', "urll"),
+        ('concurrency = ["a"]', "concurrency"),
+        ('timeout = "soon"', "timeout"),
+        ("gpu = 1", "gpu"),
+        ('[workload]\nkind = "synthetic"\ncolour = 3', "workload.colour"),
+        ('[workload]\ninput_len = "uniform:9:1"', "workload.input_len"),
+        ("[workload]\nturns = 2.5", "workload.turns"),
+        ('workload = 3', "workload"),
+        ('api = "grpc"', "api"),
+        ('arrival = "burst"', "arrival"),
+        ("concurrency = [4]\nrate = [1]", "concurrency or rate"),
+        ('[workload]\nkind = "sharegpt"', "workload.dataset"),
+        ('url = "http://[::1"', "url"),
+    ],
+)
 def test_mistakes_name_the_key(tmp_path, text, key):
     with pytest.raises(UserError, match=key.replace(".", r"\.")) as e:
         load_scenario(write(tmp_path, text))
@@ -87,8 +95,9 @@ def test_unreadable_files_are_user_errors(tmp_path):
 
 def test_overrides_set_only_given_flags_and_leave_the_input_alone(tmp_path):
     cfg = load_scenario(write(tmp_path, SCENARIO))
-    out = apply_overrides(cfg, url="http://other:9", concurrency=None, model=None, seed=9,
-                          input_len="fixed:32", duration=5)
+    out = apply_overrides(
+        cfg, url="http://other:9", concurrency=None, model=None, seed=9, input_len="fixed:32", duration=5
+    )
     assert out.url == "http://other:9" and out.duration == 5.0
     assert out.concurrency == [1, 8, 32] and out.model == "m"
     assert out.workload.seed == 9 and out.workload.input_len == parse_length("32")
@@ -115,7 +124,7 @@ def test_bad_overrides_are_user_errors():
     with pytest.raises(UserError, match="rate"):
         apply_overrides(RunConfig(), rate=[-1.0])
     for flags in ({"concurrency": "1,,8"}, {"concurrency": "1,8,"}, {"rate": " , 2"}, {"concurrency": ""}):
-        with pytest.raises(UserError, match="empty item"):   # never silently 1,8
+        with pytest.raises(UserError, match="empty item"):  # never silently 1,8
             apply_overrides(RunConfig(), **flags)
 
 
@@ -127,9 +136,10 @@ def test_check_complete_wants_a_url_and_a_load():
     check(RunConfig(url="http://x", rate=[1.0]))
 
 
-@pytest.mark.parametrize("path", sorted(p for p in (REPO / "examples").glob("*.toml") if not p.name.startswith("slo-")),
-                         ids=lambda p: p.name)
-def test_example_scenarios_load_and_are_complete(path):   # examples/slo-*.toml: SLO files (tests/metrics)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in (REPO / "examples").glob("*.toml") if not p.name.startswith("slo-")), ids=lambda p: p.name
+)
+def test_example_scenarios_load_and_are_complete(path):  # examples/slo-*.toml: SLO files (tests/metrics)
     check(load_scenario(path))
 
 
@@ -146,7 +156,7 @@ def test_an_slo_table_is_kept_as_the_inline_text_and_checked_by_the_slo_parser(t
     text = SCENARIO + '\n[slo]\nttft = 500\nttft_p99 = "2s"\n[slo.step."concurrency=8"]\noutput_tps = 100\n'
     cfg = load_scenario(write(tmp_path, text))
     assert cfg.slo == "ttft=500,ttft_p99=2s,step=concurrency=8:output_tps=100"
-    assert "slo" in cfg.to_dict()                       # run.json says which SLO the run was held to
+    assert "slo" in cfg.to_dict()  # run.json says which SLO the run was held to
     assert apply_overrides(cfg, slo="error_rate=1%").slo == "error_rate=1%"
     with pytest.raises(UserError, match=r"scenario.toml: bad SLO 'ttft_p99=fast'"):
         load_scenario(write(tmp_path, SCENARIO + '\n[slo]\nttft_p99 = "fast"\n'))
@@ -161,5 +171,5 @@ def test_a_load_no_process_could_keep_up_with_is_refused_per_process():
         check(RunConfig(url="http://x", rate=[1e6]))
     with pytest.raises(UserError, match="add --processes"):
         check(RunConfig(url="http://x", concurrency=[10**9]))
-    check(RunConfig(url="http://x", rate=[8000.0], processes=2))        # 4000/s each: fine
+    check(RunConfig(url="http://x", rate=[8000.0], processes=2))  # 4000/s each: fine
     check(RunConfig(url="http://x", concurrency=[30000], processes=2))

@@ -8,8 +8,15 @@ from loadlab.workload.distributions import parse_length
 
 
 def shared(seed: int = 0):
-    cfg = WorkloadConfig(kind="shared_prefix", num_prefixes=3, prefix_len=200, suffixes_per_prefix=4,
-                         input_len=parse_length("uniform:20:40"), output_len=parse_length("16"), seed=seed)
+    cfg = WorkloadConfig(
+        kind="shared_prefix",
+        num_prefixes=3,
+        prefix_len=200,
+        suffixes_per_prefix=4,
+        input_len=parse_length("uniform:20:40"),
+        output_len=parse_length("16"),
+        seed=seed,
+    )
     return make_workload(cfg, "completions")
 
 

@@ -10,12 +10,22 @@ from loadlab.workload import make_workload
 from loadlab.workload.distributions import parse_length
 
 DATA = [
-    {"id": "a", "conversations": [{"from": "human", "value": "What is a GPU?"},
-                                  {"from": "gpt", "value": "A graphics processor."},
-                                  {"from": "human", "value": "ignored later turn"}]},
-    {"id": "b", "conversations": [{"from": "system", "value": "be brief"},
-                                  {"from": "human", "value": "héllo"},
-                                  {"from": "gpt", "value": "hi"}]},
+    {
+        "id": "a",
+        "conversations": [
+            {"from": "human", "value": "What is a GPU?"},
+            {"from": "gpt", "value": "A graphics processor."},
+            {"from": "human", "value": "ignored later turn"},
+        ],
+    },
+    {
+        "id": "b",
+        "conversations": [
+            {"from": "system", "value": "be brief"},
+            {"from": "human", "value": "héllo"},
+            {"from": "gpt", "value": "hi"},
+        ],
+    },
     {"id": "no answer", "conversations": [{"from": "human", "value": "alone"}]},
     {"id": "not a conversation"},
     "junk",
@@ -43,12 +53,13 @@ def test_each_pass_uses_every_conversation_once(dataset):
     w = make_workload(WorkloadConfig(kind="sharegpt", dataset=str(dataset), seed=3), "chat")
     prompts = [w.next_request().prompt for _ in range(6)]
     for i in range(0, 6, 2):
-        assert sorted(prompts[i:i + 2]) == sorted(["What is a GPU?", "héllo"])
+        assert sorted(prompts[i : i + 2]) == sorted(["What is a GPU?", "héllo"])
 
 
 def test_explicit_output_length_replaces_the_answer_length(dataset):
-    cfg = WorkloadConfig(kind="sharegpt", dataset=str(dataset), output_len=parse_length("50"),
-                         output_from_dataset=False)
+    cfg = WorkloadConfig(
+        kind="sharegpt", dataset=str(dataset), output_len=parse_length("50"), output_from_dataset=False
+    )
     w = make_workload(cfg, "completions")
     assert {w.next_request().max_tokens for _ in range(4)} == {50}
 
@@ -57,15 +68,19 @@ def test_reproducible_with_seed(dataset):
     def prompts(seed):
         w = make_workload(WorkloadConfig(kind="sharegpt", dataset=str(dataset), seed=seed), "chat")
         return [w.next_request() for _ in range(10)]
+
     assert prompts(1) == prompts(1)
 
 
-@pytest.mark.parametrize("content,message", [
-    (None, "not found"),
-    ("{not json", "not valid JSON"),
-    ('{"conversations": []}', "expected a JSON list"),
-    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "no conversation"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "not found"),
+        ("{not json", "not valid JSON"),
+        ('{"conversations": []}', "expected a JSON list"),
+        ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "no conversation"),
+    ],
+)
 def test_missing_or_invalid_file_is_a_one_line_user_error(tmp_path, content, message):
     path = tmp_path / "data.json"
     if content is not None:

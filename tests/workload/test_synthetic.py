@@ -10,8 +10,9 @@ from loadlab.workload.distributions import parse_length
 
 
 def synthetic(input_len: str = "uniform:64:256", output_len: str = "normal:100:20", seed: int = 0):
-    cfg = WorkloadConfig(kind="synthetic", input_len=parse_length(input_len),
-                         output_len=parse_length(output_len), seed=seed)
+    cfg = WorkloadConfig(
+        kind="synthetic", input_len=parse_length(input_len), output_len=parse_length(output_len), seed=seed
+    )
     return make_workload(cfg, "chat")
 
 

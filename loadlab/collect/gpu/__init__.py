@@ -5,5 +5,12 @@ from loadlab.collect.gpu.collector import GpuCollector
 from loadlab.collect.gpu.nvml import NvmlBackend
 from loadlab.collect.gpu.reading import GpuReading, decode_clock_events, signal_names
 
-__all__ = ["GpuBackend", "GpuCollector", "GpuReading", "NvmlBackend", "ReplayBackend",
-           "decode_clock_events", "signal_names"]
+__all__ = [
+    "GpuBackend",
+    "GpuCollector",
+    "GpuReading",
+    "NvmlBackend",
+    "ReplayBackend",
+    "decode_clock_events",
+    "signal_names",
+]

@@ -21,7 +21,7 @@ class GpuCollector(PollingCollector):
     def __init__(self, interval: float = 0.25, backend: GpuBackend | None = None) -> None:
         super().__init__(interval)
         self.backend: GpuBackend = backend if backend is not None else NvmlBackend()
-        self.latest: list[Sample] = []   # the last tick's samples (the exporter serves these)
+        self.latest: list[Sample] = []  # the last tick's samples (the exporter serves these)
 
     def open(self) -> bool:
         try:

@@ -21,8 +21,12 @@ UINT_MAX = 0xFFFFFFFF  # NVLink field scope meaning "summed over all links"
 GPM_MIN_INTERVAL = 0.1  # seconds; GPM metrics over shorter windows are noise, so wait longer
 
 # Errors meaning "this GPU/driver will never answer this query": stop asking.
-_PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission",
-              "NVMLError_InvalidArgument")
+_PERMANENT = (
+    "NVMLError_NotSupported",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_NoPermission",
+    "NVMLError_InvalidArgument",
+)
 
 
 @dataclass
@@ -31,8 +35,8 @@ class _Gpu:
     handle: Any
     uuid: str
     unsupported: set[str] = field(default_factory=set)
-    gpm_samples: list[Any] = field(default_factory=list)   # [previous, current] when GPM works
-    gpm_since: float = 0.0                                  # monotonic time of the previous GPM sample
+    gpm_samples: list[Any] = field(default_factory=list)  # [previous, current] when GPM works
+    gpm_since: float = 0.0  # monotonic time of the previous GPM sample
     counters: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (time s, value)
 
 
@@ -45,7 +49,7 @@ class NvmlBackend:
         """`nvml`: the pynvml module (default); tests without a GPU pass a stand-in."""
         self._module = nvml
         self._gpus: list[_Gpu] = []
-        self._nvml: Any = None   # set while open
+        self._nvml: Any = None  # set while open
         self.errors = 0  # transient per-query failures (the collector reports the count)
 
     def open(self) -> None:
@@ -95,11 +99,18 @@ class NvmlBackend:
         r.sm_clock = self._guard(gpu, "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
         r.clock_events = self._guard(gpu, "clock_events", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
         if r.clock_events is None:  # drivers older than the "event" rename
-            r.clock_events = self._guard(gpu, "throttle_reasons",
-                                         lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+            r.clock_events = self._guard(
+                gpu, "throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+            )
         r.nvlink_tx, r.nvlink_rx = self._field_rates(
-            gpu, "nvlink", [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, UINT_MAX),
-                            (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, UINT_MAX)], scale=1024.0)
+            gpu,
+            "nvlink",
+            [
+                (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, UINT_MAX),
+                (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, UINT_MAX),
+            ],
+            scale=1024.0,
+        )
         gpm = self._read_gpm(gpu)
         if gpm:
             r.sm_active, r.sm_occupancy = gpm.get("sm_active"), gpm.get("sm_occupancy")
@@ -107,7 +118,8 @@ class NvmlBackend:
             r.pcie_tx, r.pcie_rx = gpm.get("pcie_tx"), gpm.get("pcie_rx")
         if r.pcie_tx is None and not gpu.gpm_samples:
             r.pcie_tx, r.pcie_rx = self._field_rates(
-                gpu, "pcie", [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES], scale=1.0)
+                gpu, "pcie", [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES], scale=1.0
+            )
         return r
 
     def _guard(self, gpu: _Gpu, query: str, fn: Callable[[], Any]) -> Any:
@@ -142,23 +154,28 @@ class NvmlBackend:
             gpu.counters[key] = (now, count)
             if prev is not None and now > prev[0] and count >= prev[1]:
                 rates.append((count - prev[1]) * scale / (now - prev[0]))
-            else:   # the first reading, or a reset/wrap: skip one
+            else:  # the first reading, or a reset/wrap: skip one
                 rates.append(None)
         return tuple(rates)
 
     def _field_value(self, v: Any) -> float:
         nv = self._nvml
-        by_type = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-                   nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-                   nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal"}
+        by_type = {
+            nv.NVML_VALUE_TYPE_DOUBLE: "dVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+            nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+            nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        }
         return getattr(v.value, by_type.get(v.valueType, "ullVal"))
 
     # -- GPM (Hopper and newer) ---------------------------------------------------------------
     _GPM_METRICS = {  # our name -> (NVML metric id, scale to our unit)
-        "sm_active": (2, 0.01),        # NVML_GPM_METRIC_SM_UTIL, percent
-        "sm_occupancy": (3, 0.01),     # NVML_GPM_METRIC_SM_OCCUPANCY, percent
-        "tensor_active": (5, 0.01),    # NVML_GPM_METRIC_ANY_TENSOR_UTIL, percent
-        "dram_active": (10, 0.01),     # NVML_GPM_METRIC_DRAM_BW_UTIL, percent
+        "sm_active": (2, 0.01),  # NVML_GPM_METRIC_SM_UTIL, percent
+        "sm_occupancy": (3, 0.01),  # NVML_GPM_METRIC_SM_OCCUPANCY, percent
+        "tensor_active": (5, 0.01),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL, percent
+        "dram_active": (10, 0.01),  # NVML_GPM_METRIC_DRAM_BW_UTIL, percent
         "pcie_tx": (20, 1024.0 * 1024.0),  # NVML_GPM_METRIC_PCIE_TX_PER_SEC, MiB/s
         "pcie_rx": (21, 1024.0 * 1024.0),  # NVML_GPM_METRIC_PCIE_RX_PER_SEC, MiB/s
     }

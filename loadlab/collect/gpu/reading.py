@@ -25,8 +25,13 @@ CLOCK_EVENT_FLAGS: dict[str, int] = {
     "gpu_clock_thermal": CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL,
     "gpu_clock_hw_slowdown": CLOCK_EVENT_HW_SLOWDOWN | CLOCK_EVENT_HW_POWER_BRAKE,
 }
-CLOCK_EVENT_SLOWDOWN_MASK = (CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_SLOWDOWN | CLOCK_EVENT_SW_THERMAL
-                             | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_POWER_BRAKE)
+CLOCK_EVENT_SLOWDOWN_MASK = (
+    CLOCK_EVENT_SW_POWER_CAP
+    | CLOCK_EVENT_HW_SLOWDOWN
+    | CLOCK_EVENT_SW_THERMAL
+    | CLOCK_EVENT_HW_THERMAL
+    | CLOCK_EVENT_HW_POWER_BRAKE
+)
 
 
 def decode_clock_events(bits: int) -> dict[str, float]:
@@ -42,21 +47,21 @@ class GpuReading:
 
     index: int
     uuid: str = ""
-    util: float | None = None            # share of time a kernel was running (NOT SM occupancy)
-    mem_util: float | None = None        # share of time device memory was read or written
+    util: float | None = None  # share of time a kernel was running (NOT SM occupancy)
+    mem_util: float | None = None  # share of time device memory was read or written
     mem_used: float | None = None
     mem_total: float | None = None
     power: float | None = None
     sm_clock: float | None = None
-    clock_events: int | None = None      # raw clock-event reasons bitmask
+    clock_events: int | None = None  # raw clock-event reasons bitmask
     pcie_tx: float | None = None
     pcie_rx: float | None = None
     nvlink_tx: float | None = None
     nvlink_rx: float | None = None
-    sm_active: float | None = None       # GPM (Hopper+): share of SM cycles with a warp resident
-    sm_occupancy: float | None = None    # GPM: resident warps / max warps
-    tensor_active: float | None = None   # GPM: tensor pipes busy
-    dram_active: float | None = None     # GPM: DRAM bandwidth used / peak
+    sm_active: float | None = None  # GPM (Hopper+): share of SM cycles with a warp resident
+    sm_occupancy: float | None = None  # GPM: resident warps / max warps
+    tensor_active: float | None = None  # GPM: tensor pipes busy
+    dram_active: float | None = None  # GPM: DRAM bandwidth used / peak
 
     def to_samples(self, time: float, source: str = "gpu") -> list[Sample]:
         """Samples `gpu_<field>` with labels gpu (index) and uuid; clock events also decoded."""

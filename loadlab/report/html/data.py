@@ -16,18 +16,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.intervals import Bins
+from loadlab.analyze.intervals import GPU_SOURCES, Bins
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
-from loadlab.analyze.intervals import GPU_SOURCES
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory
 
 ANALYSIS_JSON = "analysis.json"
-MAX_INTERVALS = 2000      # a long run gets wider intervals rather than a heavier page
+MAX_INTERVALS = 2000  # a long run gets wider intervals rather than a heavier page
 # Where the CDFs are read: dense in the body, denser in the tail where SLOs live.
-QUANTILES = np.unique(np.concatenate([np.linspace(0, 0.99, 100), np.linspace(0.99, 0.999, 10),
-                                      [0.9995, 0.9999, 1.0]]))
+QUANTILES = np.unique(np.concatenate([np.linspace(0, 0.99, 100), np.linspace(0.99, 0.999, 10), [0.9995, 0.9999, 1.0]]))
 MAX_ERROR_EXAMPLES = 3
 
 
@@ -36,7 +34,7 @@ class Cdf:
     """One latency distribution of one step: `values[i]` is its QUANTILES[i] quantile (seconds)."""
 
     step: int
-    metric: str               # ttft | itl | e2e
+    metric: str  # ttft | itl | e2e
     count: int
     values: np.ndarray
 
@@ -54,9 +52,9 @@ class Panel:
     """One row of the time-series chart: a few series sharing a unit, or why there are none."""
 
     title: str
-    unit: str                 # "%" series hold 0..1 ratios
+    unit: str  # "%" series hold 0..1 ratios
     series: list[Series]
-    missing: str = ""         # shown instead of the panel when `series` is empty: what adds them
+    missing: str = ""  # shown instead of the panel when `series` is empty: what adds them
 
     @property
     def present(self) -> bool:
@@ -115,7 +113,7 @@ class ReportData:
     versions: dict[str, str]
     host: dict[str, Any]
     analysis: dict[str, Any] | None = None
-    analysis_problem: str = ""          # why analysis.json could not be used
+    analysis_problem: str = ""  # why analysis.json could not be used
     warnings: list[str] = field(default_factory=list)
 
 
@@ -128,12 +126,21 @@ def build_report_data(run: RunData) -> ReportData:
     bins = Bins(timeline.start, timeline.interval, len(timeline.rows))
     analysis, problem = _analysis(run.path)
     return ReportData(
-        name=run.path.resolve().name, path=str(run.path), summary=summary,
-        extras=_extras(measured, summary), cdfs=_cdfs(measured, summary),
-        timeseries=_timeseries(run, timeline, bins, summary), errors=_errors(measured, bins),
-        coverage=list(run.meta.coverage), config=run.meta.config, versions=run.meta.versions,
-        host=run.meta.host, analysis=analysis, analysis_problem=problem,
-        warnings=summary.warnings + [w for w in run.warnings if w not in summary.warnings])   # e.g. a part skipped now
+        name=run.path.resolve().name,
+        path=str(run.path),
+        summary=summary,
+        extras=_extras(measured, summary),
+        cdfs=_cdfs(measured, summary),
+        timeseries=_timeseries(run, timeline, bins, summary),
+        errors=_errors(measured, bins),
+        coverage=list(run.meta.coverage),
+        config=run.meta.config,
+        versions=run.meta.versions,
+        host=run.meta.host,
+        analysis=analysis,
+        analysis_problem=problem,
+        warnings=summary.warnings + [w for w in run.warnings if w not in summary.warnings],
+    )  # e.g. a part skipped now
 
 
 def _summary(run: RunData) -> RunSummary:
@@ -183,8 +190,11 @@ def _cdfs(measured: pd.DataFrame, summary: RunSummary) -> list[Cdf]:
     for step in summary.steps:
         in_step = ok[ok["step"] == step.index]
         gaps = np.concatenate(list(in_step["gaps"])) if len(in_step) else np.empty(0)
-        for metric, values in (("ttft", in_step["ttft"].to_numpy(float)), ("itl", gaps),
-                               ("e2e", in_step["e2e"].to_numpy(float))):
+        for metric, values in (
+            ("ttft", in_step["ttft"].to_numpy(float)),
+            ("itl", gaps),
+            ("e2e", in_step["e2e"].to_numpy(float)),
+        ):
             # Sorted first: 113 quantiles of millions of gaps select faster.
             values = np.sort(values[np.isfinite(values)])
             if values.size:
@@ -193,25 +203,44 @@ def _cdfs(measured: pd.DataFrame, summary: RunSummary) -> list[Cdf]:
 
 
 # Why a panel can be empty, and what adds its signals (flags of `loadlab run`).
-SERVER_MISSING = ("no server metrics: the server's /metrics was not scraped (on by default at the URL's "
-                  "/metrics; --server-metrics URL points elsewhere, --no-server-metrics turns it off; "
-                  "--prometheus URL reads them from a Prometheus server)")
-GPU_MISSING = ("no GPU samples: loadlab samples NVIDIA GPUs with NVML on the host it runs on (--no-gpu turns "
-               "it off); for a remote server run `loadlab gpu-exporter` or dcgm-exporter there and pass "
-               "--prometheus URL")
-NVML_MISSING = ("no GPU power or clock samples: these come from NVML only (run loadlab on the GPU host, or "
-                "`loadlab gpu-exporter` there with --prometheus URL)")
-COLLECTIVE_MISSING = ("no collective time: needs the engine's collective-time and step-time histograms "
-                      "(the reference server with tensor parallelism) or NCCL Inspector's output "
-                      "(--nccl-inspector-dir DIR)")
+SERVER_MISSING = (
+    "no server metrics: the server's /metrics was not scraped (on by default at the URL's "
+    "/metrics; --server-metrics URL points elsewhere, --no-server-metrics turns it off; "
+    "--prometheus URL reads them from a Prometheus server)"
+)
+GPU_MISSING = (
+    "no GPU samples: loadlab samples NVIDIA GPUs with NVML on the host it runs on (--no-gpu turns "
+    "it off); for a remote server run `loadlab gpu-exporter` or dcgm-exporter there and pass "
+    "--prometheus URL"
+)
+NVML_MISSING = (
+    "no GPU power or clock samples: these come from NVML only (run loadlab on the GPU host, or "
+    "`loadlab gpu-exporter` there with --prometheus URL)"
+)
+COLLECTIVE_MISSING = (
+    "no collective time: needs the engine's collective-time and step-time histograms "
+    "(the reference server with tensor parallelism) or NCCL Inspector's output "
+    "(--nccl-inspector-dir DIR)"
+)
 HOST_MISSING = "no host CPU samples: --server-pid PID samples the server process's and its host's CPU"
 CLIENT_MISSING = "no requests were recorded"
 
 
 # Samples read here rather than through the timeline.
-EXTRA_SIGNALS = ("gpu_util", "gpu_sm_active", "gpu_tensor_active", "gpu_dram_active", "gpu_power", "gpu_sm_clock",
-                 "gpu_clock_power_cap", "gpu_clock_thermal", "gpu_clock_hw_slowdown", "host_cpu", "process_cpu",
-                 "client_cpu")
+EXTRA_SIGNALS = (
+    "gpu_util",
+    "gpu_sm_active",
+    "gpu_tensor_active",
+    "gpu_dram_active",
+    "gpu_power",
+    "gpu_sm_clock",
+    "gpu_clock_power_cap",
+    "gpu_clock_thermal",
+    "gpu_clock_hw_slowdown",
+    "host_cpu",
+    "process_cpu",
+    "client_cpu",
+)
 
 
 def _timeseries(run: RunData, timeline: Timeline, bins: Bins, summary: RunSummary) -> TimeSeries:
@@ -221,33 +250,61 @@ def _timeseries(run: RunData, timeline: Timeline, bins: Bins, summary: RunSummar
     def of(*pairs: tuple[str, str], scale: float = 1.0) -> list[Series]:
         return [Series(name, columns[c] * scale) for c, name in pairs if c in columns]
 
-    samples = run.samples[run.samples["signal"].isin(EXTRA_SIGNALS)]   # once, not per signal: runs hold millions
-    gpu = [Series(name, gauge(samples, signal, GPU_SOURCES, "all", bins))
-           for signal, name in (("gpu_util", "GPU busy"), ("gpu_sm_active", "SM active"),
-                                ("gpu_tensor_active", "tensor active"), ("gpu_dram_active", "DRAM active"))]
+    samples = run.samples[run.samples["signal"].isin(EXTRA_SIGNALS)]  # once, not per signal: runs hold millions
+    gpu = [
+        Series(name, gauge(samples, signal, GPU_SOURCES, "all", bins))
+        for signal, name in (
+            ("gpu_util", "GPU busy"),
+            ("gpu_sm_active", "SM active"),
+            ("gpu_tensor_active", "tensor active"),
+            ("gpu_dram_active", "DRAM active"),
+        )
+    ]
     power = [Series("power per GPU", gauge(samples, "gpu_power", GPU_SOURCES, "all", bins))]
     clock = [Series("SM clock", gauge(samples, "gpu_sm_clock", GPU_SOURCES, "all", bins))]
-    slowdown = [Series(name, gauge(samples, signal, GPU_SOURCES, "all", bins))
-                for signal, name in (("gpu_clock_power_cap", "power cap"), ("gpu_clock_thermal", "thermal"),
-                                     ("gpu_clock_hw_slowdown", "HW slowdown"))]
+    slowdown = [
+        Series(name, gauge(samples, signal, GPU_SOURCES, "all", bins))
+        for signal, name in (
+            ("gpu_clock_power_cap", "power cap"),
+            ("gpu_clock_thermal", "thermal"),
+            ("gpu_clock_hw_slowdown", "HW slowdown"),
+        )
+    ]
     panels = [
-        Panel("Requests per second and in flight", "", of(("started", "sent/s"), ("completed", "done/s"),
-                                                           ("failed", "failed/s"), scale=1 / width)
-              + of(("in_flight", "in flight")), CLIENT_MISSING),
-        Panel("Output tokens per second (client)", "tok/s", of(("output_tokens_per_s", "output tok/s")),
-              CLIENT_MISSING),
-        Panel("Latency, median within each interval", "ms", of(("ttft_p50", "TTFT p50"), ("itl_p50", "ITL p50"),
-                                                                 scale=1000), CLIENT_MISSING),
-        Panel("Server: requests running and waiting", "", of(("requests_running", "running"),
-                                                             ("requests_waiting", "waiting")), SERVER_MISSING),
+        Panel(
+            "Requests per second and in flight",
+            "",
+            of(("started", "sent/s"), ("completed", "done/s"), ("failed", "failed/s"), scale=1 / width)
+            + of(("in_flight", "in flight")),
+            CLIENT_MISSING,
+        ),
+        Panel(
+            "Output tokens per second (client)", "tok/s", of(("output_tokens_per_s", "output tok/s")), CLIENT_MISSING
+        ),
+        Panel(
+            "Latency, median within each interval",
+            "ms",
+            of(("ttft_p50", "TTFT p50"), ("itl_p50", "ITL p50"), scale=1000),
+            CLIENT_MISSING,
+        ),
+        Panel(
+            "Server: requests running and waiting",
+            "",
+            of(("requests_running", "running"), ("requests_waiting", "waiting")),
+            SERVER_MISSING,
+        ),
         Panel("Server: KV cache usage", "%", of(("kv_usage", "KV usage")), SERVER_MISSING),
         Panel("Server: preemptions per interval", "", of(("preemptions", "preemptions")), SERVER_MISSING),
         Panel("GPU activity (mean over GPUs)", "%", _measured(gpu), GPU_MISSING),
         Panel("GPU power", "W", _measured(power), NVML_MISSING),
         Panel("GPU SM clock", "MHz", _measured(clock), NVML_MISSING),
         Panel("GPU clock slowdowns (share of samples)", "%", _measured(slowdown), NVML_MISSING),
-        Panel("Collective share of engine step time", "%", of(("collective_share", "collective share")),
-              COLLECTIVE_MISSING),
+        Panel(
+            "Collective share of engine step time",
+            "%",
+            of(("collective_share", "collective share")),
+            COLLECTIVE_MISSING,
+        ),
         Panel("CPU", "cores", _measured(_cpu(samples, bins)), HOST_MISSING),
     ]
     marks = [StepMark(s.start_time - timeline.start, s.label) for s in summary.steps if math.isfinite(s.start_time)]
@@ -260,8 +317,12 @@ def _cpu(samples: pd.DataFrame, bins: Bins) -> list[Series]:
     processes = samples[samples["signal"] == "process_cpu"]
     for labels in sorted(processes["labels"].unique()):
         role = json.loads(labels).get("role", "?") if labels else "?"
-        series.append(Series(f"{role} process", gauge(processes[processes["labels"] == labels],
-                                                      "process_cpu", ("host",), "all", bins)))
+        series.append(
+            Series(
+                f"{role} process",
+                gauge(processes[processes["labels"] == labels], "process_cpu", ("host",), "all", bins),
+            )
+        )
     series.append(Series("load generator (mean per process)", gauge(samples, "client_cpu", ("client",), "all", bins)))
     return series
 

@@ -45,8 +45,12 @@ def timed_run(core: EngineCore, num_requests: int) -> tuple[float, float, float,
     start = time.perf_counter()
     tokens = run_until_done(core)
     wall = time.perf_counter() - start
-    return (wall, value(core, "loadlab_twin_modelled_seconds_total"), value(core, "loadlab_twin_lag_seconds_total"),
-            sum(map(len, tokens.values())))
+    return (
+        wall,
+        value(core, "loadlab_twin_modelled_seconds_total"),
+        value(core, "loadlab_twin_lag_seconds_total"),
+        sum(map(len, tokens.values())),
+    )
 
 
 @pytest.mark.parametrize("batch", [1, 32])
@@ -78,8 +82,13 @@ def qwen_pool_of(tokens: int) -> EngineConfig:
     weights = 494_032_768 * 2
     activations = 512 * (2 * 896 + 2 * 4864) * 2 + 4 * 151_936 * 4 + 1.5 * 2**30
     memory = 81559 * 2**20
-    return EngineConfig(twin="h100:qwen2.5-0.5b", max_num_batched_tokens=512, max_num_seqs=4, block_size=16,
-                        gpu_memory_utilization=(weights + activations + tokens * 12_288 + 6000) / memory)
+    return EngineConfig(
+        twin="h100:qwen2.5-0.5b",
+        max_num_batched_tokens=512,
+        max_num_seqs=4,
+        block_size=16,
+        gpu_memory_utilization=(weights + activations + tokens * 12_288 + 6000) / memory,
+    )
 
 
 def test_kv_capacity_and_preemption_onset_at_the_computed_token_count() -> None:
@@ -112,13 +121,12 @@ def test_a_host_slower_than_the_simulated_gpu_is_counted_and_logged(monkeypatch,
     from reference_server.twin import executor
 
     monkeypatch.setattr(executor, "LOG_EVERY", 0.05)
-    core = EngineCore(EngineConfig(twin="h100:qwen2.5-0.5b", max_num_seqs=4))   # ~0.9 ms a step
+    core = EngineCore(EngineConfig(twin="h100:qwen2.5-0.5b", max_num_seqs=4))  # ~0.9 ms a step
     core.add(core.new_sequence("r", [65] * 10, LENGTH))
     with caplog.at_level("WARNING", logger="reference_server.twin"):
         while core.scheduler.running or core.scheduler.waiting:
             core.step()
-            time.sleep(0.005)             # the host's own work between steps: 5x the modelled step
+            time.sleep(0.005)  # the host's own work between steps: 5x the modelled step
     assert value(core, "loadlab_twin_lag_seconds_total") > 30 * 0.003
     assert value(core, "loadlab_twin_late_steps_total") >= 30
     assert any("the host CPU is behind the simulated H100" in r.getMessage() for r in caplog.records)
-

@@ -29,14 +29,20 @@ def twin(tmp_path_factory) -> Server:
 
 def stream_times(server: Server, max_tokens: int) -> tuple[list[float], int]:
     """Arrival time of each streamed token, and the prompt's length."""
-    body = {"model": "loadlab-reference", "prompt": "a" * 100, "max_tokens": max_tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "loadlab-reference",
+        "prompt": "a" * 100,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     times, prompt_tokens = [], 0
     with requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=60) as response:
         for line in response.iter_lines():
             if not line.startswith(b"data: {"):
                 continue
-            chunk = json.loads(line[len(b"data: "):])
+            chunk = json.loads(line[len(b"data: ") :])
             if chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter())
             if chunk.get("usage"):
@@ -57,8 +63,13 @@ def test_streamed_tokens_keep_the_modelled_decode_time(twin: Server) -> None:
 
 
 def test_a_bad_twin_is_one_line_and_exit_2() -> None:
-    result = subprocess.run([sys.executable, "-m", "reference_server", "--twin", "h100:llama-3-70b"],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "reference_server", "--twin", "h100:llama-3-70b"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("error: --twin h100:llama-3-70b:tp1: 141.1 GB of weights per GPU")
     assert "Traceback" not in result.stderr
@@ -66,14 +77,36 @@ def test_a_bad_twin_is_one_line_and_exit_2() -> None:
 
 def test_a_loadlab_run_records_the_twin_as_a_gpu_server(twin: Server, tmp_path) -> None:
     out = tmp_path / "run"
-    result = loadlab("run", "--url", twin.url, "--concurrency", "4", "--duration", "2", "--output-len", "30",
-                     "--input-len", "50", "--no-gpu", "--out", str(out), timeout=120)
+    result = loadlab(
+        "run",
+        "--url",
+        twin.url,
+        "--concurrency",
+        "4",
+        "--duration",
+        "2",
+        "--output-len",
+        "30",
+        "--input-len",
+        "50",
+        "--no-gpu",
+        "--out",
+        str(out),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     samples = load_run(out).samples
     gpu = samples[samples["signal"].str.startswith("gpu_")]
-    assert {"gpu_util", "gpu_sm_active", "gpu_dram_active", "gpu_tensor_active", "gpu_mem_used", "gpu_power",
-            "gpu_nvlink_tx"} <= set(gpu["signal"])
-    assert {json.loads(labels)["gpu"] for labels in gpu["labels"]} == {"0", "1"}      # both simulated GPUs
+    assert {
+        "gpu_util",
+        "gpu_sm_active",
+        "gpu_dram_active",
+        "gpu_tensor_active",
+        "gpu_mem_used",
+        "gpu_power",
+        "gpu_nvlink_tx",
+    } <= set(gpu["signal"])
+    assert {json.loads(labels)["gpu"] for labels in gpu["labels"]} == {"0", "1"}  # both simulated GPUs
     assert gpu[gpu["signal"] == "gpu_util"]["value"].max() > 0.2
     assert samples[samples["signal"] == "collective_time_sum"]["value"].max() > 0
-    assert samples["signal"].str.contains("flops").any()   # vllm:estimated_flops_per_gpu (or its canonical name)
+    assert samples["signal"].str.contains("flops").any()  # vllm:estimated_flops_per_gpu (or its canonical name)

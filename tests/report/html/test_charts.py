@@ -10,8 +10,11 @@ from tests.support.runs import run_of
 
 
 def sweep(steps) -> object:
-    records = [req(10 * s.index + k, s.start_time + k, [s.start_time + k + 0.2, s.start_time + k + 0.3], step=s.index)
-               for s in steps for k in range(3)]
+    records = [
+        req(10 * s.index + k, s.start_time + k, [s.start_time + k + 0.2, s.start_time + k + 0.3], step=s.index)
+        for s in steps
+        for k in range(3)
+    ]
     return build_report_data(run_of(records, steps))
 
 
@@ -40,8 +43,8 @@ def test_the_time_series_holds_only_panels_with_data_and_marks_each_step_start()
     data = sweep(steps)
     fig = charts.time_series(data.timeseries)
     present = [p for p in data.timeseries.panels if p.present]
-    assert [a.text for a in fig.layout.annotations][:len(present)] == [p.title for p in present]
-    assert len(present) == 3          # client panels only: no server, GPU or host samples
+    assert [a.text for a in fig.layout.annotations][: len(present)] == [p.title for p in present]
+    assert len(present) == 3  # client panels only: no server, GPU or host samples
     assert [s.x0 for s in fig.layout.shapes] == [0.0, 10.0, 20.0]
-    step_labels = [a.text for a in fig.layout.annotations][len(present):]
+    step_labels = [a.text for a in fig.layout.annotations][len(present) :]
     assert step_labels == ["concurrency=1", "concurrency=4", "concurrency=16"]

@@ -26,12 +26,16 @@ from tests.support.runs import fill_run, run_of, server_samples
 
 def ten_requests() -> list:
     """TTFTs 0.1 .. 1.0 s, each with two gaps of 0.05 s; two failures of two kinds, one aborted."""
-    records = [req(i, T + i, [T + i + 0.1 * (i + 1), T + i + 0.1 * (i + 1) + 0.05, T + i + 0.1 * (i + 1) + 0.1])
-               for i in range(10)]
-    records += [req(10, T + 2, [], T + 2.5, error="timeout", error_detail="no token for 30 s"),
-                req(11, T + 3, [], T + 3.2, error="http_5xx", error_detail="boom"),
-                req(12, T + 4, [], T + 4.5, error="http_5xx", error_detail="boom"),
-                req(13, T + 9, [], T + 9.9, error="aborted")]
+    records = [
+        req(i, T + i, [T + i + 0.1 * (i + 1), T + i + 0.1 * (i + 1) + 0.05, T + i + 0.1 * (i + 1) + 0.1])
+        for i in range(10)
+    ]
+    records += [
+        req(10, T + 2, [], T + 2.5, error="timeout", error_detail="no token for 30 s"),
+        req(11, T + 3, [], T + 3.2, error="http_5xx", error_detail="boom"),
+        req(12, T + 4, [], T + 4.5, error="http_5xx", error_detail="boom"),
+        req(13, T + 9, [], T + 9.9, error="aborted"),
+    ]
     return records
 
 
@@ -49,7 +53,7 @@ def test_errors_are_counted_by_category_in_the_interval_they_ended_with_aborted_
     data = build_report_data(run_of(ten_requests(), [closed(1)]))
     kinds = {k.category: k for k in data.errors}
     assert [k.category for k in data.errors] == ["http_5xx", "timeout", "aborted"]
-    assert kinds["http_5xx"].total == 2 and kinds["http_5xx"].examples == ["boom"]   # distinct details
+    assert kinds["http_5xx"].total == 2 and kinds["http_5xx"].examples == ["boom"]  # distinct details
     t = data.timeseries.t
     assert kinds["http_5xx"].per_interval[np.searchsorted(t, 3.2, side="right") - 1] == 1
     assert kinds["http_5xx"].per_interval.sum() == 2 and kinds["timeout"].examples == ["no token for 30 s"]
@@ -59,9 +63,11 @@ def test_a_run_without_server_gpu_or_host_signals_says_what_adds_each(tmp_path):
     fill_run(tmp_path / "run", with_server=False)
     panels = {p.title: p for p in build_report_data(load_run(tmp_path / "run")).timeseries.panels}
     assert panels["Output tokens per second (client)"].present
-    for title, why in (("Server: requests running and waiting", SERVER_MISSING),
-                       ("GPU activity (mean over GPUs)", GPU_MISSING),
-                       ("Collective share of engine step time", COLLECTIVE_MISSING)):
+    for title, why in (
+        ("Server: requests running and waiting", SERVER_MISSING),
+        ("GPU activity (mean over GPUs)", GPU_MISSING),
+        ("Collective share of engine step time", COLLECTIVE_MISSING),
+    ):
         assert not panels[title].present and panels[title].missing == why
     assert panels["CPU"].missing == HOST_MISSING and "--server-pid" in HOST_MISSING
 
@@ -69,25 +75,29 @@ def test_a_run_without_server_gpu_or_host_signals_says_what_adds_each(tmp_path):
 def test_server_gpu_and_cpu_panels_appear_with_their_signals(tmp_path):
     def content(t0):
         from tests.support.runs import three_requests
+
         return three_requests(t0), server_samples(t0) + [
             Sample(t0 + 0.5, "gpu", "gpu_power", 300.0, {"gpu": "0"}),
             Sample(t0 + 0.5, "gpu", "gpu_power", 500.0, {"gpu": "1"}),
-            Sample(t0 + 0.5, "host", "process_cpu", 1.5, {"role": "server"})]
+            Sample(t0 + 0.5, "host", "process_cpu", 1.5, {"role": "server"}),
+        ]
 
     from tests.support.runs import write_run
+
     write_run(tmp_path / "run", content)
     panels = {p.title: p for p in build_report_data(load_run(tmp_path / "run")).timeseries.panels}
     running = panels["Server: requests running and waiting"].series
     assert [s.name for s in running] == ["running", "waiting"]
-    assert panels["GPU power"].series[0].values[0] == 400.0            # mean over GPUs
+    assert panels["GPU power"].series[0].values[0] == 400.0  # mean over GPUs
     assert [s.name for s in panels["CPU"].series] == ["server process"]
     assert panels["Collective share of engine step time"].present
 
 
 def test_a_long_run_gets_wider_intervals():
     hours = 5
-    run = run_of([req(0, T, [T + 1]), req(1, T + hours * 3600, [T + hours * 3600 + 1])],
-                 [closed(1, end=T + hours * 3600 + 2)])
+    run = run_of(
+        [req(0, T, [T + 1]), req(1, T + hours * 3600, [T + hours * 3600 + 1])], [closed(1, end=T + hours * 3600 + 2)]
+    )
     run.meta.started_at, run.meta.ended_at = T, T + hours * 3600 + 2
     ts = build_report_data(run).timeseries
     assert ts.interval == math.ceil((hours * 3600 + 2) / MAX_INTERVALS) == 10 and len(ts.t) <= MAX_INTERVALS + 1

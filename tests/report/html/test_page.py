@@ -29,14 +29,22 @@ def test_the_verdict_its_evidence_and_advice_come_from_analysis_json(tmp_path):
     write_analysis(tmp_path / "run", ["x"])
     html = page_of(tmp_path / "run")
     assert "KV capacity binds at the knee" in html and "No analysis yet" not in html
-    for text in ("KV usage p90 97 % &gt;= 90 %", "vLLM: raise --gpu-memory-utilization", "add KV blocks",
-                 "gpu: no GPU collector", "a note", "<b>constraint</b> kv_capacity", "<b>saturation</b> past_knee"):
+    for text in (
+        "KV usage p90 97 % &gt;= 90 %",
+        "vLLM: raise --gpu-memory-utilization",
+        "add KV blocks",
+        "gpu: no GPU collector",
+        "a note",
+        "<b>constraint</b> kv_capacity",
+        "<b>saturation</b> past_knee",
+    ):
         assert text in html
     # The per-step table gains the step's saturation and constraint.
-    steps = html[html.index('id="steps"'):html.index('id="load-curve"')]
+    steps = html[html.index('id="steps"') : html.index('id="load-curve"')]
     assert "<th>step</th><th>saturation</th><th>constraint</th>" in steps
-    assert ('<td>x</td><td><span class="word">under_loaded</span></td>'
-            '<td><span class="word">memory_bandwidth</span></td>') in steps
+    assert (
+        '<td>x</td><td><span class="word">under_loaded</span></td><td><span class="word">memory_bandwidth</span></td>'
+    ) in steps
 
 
 def test_without_analysis_json_the_verdict_says_how_to_get_one(tmp_path):
@@ -57,11 +65,14 @@ def test_plotly_js_is_inlined_once_for_all_charts(tmp_path):
 
 def test_run_text_is_escaped_in_tables_and_chart_text():
     steps = [StepInfo(0, EVIL, "closed", 1, T, T + 10)]
-    run = run_of([req(0, T, [T + 0.5, T + 1]), req(1, T + 1, [], T + 2, error="http_5xx", error_detail=EVIL)],
-                 steps, config={"model": EVIL, "url": "http://x"})
+    run = run_of(
+        [req(0, T, [T + 0.5, T + 1]), req(1, T + 1, [], T + 2, error="http_5xx", error_detail=EVIL)],
+        steps,
+        config={"model": EVIL, "url": "http://x"},
+    )
     html = render_page(EVIL, run_sections(build_report_data(run)))
     assert EVIL not in html and "<script>alert" not in html
-    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;onerror=x") >= 4   # title, model, step, error
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;onerror=x") >= 4  # title, model, step, error
     # Chart text reaches plotly as entities (its JSON escapes "<" as \u003c on top).
     figures = re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", html, re.S)
     names = [t.get("name", "") for f in figures for t in json.loads(f)]
