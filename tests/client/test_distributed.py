@@ -243,28 +243,30 @@ def test_a_worker_killed_mid_run_is_accounted_for(tmp_path):
 
 def test_records_stream_to_the_folder_during_the_run_and_workers_die_with_the_master(tmp_path):
     """kill -9 of the run process mid-run: the folder already holds both workers' records (they
-    are shipped continuously, not at the end) and no worker process outlives the master."""
+    are shipped continuously, not at the end) and no child process (the workers, the live
+    verdict's judge) outlives the master."""
     port, out = free_port(), tmp_path / "run"
     with mock(port):
         proc = start_run(
             port, out, "--concurrency", "4", "--duration", "60", "--output-len", "16", stderr=subprocess.DEVNULL
         )
-        workers: list[psutil.Process] = []
+        children: list[psutil.Process] = []
         try:
             wait_until(proc, lambda: parts(out) >= 3, "no records while running")
-            workers = psutil.Process(proc.pid).children()
+            children = psutil.Process(proc.pid).children()
+            workers = [c for c in children if "loadlab.client.worker" in " ".join(c.cmdline())]
             assert len(workers) == 2
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
-            _, alive = psutil.wait_procs(workers, timeout=20)
+            _, alive = psutil.wait_procs(children, timeout=20)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            for w in workers:  # by PID, should the test fail
-                if w.is_running():
-                    w.kill()
-    assert not alive, "worker processes outlived the master"
+            for c in children:  # by PID, should the test fail
+                if c.is_running():
+                    c.kill()
+    assert not alive, f"processes outlived the master: {[' '.join(c.cmdline()) for c in alive]}"
     run = load_run(out)
     assert run.meta.cut_off
     assert run.requests["worker"].nunique() == 2
