@@ -6,11 +6,7 @@ must not happen inside the test process.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from tests.support.procs import REPO
+from tests.support.procs import python_json
 
 CHECK = """
 import json
@@ -45,16 +41,7 @@ print(json.dumps({
 
 
 def test_event_hooks_are_added_once_and_the_context_is_found_only_once_set():
-    out = subprocess.run(
-        [sys.executable, "-c", CHECK],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = python_json("-c", CHECK)
     assert result.pop("hooks") == sorted(
         ["llm_request", "llm_step", "llm_worker_anchor", "llm_samples", "llm_request_sent", "llm_worker_lost"]
     )

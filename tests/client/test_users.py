@@ -6,14 +6,11 @@ Locust's own statistics count each request once (never per token), and every req
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import BIN, REPO, Proc, free_port
+from tests.support.procs import BIN, Proc, free_port, python_json
 
 DRIVER = Path(__file__).with_name("users_driver.py")
 
@@ -47,16 +44,7 @@ def mock():
 
 
 def drive(*args: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(DRIVER), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return python_json(str(DRIVER), *args, timeout=120)
 
 
 @pytest.mark.parametrize("mode, target", [("closed", "3"), ("open", "15")])
@@ -98,16 +86,7 @@ print(json.dumps({"kept": kept, "same_state": process_state(env) is state,
 def test_users_made_for_a_new_test_send_to_its_host():
     """Locust's web UI (or a master) may start a new test with another host or API: the users it
     spawns then must not keep the endpoint and workload of the first test."""
-    out = subprocess.run(
-        [sys.executable, "-c", SYNC_CHECK],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = python_json("-c", SYNC_CHECK)
     assert result == {
         "kept": True,
         "same_state": True,
@@ -137,16 +116,7 @@ print(json.dumps({"run1": draws(0), "run2": draws(0), "worker1": draws(1)}))
 def test_think_times_are_reproducible_per_user_and_differ_between_users():
     """Each closed-loop user draws its think times from a generator seeded by the workload seed,
     its process's worker index and its number: the same run again draws the same ones."""
-    out = subprocess.run(
-        [sys.executable, "-c", THINK_CHECK],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = python_json("-c", THINK_CHECK)
     assert result["run1"] == result["run2"]
     assert len({tuple(d) for d in result["run1"]}) == 3  # every user its own sequence
     assert not set(map(tuple, result["run1"])) & set(map(tuple, result["worker1"]))

@@ -1,10 +1,7 @@
 """GpuCollector: samples every GPU at its interval; without NVML it says so once and goes on."""
 
 import itertools
-import json
 import logging
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +10,7 @@ import pynvml
 
 from loadlab.collect.gpu import GpuCollector, NvmlBackend, ReplayBackend
 from loadlab.store.schema import Sample
+from tests.support.procs import python_json
 
 TRACE = Path(__file__).parent / "data" / "gpu_h200_tp2_decode.jsonl"
 
@@ -138,7 +136,5 @@ time.sleep(0.5)
 c.stop()
 print(json.dumps({{"ticks": len({{s.time for s in got}}), "ok": c.coverage().ok_samples}}))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = python_json("-c", code)
     assert result["ticks"] >= 4 and result["ok"] == result["ticks"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,22 @@ def sigint_default() -> None:
     tests in the background hands them SIGINT ignored, children inherit that, and Python keeps it
     ignored, so the child would never see the Ctrl-C."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def python_json(*args: str, timeout: float = 60.0) -> dict:
+    """Run `python *args` in a fresh process (for code that must import Locust, which patches the
+    standard library, or gevent-patch it itself) and return the JSON object its last line prints."""
+    out = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def free_port() -> int:
