@@ -154,13 +154,14 @@ def stream_request(
     aborted = False
     resp = None
     timer = gevent.Timeout(endpoint.timeout)
+    # Built before the clock starts: the request's time is the server's and the wire's, not the
+    # JSON encoder's.
+    body, headers = build_body(spec, endpoint), endpoint.headers(request_id)
     send = time.perf_counter()
     end = send
     try:
         timer.start()
-        resp = http.request(
-            "POST", endpoint.path, body=build_body(spec, endpoint), headers=endpoint.headers(request_id)
-        )
+        resp = http.request("POST", endpoint.path, body=body, headers=headers)
         rec.status = resp.status_code
         if rec.status != 200:
             raise _http_failure(resp)

@@ -20,6 +20,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 
 from loadlab.clock import now
 from loadlab.errors import UserError
+from loadlab.mock import arrival
 from loadlab.mock.config import FAULTS, MockConfig
 from loadlab.mock.metrics import MockMetrics
 from loadlab.mock.truth import RequestTruth
@@ -56,7 +57,7 @@ class MockServer:
 
     def app(self) -> web.Application:
         """The aiohttp application."""
-        app = web.Application(middlewares=[_openai_errors], client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[arrival.stamp_arrival, _openai_errors], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -105,7 +106,7 @@ class MockServer:
         return await self._complete(request, chat=False)
 
     async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        received = now()
+        received = request[arrival.ARRIVAL]
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         truth = RequestTruth(
             request_id=request_id, received_time=received, endpoint="chat" if chat else "completions", stream=False
@@ -293,6 +294,7 @@ async def _openai_errors(request: web.Request, handler: Any) -> web.StreamRespon
 def serve(cfg: MockConfig) -> None:
     """Run the mock until SIGINT/SIGTERM."""
     cfg.check()
+    arrival.install()
     ready = f"loadlab mock: model {cfg.model!r} on http://{cfg.host}:{cfg.port}"
     # A short shutdown timeout: stalled streams must not hold the process for stall_seconds.
     try:

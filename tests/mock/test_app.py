@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import socket
 import threading
 import time
 from contextlib import ExitStack
@@ -204,6 +205,46 @@ def test_truth_records_when_each_token_left(mocks):
     # the client saw each token after the server sent it (same host, same wall clock)
     client = [t for ln, t in zip(reply.lines, reply.line_times, strict=True) if b'"content"' in ln]
     assert all(c >= s - 0.005 for c, s in zip(client, times, strict=True))
+
+
+def test_arrival_is_the_first_read_of_a_request_not_its_handlers_start(mocks):
+    """A request's head sent in two parts 0.3 s apart arrived with its first part, though aiohttp
+    runs the handler only after the second; on a kept-alive connection each request (after a
+    /health, after a 401 whose body was never read) gets its own arrival, never an earlier one."""
+    port = mocks["plain"]
+    body = json.dumps(COMPLETION).encode()
+
+    def head(request_id: str, auth: bool = True) -> bytes:
+        key = "Authorization: Bearer sk-test\r\n" if auth else ""
+        return (
+            f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{key}"
+            f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+
+    def answered(reader) -> None:  # reads one response, whole, off the kept-alive connection
+        resp = http.client.HTTPResponse(reader)
+        resp.begin()
+        resp.read()
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        first = head("req-arrival-split")
+        sent = time.time()
+        sock.sendall(first[:20])
+        time.sleep(0.3)
+        sock.sendall(first[20:] + body)
+        answered(sock)
+        assert sent - 0.005 < truth_of(port, "req-arrival-split")["received_time"] < sent + 0.1
+
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered(sock)
+        sock.sendall(head("req-arrival-401", auth=False))  # refused before its body is read
+        answered(sock)
+        sock.sendall(body)  # the 401's body, late: not the next request's arrival
+        time.sleep(0.3)
+        sent = time.time()
+        sock.sendall(head("req-arrival-after") + body)
+        answered(sock)
+        assert truth_of(port, "req-arrival-after")["received_time"] >= sent - 0.005
 
 
 def test_truth_reset_and_generated_ids(mocks):
