@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from tests.support.procs import BIN, Proc, free_port, loadlab
-from tests.support.reference_server import start_server
 from tests.support.runs import fill_run, write_run
 
 
@@ -16,29 +15,8 @@ def analysis_of(folder: Path) -> dict:
     return json.loads((folder / "analysis.json").read_text())
 
 
-def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(tmp_path):
-    # 16 blocks of 16 tokens; each request holds ~8 blocks (100 prompt + 20 output tokens): two
-    # fit at once, the other 14 users wait for KV blocks. The server runs niced so that the
-    # load generator is not the one starved on a busy 2-core machine.
-    with start_server(tmp_path / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
-        out = tmp_path / "run"
-        result = loadlab(
-            "run",
-            "--url",
-            server.url,
-            "--concurrency",
-            "16",
-            "--duration",
-            "6",
-            "--input-len",
-            "100",
-            "--output-len",
-            "20",
-            "--no-gpu",
-            "--out",
-            str(out),
-            timeout=120,
-        )
+def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(kv_bound):
+    result, out = kv_bound.result, kv_bound.folder
     assert result.returncode == 0, result.stderr[-2000:]
     step = analysis_of(out)["steps"][0]
     derived = step["derived"]

@@ -23,9 +23,7 @@ from loadlab.conductor.liveverdict import (
     write_message,
 )
 from loadlab.store.schema import StepInfo
-from tests.support.procs import loadlab
 from tests.support.records import T, closed
-from tests.support.reference_server import start_server
 from tests.support.runs import loaded_run, run_of
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4}
@@ -167,28 +165,8 @@ def test_a_new_step_clears_the_last_steps_verdict():
         live.close()
 
 
-def test_a_run_against_a_tiny_kv_pool_shows_the_kv_verdict_appearing(tmp_path):
-    # 16 blocks of 16 tokens, each request ~8 blocks (100 prompt + 20 output tokens): two run at
-    # once, the other 14 users wait for KV (as tests/cli/test_analyze.py). The server runs niced
-    # so that the load generator is not the one starved on a busy 2-core machine.
-    with start_server(tmp_path / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
-        result = loadlab(
-            "run",
-            "--url",
-            server.url,
-            "--concurrency",
-            "16",
-            "--duration",
-            "30",
-            "--input-len",
-            "100",
-            "--output-len",
-            "20",
-            "--no-gpu",
-            "--out",
-            str(tmp_path / "run"),
-            timeout=180,
-        )
+def test_a_run_against_a_tiny_kv_pool_shows_the_kv_verdict_appearing(kv_bound):
+    result = kv_bound.result
     assert result.returncode == 0, result.stderr[-2000:]
     status = result.stderr[: result.stderr.find("[finished]")]  # the status lines (not a terminal: plain)
     verdicts = [line.strip() for line in status.splitlines() if line.startswith("          ")]

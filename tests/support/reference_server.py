@@ -14,7 +14,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.procs import Proc, free_port
+from tests.support.procs import Proc, free_port, loadlab
 
 # The tiny preset on CPU with a short context: fast to start, and "too long" is cheap to reach.
 TEST_FLAGS = ("--preset", "tiny", "--device", "cpu", "--max-model-len", "256")
@@ -102,3 +102,36 @@ def start_server(log: Path, *flags: str, api_key: str | None = None, niceness: i
     url = f"http://127.0.0.1:{port}"
     with Proc(args, ready_url=url + "/health", timeout=120, log=log) as proc:
         yield Server(url, proc, api_key)
+
+
+@dataclass
+class KvBoundRun:
+    """A finished `loadlab run` against a reference server whose KV pool binds."""
+
+    folder: Path
+    result: Any  # subprocess.CompletedProcess[str]: exit code, stdout (end panel), stderr (status lines)
+
+
+def kv_bound_run(folder: Path, seconds: float = 15) -> KvBoundRun:
+    """16 users against 16 KV blocks of 16 tokens: each request (100 prompt + 20 output tokens)
+    holds ~8 blocks, two run at once and 14 users wait for KV. The server runs niced so that the
+    load generator is not the one starved on a busy 2-core machine."""
+    with start_server(folder / "server.log", "--num-kv-blocks", "16", niceness=15) as server:
+        result = loadlab(
+            "run",
+            "--url",
+            server.url,
+            "--concurrency",
+            "16",
+            "--duration",
+            f"{seconds:g}",
+            "--input-len",
+            "100",
+            "--output-len",
+            "20",
+            "--no-gpu",
+            "--out",
+            str(folder / "run"),
+            timeout=120 + seconds,
+        )
+    return KvBoundRun(folder / "run", result)
