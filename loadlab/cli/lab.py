@@ -27,6 +27,9 @@ EXIT_INTERRUPTED = 130
 def lab(
     only: str | None = typer.Option(None, "--only", help="Run only these scenarios (comma-separated names)."),
     short: bool = typer.Option(False, "--short", help="12 s per load step instead of 30 (the tests' length)."),
+    step_seconds: float | None = typer.Option(
+        None, "--step-seconds", help="Seconds per load step (overrides --short; longer steps, surer verdicts)."
+    ),
     out: Path | None = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: where the reference server runs."),
     list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
@@ -36,12 +39,16 @@ def lab(
     print expected class against verdict. Writes lab.json and lab.md into the lab folder."""
     from loadlab.cli.run import check_out_folder
     from loadlab.errors import UserError
+    from loadlab.lab.runner import FULL_SECONDS, MIN_SECONDS, SHORT_SECONDS
     from loadlab.lab.scenarios import select
 
     try:
         scenarios = select(only)
     except ValueError as e:
         raise UserError(str(e)) from None
+    seconds = step_seconds if step_seconds is not None else SHORT_SECONDS if short else FULL_SECONDS
+    if not MIN_SECONDS <= seconds <= 3600:  # (NaN fails too)
+        raise UserError(f"--step-seconds {seconds:g}: choose {MIN_SECONDS:g} to 3600 (a verdict needs a steady window)")
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: choose auto, cpu or cuda")
     if list_only:
@@ -51,11 +58,11 @@ def lab(
     folder = out or Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S")
     check_out_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    _run(scenarios, folder, short, device)
+    _run(scenarios, folder, seconds, device)
 
 
-def _run(scenarios: list[Scenario], folder: Path, short: bool, device: str) -> None:
-    from loadlab.lab.runner import FAILED, FULL_SECONDS, MISMATCH, SHORT_SECONDS
+def _run(scenarios: list[Scenario], folder: Path, seconds: float, device: str) -> None:
+    from loadlab.lab.runner import FAILED, MISMATCH
     from loadlab.lab.suite import resolve_device, run_lab
     from loadlab.lab.table import LabRun, print_lab, to_markdown
     from loadlab.report.console import table_console
@@ -72,13 +79,13 @@ def _run(scenarios: list[Scenario], folder: Path, short: bool, device: str) -> N
     results = []
     interrupted = False
     try:
-        for result in run_lab(scenarios, folder, short, where, say):
+        for result in run_lab(scenarios, folder, seconds, where, say):
             results.append(result)
     except KeyboardInterrupt:  # the running scenario's server and run were ended by PID on the way out
         interrupted = True
         say(f"interrupted: {len(results)} of {len(scenarios)} scenarios done; writing their table")
     command = "loadlab " + shlex.join(["lab", *sys.argv[2:]]) if sys.argv[1:2] == ["lab"] else "loadlab lab"
-    lab_run = LabRun(command, where, SHORT_SECONDS if short else FULL_SECONDS, str(folder), results)
+    lab_run = LabRun(command, where, seconds, str(folder), results)
     write_json_atomic(folder / "lab.json", lab_run.to_dict())
     (folder / "lab.md").write_text(to_markdown(lab_run))
     print_lab(lab_run, table_console())

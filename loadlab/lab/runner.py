@@ -22,6 +22,7 @@ from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 
 FULL_SECONDS = 30.0  # seconds per load step
 SHORT_SECONDS = 12.0  # --short: enough for the analyzer's steady window on a busy 2-core host
+MIN_SECONDS = 2.0  # --step-seconds below this leaves no steady window to judge
 SERVER_READY_TIMEOUT = 240.0  # torch's import and the model's build, on a busy machine
 RUN_MARGIN = 90.0  # a run's limit: its steps plus this (start-up, drain, summary)
 ANALYZE_TIMEOUT = 120.0

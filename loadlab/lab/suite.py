@@ -7,19 +7,18 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from loadlab.lab.runner import FULL_SECONDS, SHORT_SECONDS, Result, run_scenario, skipped
+from loadlab.lab.runner import Result, run_scenario, skipped
 from loadlab.lab.scenarios import Scenario
 
 PROBE_TIMEOUT = 120.0
 
 
 def run_lab(
-    scenarios: list[Scenario], out: Path, short: bool, device: str, say: Callable[[str], None] = lambda line: None
+    scenarios: list[Scenario], out: Path, seconds: float, device: str, say: Callable[[str], None] = lambda line: None
 ) -> Iterator[Result]:
     """Each scenario's result as it finishes (so an interrupted lab keeps the ones done), each
     run in its own sub-folder of `out`; a twin scenario is skipped (with the reason) when the
-    reference server has no --twin."""
-    seconds = SHORT_SECONDS if short else FULL_SECONDS
+    reference server has no --twin. `seconds`: each load step's length."""
     twin = server_has_twin() if any(s.twin for s in scenarios) else True
     for scenario in scenarios:
         if scenario.twin and not twin:

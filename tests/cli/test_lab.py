@@ -21,6 +21,8 @@ from tests.support.procs import BIN, loadlab, sigint_default
         (["--only", "kv_capacity,nope"], "unknown scenario nope; choose from kv_capacity,"),
         (["--only", ","], "unknown scenario ','"),
         (["--device", "tpu"], "--device 'tpu': choose auto, cpu or cuda"),
+        (["--step-seconds", "0.5"], "--step-seconds 0.5: choose 2 to 3600"),
+        (["--step-seconds", "nan"], "--step-seconds nan: choose 2 to 3600"),
     ],
 )
 def test_bad_input_is_one_line(args, message):
@@ -56,7 +58,8 @@ def test_an_interrupted_lab_writes_what_it_finished_and_leaves_no_server_behind(
                 "lab",
                 "--only",
                 "scheduling,network",
-                "--short",
+                "--step-seconds",
+                "4",  # the interrupt, not the verdict, is tested here
                 "--device",
                 "cpu",
                 "--out",
