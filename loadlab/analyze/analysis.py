@@ -40,7 +40,6 @@ REQUEST_COLUMNS = (
     "e2e",
     "tpot",
     "out_tokens",
-    "user_tokens_per_s",
 )
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)

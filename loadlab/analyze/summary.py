@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.requests import (
+    inter_token_gaps,
+    output_tokens,
+    request_start,
+    time_per_output_token,
+    user_tokens_per_s,
+)
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
@@ -256,8 +262,7 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["start_delay"] = df["send_time"] - df["scheduled_time"]
     df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
-    decode = df["end_time"] - df["first_token_time"]  # E2E − TTFT
-    df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
+    df["user_tokens_per_s"] = user_tokens_per_s(df["first_token_time"], df["end_time"], df["out_tokens"])
     if df["token_times"].isna().all():  # left out when loading (load_run's `without`): no gaps, no loop
         gaps: list[np.ndarray] = [np.empty(0)] * len(df)
     else:

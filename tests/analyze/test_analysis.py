@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
-from loadlab.store.reader import load_run
+from loadlab.analyze.measures import measure
+from loadlab.analyze.summary import write_summary
+from loadlab.cli.plan import curve_points
+from loadlab.gate.checks import gate_run
+from loadlab.metrics.slo import parse_slo
+from loadlab.store.reader import SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
 from tests.support.runs import loaded_run, run_of, write_run
@@ -239,3 +245,33 @@ def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
     # DRAM busy, tensor cores idle, decode-heavy: memory bandwidth; GPU clocks slowed in 25 % of samples.
     assert step.constraint == "memory_bandwidth" and step.saturation == "under_loaded"
     assert any("GPU clocks were slowed" in a for a in step.advice)
+
+
+def test_per_user_speed_is_one_figure_in_summary_analysis_gate_and_plan(tmp_path):
+    # One user alone for 5 s of fast answers (10 tokens over 0.1 s: 100 tok/s), then two users
+    # with slow ones (10 tokens over 0.9 s: 11.1 tok/s). The step's successful requests (the
+    # summary's) are mostly fast, p50 100; the steady window (from two in flight to the last
+    # send, which the analyzer once took its figure over) holds only slow ones, p50 11.1.
+    def content(t0: float) -> tuple[list, list]:
+        fast = [req(k, t0 + 0.5 * k, list(t0 + 0.5 * k + np.linspace(0.1, 0.2, 10))) for k in range(10)]
+        slow = [
+            req(100 + 2 * k + u, t0 + 5 + k, list(t0 + 5 + k + np.linspace(0.1, 1.0, 10)))
+            for k in range(3)
+            for u in range(2)
+        ]
+        return fast + slow, []
+
+    folder = tmp_path / "run"
+    write_run(folder, content)
+    run = load_run(folder)
+    write_summary(run)
+    write_analysis(run)
+    summary = json.loads((folder / SUMMARY_JSON).read_text())["steps"][0]["user_tokens_per_s"]["p50"]
+    analysis = json.loads((folder / ANALYSIS_JSON).read_text())["steps"][0]["derived"]
+    assert summary == pytest.approx(100, rel=1e-3)
+    assert analysis["tokens_per_s_per_user_p50"]["value"] == summary  # also sweep's table
+    assert measure(run).steps[0].value("tps_user", "p50") == summary  # the gate's tps_user_p50
+    assert curve_points(folder, (), None)[0].user_tps == summary  # loadlab plan's curve
+    # (Half the users in flight for the first half: the gate's client check is beside the point.)
+    assert gate_run(folder, parse_slo("tps_user_p50=99,client_limited=any")).exit_code == 0
+    assert gate_run(folder, parse_slo("tps_user_p50=101,client_limited=any")).exit_code == 1
