@@ -270,7 +270,7 @@ def _verdict(
 
     ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
     eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
-    # First, and the summary's own verdict (one rule: summary, gate and report say the same).
+    # The client first, by the summary's own check: one verdict in summary, gate, report and here.
     client = d.summary.client
     if client.limited:
         limited = verdict(

@@ -5,7 +5,7 @@ the analyzer's verdict on the last step. They take minutes together (about 40 s 
 Each must come out as its class: event-loop lag alone (which any busy host shows) no longer
 makes a step client-limited, only an effect on the load does (docs/diagnosis.md). The client
 scenario must be client-limited for such an effect: users the client could not keep in flight,
-requests leaving late, or TTFT lost outside the server.
+or requests leaving late.
 """
 
 from __future__ import annotations
