@@ -59,6 +59,5 @@ def test_each_scenario_provokes_its_class(scenario, tmp_path):
     assert result.status == MATCH, summary
     if scenario.expect == CLIENT:
         assert any(
-            text.startswith(("achieved concurrency", "start delay", "achieved rate"))
-            for text in result.evidence
+            text.startswith(("achieved concurrency", "start delay", "achieved rate")) for text in result.evidence
         ), summary
