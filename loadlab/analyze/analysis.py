@@ -40,7 +40,6 @@ REQUEST_COLUMNS = (
     "e2e",
     "tpot",
     "out_tokens",
-    "user_tokens_per_s",
 )
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)
@@ -269,6 +268,21 @@ def _verdict(
             derived=d.derived,
         )
 
+    ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
+    eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
+    # The client first, by the summary's own check: one verdict in summary, gate, report and here.
+    client = d.summary.client
+    if client.limited:
+        limited = verdict(
+            CLIENT,
+            f"the load generator limited this step ({'; '.join(client.reasons)}): nothing else is trusted",
+            scores[CLIENT],
+            missing=[],
+        )
+        if has_server and eligible:
+            limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
+            limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
+        return limited
     if not len(d.requests):
         return verdict(INSUFFICIENT_DATA, "no request was sent in this step", missing=[rules.NEEDS[rules.C]])
     if ok == 0:
@@ -283,18 +297,6 @@ def _verdict(
             f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
             missing=[rules.NEEDS[rules.C]],
         )
-    ranked = sorted((s for c, s in scores.items() if c != CLIENT), key=lambda s: s.confidence, reverse=True)
-    eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
-    client = scores[CLIENT]
-    if client.score >= 0.5:
-        reasons = "; ".join(e.text for e in client.evidence if e.direction == "for")
-        limited = verdict(
-            CLIENT, f"the load generator limited this step ({reasons}): nothing else is trusted", client, missing=[]
-        )
-        if has_server and eligible:
-            limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
-            limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
-        return limited
     if not has_server:
         return verdict(
             INSUFFICIENT_DATA,
@@ -316,9 +318,9 @@ def _verdict(
         else None
     )
     chosen = verdict(best.constraint, _headline(best, state), best, runner_up)
-    if client.strain:  # the load was delivered, but the client's timings are less sure
+    if client.warnings:  # the load was delivered, but the client's timings are less sure
         chosen.confidence *= STRAIN_CONFIDENCE
-        chosen.headline += f" (client under strain: {'; '.join(client.strain)})"
+        chosen.headline += f" (client under strain: {'; '.join(client.warnings)})"
     return chosen
 
 

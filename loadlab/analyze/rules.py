@@ -8,16 +8,17 @@ cannot bind without them: no KV pressure, no kv_capacity) and by the strongest o
 group (one of several signs is needed: running pinned at the admission cap, or an idle engine);
 its coverage is the share of its weight that was measured, over the terms that could be
 measured on this server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence =
-score x coverage. `client` is judged first and on its own: any one of its EFFECT terms past the
-threshold (load not delivered, requests leaving late, TTFT lost outside the server) invalidates
-the step (combine = "any"); its `strain` terms (CPU, event-loop lag) alone only warn.
+score x coverage. `client`'s terms are the client self-check's figures and give its evidence
+rows and score (combine = "any": the strongest term); whether the client limited a step is not
+scored here but is the self-check's one verdict (loadlab.analyze.summary.ClientCheck), which the
+analyzer reads first.
 Every threshold and its source is in docs/diagnosis.md; change both together.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from loadlab.analyze.derive import Derived
 from loadlab.analyze.summary import MIN_CONCURRENCY_RATIO, MIN_RATE_RATIO
@@ -42,7 +43,6 @@ class Term:
     needs: str  # which collector measures it (a key of NEEDS)
     key: bool = False  # the class cannot bind without this evidence
     any_of: str = ""  # the class cannot bind without one term of this group
-    strain: bool = False  # client only: a warning sign, not an effect that decides the class
 
     def score(self, value: float) -> float:
         """0..1: how far `value` is on the class's side of the threshold."""
@@ -63,8 +63,8 @@ RULES: tuple[Rule, ...] = (
         CLIENT,
         "any",
         (
-            Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C, strain=True),
-            Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C, strain=True),
+            Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C),
+            Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C),
             Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
             Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
             Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
@@ -157,7 +157,6 @@ class ClassScore:
     coverage: float
     evidence: list[Evidence]
     missing: list[str]
-    strain: list[str] = field(default_factory=list)  # client only: strain terms past their threshold
 
     @property
     def confidence(self) -> float:
@@ -202,11 +201,9 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
     if not scored:
         return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
     if rule.combine == "any":
-        effects = [(t, s) for t, s in scored if not t.strain]
-        strain = [e.text for (t, s), e in zip(scored, evidence, strict=True) if t.strain and s >= 0.5]
-        score = max((s for _, s in effects), default=0.0)
+        score = max(s for _, s in scored)
         coverage = 1.0 if score >= 0.5 else measured / total
-        return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing), strain)
+        return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
     score = sum(t.weight * s for t, s in scored) / measured
     for t, s in scored:
         if t.key:

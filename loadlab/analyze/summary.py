@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.requests import (
+    inter_token_gaps,
+    output_tokens,
+    request_start,
+    time_per_output_token,
+    user_tokens_per_s,
+)
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
@@ -49,11 +55,17 @@ class TokenCheck:
 
 @dataclass
 class ClientCheck:
-    """Whether the load generator itself may have limited the measurement, and why."""
+    """Whether the load generator itself limited the measurement, and why: the one verdict that
+    the summary, the analyzer (its `client` constraint), the gate and the report all show.
+
+    `limited` needs an effect on the load (not delivered, or sent late); strain alone (client CPU,
+    event-loop lag) is only a warning: loaded clients kept their users in flight (docs/diagnosis.md).
+    """
 
     limited: bool = False
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # the effects that made it limited
     values: dict[str, float] = field(default_factory=dict)  # the measured figures the checks used
+    warnings: list[str] = field(default_factory=list)  # strain without an effect: not a verdict
 
 
 @dataclass
@@ -256,8 +268,7 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["start_delay"] = df["send_time"] - df["scheduled_time"]
     df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
-    decode = df["end_time"] - df["first_token_time"]  # E2E − TTFT
-    df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
+    df["user_tokens_per_s"] = user_tokens_per_s(df["first_token_time"], df["end_time"], df["out_tokens"])
     if df["token_times"].isna().all():  # left out when loading (load_run's `without`): no gaps, no loop
         gaps: list[np.ndarray] = [np.empty(0)] * len(df)
     else:
@@ -404,15 +415,16 @@ def _client_check(
     client_samples: pd.DataFrame,
     think_time: bool,
 ) -> ClientCheck:
-    """Run the self-check over one step's requests and the client samples of its window."""
+    """Run the self-check over one step's requests and the client samples of its window: the one
+    rule of `ClientCheck` (effects limit the step, strain only warns)."""
     check = ClientCheck()
     start, end, _ = window
 
-    def flag(name: str, value: float, limit: float, text: str) -> None:
+    def flag(name: str, value: float, limit: float, text: str, effect: bool) -> None:
         check.values[name] = value
         if value > limit:
-            check.limited = True
-            check.reasons.append(text)
+            check.limited |= effect
+            (check.reasons if effect else check.warnings).append(text)
 
     in_window = client_samples[(client_samples["time"] >= start) & (client_samples["time"] <= end)]
     cpu = in_window[in_window["signal"] == "client_cpu"]
@@ -424,7 +436,8 @@ def _client_check(
             float(per_worker.max()),
             CLIENT_CPU_P90_MAX,
             f"client CPU p90 {per_worker.max():.2f} cores in process {worst or '?'} "
-            f"(> {CLIENT_CPU_P90_MAX}): timings are delayed by the client",
+            f"(> {CLIENT_CPU_P90_MAX}): the client is under strain",
+            effect=False,
         )
     lag = in_window[in_window["signal"] == "client_loop_lag"]["value"].to_numpy()
     if lag.size:
@@ -434,6 +447,7 @@ def _client_check(
             p99,
             LOOP_LAG_P99_MAX,
             f"client event-loop lag p99 {p99 * 1000:.1f} ms (> {LOOP_LAG_P99_MAX * 1000:.0f} ms)",
+            effect=False,
         )
 
     measured = in_step[~in_step["warmup"]]
@@ -445,6 +459,7 @@ def _client_check(
             START_DELAY_P99_MAX,
             f"open-loop start delay p99 {p99 * 1000:.1f} ms (> {START_DELAY_P99_MAX * 1000:.0f} ms): "
             "requests left later than scheduled",
+            effect=True,
         )
 
     finished = int(np.isfinite(measured["e2e"].to_numpy(dtype=float)).sum())
@@ -481,6 +496,7 @@ def _merge_checks(steps: list[StepSummary]) -> ClientCheck:
         merged.limited |= s.client.limited
         prefix = f"{s.label}: " if len(steps) > 1 else ""
         merged.reasons += [prefix + r for r in s.client.reasons]
+        merged.warnings += [prefix + w for w in s.client.warnings]
         for name, value in s.client.values.items():
             merged.values[f"{s.label}/{name}" if len(steps) > 1 else name] = value
     return merged

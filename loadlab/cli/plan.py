@@ -88,7 +88,7 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
         by_load[s.target] = CurvePoint(
             concurrency=s.target,
             output_tps=s.output_tokens_per_s,
-            user_tps=statistic(step.per_request["tps_user"], "p50"),
+            user_tps=step.value("tps_user", "p50"),  # the gate's tps_user_p50: one figure per step
             e2e=statistic(step.per_request["e2e"], "mean"),
             values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives},
         )

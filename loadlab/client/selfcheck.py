@@ -4,7 +4,7 @@ Two signals per process, stored as samples with source "client" and label `worke
 - `client_cpu`: cores this process used over the last second;
 - `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms.
 The live warning uses the thresholds of loadlab/metrics/limits.py and the percentile of
-loadlab/metrics/stats.py, as the summary's verdict does.
+loadlab/metrics/stats.py, as the summary's strain warnings do.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class SelfCheck:
         return Coverage(source=self.source, enabled=True, ok_samples=self._count)
 
     def warnings(self) -> list[str]:
-        """Why the client may be limiting the measurement right now (empty when it is fine)."""
+        """Signs of strain right now (empty when it is fine): a warning, not the summary's
+        client-limited verdict, which needs an effect on the load."""
         from loadlab.metrics.stats import percentile  # numpy here: workers never ask, they stay without it
 
         found = []

@@ -314,7 +314,9 @@ class Conductor:
 
     def _warning(self) -> str:
         lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in self.losses)
-        reasons = self.selfcheck.warnings()
+        # CPU and loop lag are strain, not a verdict (docs/metrics.md); late or capped sends are effects.
+        strain = "; ".join(self.selfcheck.warnings())
+        reasons: list[str] = []
         state = getattr(self.env, "loadlab_state", None)
         if state is not None and state.cap_waits:
             reasons.append(f"{state.cap_waits} arrivals waited for one of {OPEN_LOOP_MAX_IN_FLIGHT} in-flight slots")
@@ -323,7 +325,8 @@ class Conductor:
             if delay > START_DELAY_P99_MAX:
                 reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
         limited = "client-limited? " + "; ".join(reasons) if reasons else ""
-        return "; ".join(text for text in (lost, limited) if text)
+        strained = f"client under strain: {strain}" if strain else ""
+        return "; ".join(text for text in (lost, limited, strained) if text)
 
 
 def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:

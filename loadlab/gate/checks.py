@@ -126,7 +126,7 @@ def _validity(
                     f"not client-limited [{s.label}]",
                     INVALID if s.client.limited else PASS,
                     "client-limited" if s.client.limited else "ok",
-                    "; ".join(s.client.reasons),
+                    "; ".join(s.client.reasons or [f"under strain: {w}" for w in s.client.warnings]),
                 )
             )
     if isinstance(analysis, dict) and (spec is None or spec.check_client):

@@ -33,6 +33,16 @@ def time_per_output_token(first_token_time: ArrayLike, end_time: ArrayLike, out_
     return np.where(out_tokens > 1, tpot, np.nan)
 
 
+def user_tokens_per_s(first_token_time: ArrayLike, end_time: ArrayLike, out_tokens: ArrayLike) -> np.ndarray:
+    """Per-user speed: output tokens / (E2E − TTFT) = output tokens / (last event − first content
+    event), the tokens/s one user saw once the answer started (DESIGN.md); NaN when that time is
+    not positive."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        decode = np.asarray(end_time, dtype=float) - np.asarray(first_token_time, dtype=float)
+        speed = np.asarray(out_tokens, dtype=float) / decode
+    return np.where(decode > 0, speed, np.nan)
+
+
 def inter_token_gaps(token_times: Sequence[float] | np.ndarray | None) -> np.ndarray:
     """The gaps between consecutive content events of one request (empty when it had under two)."""
     return np.diff(np.asarray(token_times if token_times is not None else [], dtype=float))

@@ -129,6 +129,8 @@ def _notes(summary: RunSummary) -> list[Text]:
         every_gap = " (ITL: every gap of the request)" if summary.slo.itl_ms else ""
         notes.append(Text(f"goodput: successful requests/s with {slo}{every_gap}"))
     notes += [Text(f"warning: {w}", style="yellow") for w in summary.warnings]
+    # Strain: a warning, not the CLIENT-LIMITED verdict (that needs an effect on the load).
+    notes += [Text(f"client under strain: {w}", style="yellow") for w in summary.client.warnings]
     return notes
 
 

@@ -3,13 +3,25 @@ and bad input (no requests, one request, a step without success, no server metri
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
+import numpy as np
 import pytest
+from rich.console import Console
 
 from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
-from loadlab.store.reader import load_run
+from loadlab.analyze.measures import measure
+from loadlab.analyze.summary import RunSummary, write_summary
+from loadlab.cli.plan import curve_points
+from loadlab.gate.checks import INVALID, PASS, gate_run
+from loadlab.metrics.slo import parse_slo
+from loadlab.report.console import print_summary
+from loadlab.report.html.data import build_report_data
+from loadlab.report.html.page import render_page, run_sections
+from loadlab.report.verdict import print_analysis
+from loadlab.store.reader import SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
 from tests.support.runs import loaded_run, run_of, write_run
@@ -94,7 +106,7 @@ def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
     calm = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
     step = analyze_run(run_of(records, [closed(4, T, T + 20)], lagged)).steps[0]
     assert step.constraint == "kv_capacity" and step.derived["achieved_concurrency_ratio"].value > 0.95
-    assert "client under strain: client loop lag p99 50.0 ms >= 10.0 ms" in step.headline
+    assert "client under strain: client event-loop lag p99 50.0 ms (> 10 ms)" in step.headline
     assert step.confidence == pytest.approx(calm.confidence * 0.8)
 
 
@@ -239,3 +251,66 @@ def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
     # DRAM busy, tensor cores idle, decode-heavy: memory bandwidth; GPU clocks slowed in 25 % of samples.
     assert step.constraint == "memory_bandwidth" and step.saturation == "under_loaded"
     assert any("GPU clocks were slowed" in a for a in step.advice)
+
+
+def test_per_user_speed_is_one_figure_in_summary_analysis_gate_and_plan(tmp_path):
+    # One user alone for 5 s of fast answers (10 tokens over 0.1 s: 100 tok/s), then two users
+    # with slow ones (10 tokens over 0.9 s: 11.1 tok/s). The step's successful requests (the
+    # summary's) are mostly fast, p50 100; the steady window (from two in flight to the last
+    # send, which the analyzer once took its figure over) holds only slow ones, p50 11.1.
+    def content(t0: float) -> tuple[list, list]:
+        fast = [req(k, t0 + 0.5 * k, list(t0 + 0.5 * k + np.linspace(0.1, 0.2, 10))) for k in range(10)]
+        slow = [
+            req(100 + 2 * k + u, t0 + 5 + k, list(t0 + 5 + k + np.linspace(0.1, 1.0, 10)))
+            for k in range(3)
+            for u in range(2)
+        ]
+        return fast + slow, []
+
+    folder = tmp_path / "run"
+    write_run(folder, content)
+    run = load_run(folder)
+    write_summary(run)
+    write_analysis(run)
+    summary = json.loads((folder / SUMMARY_JSON).read_text())["steps"][0]["user_tokens_per_s"]["p50"]
+    analysis = json.loads((folder / ANALYSIS_JSON).read_text())["steps"][0]["derived"]
+    assert summary == pytest.approx(100, rel=1e-3)
+    assert analysis["tokens_per_s_per_user_p50"]["value"] == summary  # also sweep's table
+    assert measure(run).steps[0].value("tps_user", "p50") == summary  # the gate's tps_user_p50
+    assert curve_points(folder, (), None)[0].user_tps == summary  # loadlab plan's curve
+    # (Half the users in flight for the first half: the gate's client check is beside the point.)
+    assert gate_run(folder, parse_slo("tps_user_p50=99,client_limited=any")).exit_code == 0
+    assert gate_run(folder, parse_slo("tps_user_p50=101,client_limited=any")).exit_code == 1
+
+
+@pytest.mark.parametrize(("users", "limited"), [(2, False), (1, True)])
+def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(tmp_path, users, limited):
+    # Event-loop lag p99 50 ms all along. Two users keep the step's target of 2 in flight: strain
+    # without an effect, a warning only. One user keeps half of it: client-limited.
+    def content(t0: float) -> tuple[list, list]:
+        records, _ = loaded_run(users=users, seconds=12, e2e=0.5, start=t0)
+        return records, [Sample(t0 + i / 10, "client", "client_loop_lag", 0.05, {"worker": "w"}) for i in range(120)]
+
+    folder = tmp_path / "run"
+    write_run(folder, content)
+    run = load_run(folder)
+    write_summary(run)
+    write_analysis(run)
+    summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
+    analysis = json.loads((folder / ANALYSIS_JSON).read_text())
+    assert summary.client_limited is limited and analysis["overall"]["client_limited"] is limited
+    assert (analysis["steps"][0]["constraint"] == "client") is limited
+    assert summary.client.warnings == ["client event-loop lag p99 50.0 ms (> 10 ms)"]
+    checks = {c.name: c.status for c in gate_run(folder, parse_slo("e2e_p99=10s")).checks}
+    expected = INVALID if limited else PASS
+    assert checks["not client-limited [x]"] == checks["not client-limited [analysis.json]"] == expected
+    # `loadlab summary` and the end of `loadlab run`: the summary, then the verdict panel.
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(summary, console)
+    print_analysis(write_analysis(run), console)
+    out = console.file.getvalue()
+    assert ("CLIENT-LIMITED" in out) is limited and ("verdict: the load generator" in out) is limited
+    assert "client under strain: client event-loop lag p99 50.0 ms" in out
+    page = render_page("r", run_sections(build_report_data(run)))
+    assert ("The load generator may have limited" in page) is limited
+    assert "<b>client-limited</b> " + ("yes" if limited else "no") in page and "Client under strain" in page

@@ -127,6 +127,10 @@ def _run_header(data: ReportData) -> str:
         parts.append(
             f'<div class="alert"><b>The load generator may have limited this measurement:</b><ul>{reasons}</ul></div>'
         )
+    if s.client.warnings:
+        strain = "".join(f"<li>{esc(w)}</li>" for w in s.client.warnings)
+        why = "a warning: the client-limited verdict needs an effect on the load"
+        parts.append(f"<p><b>Client under strain</b> ({why})</p><ul>{strain}</ul>")
     if data.warnings:
         parts.append("<p><b>Warnings</b></p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.warnings) + "</ul>")
     return "".join(parts)
