@@ -133,7 +133,7 @@ TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items(
 REFERENCE = _table(
     {
         "loadlab_server_step_seconds": STEP_TIME,  # label phase="prefill"|"decode"|"mixed"
-        "loadlab_server_batch_size": BATCH_SIZE,
+        "loadlab_server_batch_size": BATCH_SIZE,  # label phase, as step time
         "loadlab_server_collective_seconds": COLLECTIVE_TIME,
         "loadlab_server_max_num_seqs": RUNNING_CAP,
     }
