@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 CPU_PHYSICS = {
     "memory_bandwidth": "on a CPU the reference server's per-sequence work (sampling, streaming) weighs as much as "
     "the small preset's weight reads: decode steps alone grew from ~20 ms at 1 sequence to ~27 ms at 1.9; the "
-    "phase-split fit read bandwidth-bound in 3 of 3 short runs (fixed share 0.67-0.82) but at R² 0.03-0.09, "
+    "phase-split fit read bandwidth-bound in 4 of 4 short runs (fixed share 0.67-0.82) but at R² 0.03-0.09, "
     "a shared host stretching the same decode step from 22 to 195 ms",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
