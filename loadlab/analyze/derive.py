@@ -34,16 +34,24 @@ CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nc
 
 @dataclass
 class Derived:
-    """One derived number, its unit and what it was computed from."""
+    """One derived number, its unit and what it was computed from; `note` says what it was set
+    against where the signals left a choice (its evidence row repeats it)."""
 
     value: float
     unit: str
     signals: list[str]
     source: str
+    note: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form of analysis.json's `derived` entries."""
-        return {"value": self.value, "unit": self.unit, "signals": self.signals, "source": self.source}
+        return {
+            "value": self.value,
+            "unit": self.unit,
+            "signals": self.signals,
+            "source": self.source,
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -58,10 +66,10 @@ class StepData:
     summary: StepSummary
     derived: dict[str, Derived] = field(default_factory=dict)
 
-    def put(self, name: str, value: float, unit: str, signals: list[str], source: str) -> None:
+    def put(self, name: str, value: float, unit: str, signals: list[str], source: str, note: str = "") -> None:
         """Record a derived number; NaN (not measured) is left out."""
         if value is not None and math.isfinite(value):
-            self.derived[name] = Derived(float(value), unit, signals, source)
+            self.derived[name] = Derived(float(value), unit, signals, source, note)
 
 
 def derive(data: StepData) -> dict[str, Derived]:
@@ -125,15 +133,33 @@ def _server_side(d: StepData) -> None:
     bins = d.window.as_bins()
     s = d.samples
     running = _gauge(s, sig.REQUESTS_RUNNING, d.window, "sum")
+    cap = _gauge(s, sig.RUNNING_CAP, d.window, "sum")  # summed over engines, as running is
     waiting = _gauge(s, sig.REQUESTS_WAITING, d.window, "sum")
     kv = _gauge(s, sig.KV_USAGE, d.window, "mean")
     if running.size:
         d.put("running_mean", running.mean(), "requests", [sig.REQUESTS_RUNNING], SERVER)
         d.put("running_max", running.max(), "requests", [sig.REQUESTS_RUNNING], SERVER)
-        # Running pinned at its cap = admission binds. No server exports its max_num_seqs, so
-        # the highest count seen in the window stands for the cap.
-        if running.max() >= 1:
-            d.put("running_at_cap", running.mean() / running.max(), "fraction", [sig.REQUESTS_RUNNING], SERVER)
+        # Running pinned at its cap = admission binds. The configured cap where the server
+        # exports it (the reference server's max_num_seqs); else the highest count seen in the
+        # window stands for it, which any steady load reaches now and then.
+        if cap.size and cap.max() >= 1:
+            d.put(
+                "running_at_cap",
+                running.mean() / cap.max(),
+                "fraction",
+                [sig.REQUESTS_RUNNING, sig.RUNNING_CAP],
+                SERVER,
+                f"of the configured cap, {cap.max():g}",
+            )
+        elif running.max() >= 1:
+            d.put(
+                "running_at_cap",
+                running.mean() / running.max(),
+                "fraction",
+                [sig.REQUESTS_RUNNING],
+                SERVER,
+                f"of the most seen, {running.max():g}: the server exports no cap",
+            )
     if waiting.size:
         d.put("waiting_mean", waiting.mean(), "requests", [sig.REQUESTS_WAITING], SERVER)
         d.put("waiting_p95", percentile(waiting, 95), "requests", [sig.REQUESTS_WAITING], SERVER)

@@ -8,6 +8,14 @@ step's window, gives the fixed share of a step at the step's own batch: intercep
 + slope x tokens). Near 1: bandwidth-bound; near 0: compute-bound. The fit's R^2 says how far
 to trust it.
 
+Where the engine labels its steps by phase (the reference server: step time and sequences per
+step by `phase`), each interval gives two points, its decode steps and its other steps, instead
+of one mean over the mix: a decode step carries one token per sequence, so its load is known,
+and the other steps carry the rest of the interval's tokens. An interval's mean mixes a few
+long prefill steps with many short decode steps in about the same proportion all run long, so
+its points barely spread and the line through them is noise; set apart, decode and prefill
+steps span the whole range of tokens per step (docs/diagnosis.md, section 4).
+
 With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
 bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
 they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
@@ -43,6 +51,7 @@ DEFAULT_RIDGE = 250.0
 GPU_NAME_LABELS = ("modelName", "gpu_name", "name")
 SUB_INTERVAL = 2.0  # seconds per point of the step-time fit: two 1 s scrapes (judgement)
 MIN_FIT_POINTS = 3
+PHASE, DECODE = "phase", "decode"  # the label of phase-split step histograms, and its decode value
 
 
 @dataclass
@@ -63,7 +72,8 @@ class StepTimeFit:
 
 def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | None:
     """Fit mean step time against mean tokens per step (else sequences per step, else running
-    requests) over intervals of about SUB_INTERVAL seconds of each window; None with too few
+    requests) over intervals of about SUB_INTERVAL seconds of each window, the decode steps of
+    an interval apart from its others where the engine labels them by phase; None with too few
     points or no spread in the load."""
     for x_signal in (sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.REQUESTS_RUNNING):
         xs, ys = [], []
@@ -72,14 +82,21 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
                 continue
             count = max(1, int(window.seconds // SUB_INTERVAL))
             bins = Bins(window.start, np.nextafter(window.seconds / count, np.inf), count)
-            time_sum = interval_totals(near(samples.of(sig.STEP_TIME + "_sum"), bins), bins)
-            steps = interval_totals(near(samples.of(sig.STEP_TIME + "_count"), bins), bins)
-            xs.append(_load_per_step(samples, x_signal, bins))
-            ys.append(np.where(steps > 0, time_sum / np.where(steps > 0, steps, 1), np.nan))
+            time_sum = _totals(samples, sig.STEP_TIME + "_sum", bins)
+            steps = _totals(samples, sig.STEP_TIME + "_count", bins)
+            load, loaded = _load_totals(samples, x_signal, bins)
+            decode = _decode_totals(samples, x_signal, bins)
+            if decode is not None:  # two points per interval: its decode steps, and the others
+                decode_time, decode_steps, decode_load = decode
+                xs += [_per_step(decode_load, decode_steps), _per_step(load - decode_load, loaded - decode_steps)]
+                ys += [_per_step(decode_time, decode_steps), _per_step(time_sum - decode_time, steps - decode_steps)]
+            else:
+                xs.append(_per_step(load, loaded))
+                ys.append(_per_step(time_sum, steps))
         if not xs:
             return None
         x, y = np.concatenate(xs), np.concatenate(ys)
-        keep = np.isfinite(x) & np.isfinite(y)
+        keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
         x, y = x[keep], y[keep]
         if x.size >= MIN_FIT_POINTS and np.ptp(x) > 0.1 * max(float(x.max()), 1e-9):
             slope, intercept = np.polyfit(x, y, 1)
@@ -90,14 +107,48 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
     return None
 
 
-def _load_per_step(samples: SampleIndex, x_signal: str, bins: Bins) -> np.ndarray:
-    if x_signal == sig.REQUESTS_RUNNING:  # a gauge: its mean over each interval
+def _totals(samples: SampleIndex, signal: str, bins: Bins, phase: str = "") -> np.ndarray:
+    """A counter's increase per interval, over its series of one `phase` (all series for "")."""
+    df = near(samples.of(signal), bins)
+    if phase:
+        phase_of = {text: json.loads(text).get(PHASE) for text in df["labels"].unique()}
+        df = df[(df["labels"].map(phase_of) == phase).to_numpy(bool)]
+    return interval_totals(df, bins)
+
+
+def _per_step(total: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per-step means (NaN for an interval without a step)."""
+    return np.where(steps > 0, total / np.where(steps > 0, steps, 1), np.nan)
+
+
+def _load_totals(samples: SampleIndex, x_signal: str, bins: Bins) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's load added up over its steps, and how many steps that is (a gauge: its mean
+    over the interval, as if over one step)."""
+    if x_signal == sig.REQUESTS_RUNNING:
         df = samples.of(x_signal)
         per_scrape = df.groupby("time")["value"].sum()
-        return _bins_mean(bins, per_scrape.index.to_numpy(float), per_scrape.to_numpy(float))
-    total = interval_totals(near(samples.of(x_signal + "_sum"), bins), bins)
-    count = interval_totals(near(samples.of(x_signal + "_count"), bins), bins)
-    return np.where(count > 0, total / np.where(count > 0, count, 1), np.nan)
+        return _bins_mean(bins, per_scrape.index.to_numpy(float), per_scrape.to_numpy(float)), np.ones(bins.count)
+    return _totals(samples, x_signal + "_sum", bins), _totals(samples, x_signal + "_count", bins)
+
+
+def _decode_totals(samples: SampleIndex, x_signal: str, bins: Bins) -> tuple[np.ndarray, ...] | None:
+    """Time, count and load of each interval's decode steps, where the engine labels both its step
+    times and its sequences per step by phase (None elsewhere). A decode step's tokens are its
+    sequences, so they count as its load whether the fit reads tokens or sequences per step."""
+    if x_signal == sig.REQUESTS_RUNNING or not _has_phase(samples, sig.BATCH_SIZE + "_sum", DECODE):
+        return None
+    steps = _totals(samples, sig.STEP_TIME + "_count", bins, DECODE)
+    if not np.nansum(steps) > 0:
+        return None
+    return (
+        _totals(samples, sig.STEP_TIME + "_sum", bins, DECODE),
+        steps,
+        _totals(samples, sig.BATCH_SIZE + "_sum", bins, DECODE),
+    )
+
+
+def _has_phase(samples: SampleIndex, signal: str, phase: str) -> bool:
+    return any(json.loads(text).get(PHASE) == phase for text in samples.of(signal)["labels"].unique())
 
 
 def _bins_mean(bins: Bins, times: np.ndarray, values: np.ndarray) -> np.ndarray:

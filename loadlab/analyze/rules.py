@@ -193,7 +193,8 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
                 source=d.source,
                 signals=d.signals,
                 text=f"{term.quantity.replace('_', ' ')} {format_value(d.value, d.unit)} "
-                f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}",
+                f"{term.op if s >= 0.5 else _opposite(term.op)} {format_value(term.threshold, d.unit)}"
+                + (f" ({d.note})" if d.note else ""),
             )
         )
     total = sum(t.weight for t in possible) or 1.0

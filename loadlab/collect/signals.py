@@ -15,6 +15,7 @@ from loadlab.collect.gpu.reading import signal_names as gpu_signal_names
 # plus `<signal>_sum` and `<signal>_count`.
 REQUESTS_RUNNING = "requests_running"  # gauge: requests in the running batch
 REQUESTS_WAITING = "requests_waiting"  # gauge: requests queued, not yet scheduled
+RUNNING_CAP = "running_cap"  # gauge: the most requests the engine runs at once, as configured (max_num_seqs)
 KV_USAGE = "kv_usage"  # gauge: KV-cache blocks in use, 0..1
 PREEMPTIONS = "preemptions"  # counter: requests preempted / retracted
 PROMPT_TOKENS = "prompt_tokens"  # counter: prefill tokens processed
@@ -132,8 +133,9 @@ TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items(
 REFERENCE = _table(
     {
         "loadlab_server_step_seconds": STEP_TIME,  # label phase="prefill"|"decode"|"mixed"
-        "loadlab_server_batch_size": BATCH_SIZE,
+        "loadlab_server_batch_size": BATCH_SIZE,  # label phase, as step time
         "loadlab_server_collective_seconds": COLLECTIVE_TIME,
+        "loadlab_server_max_num_seqs": RUNNING_CAP,
     }
 )
 

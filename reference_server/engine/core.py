@@ -90,7 +90,7 @@ class EngineCore:
         self.max_model_len = layout.max_model_len
         self.blocks = make_block_manager(config, layout)
         self.scheduler = Scheduler(config, self.blocks)
-        self.metrics = EngineMetrics(config.model_name, self.max_model_len)
+        self.metrics = EngineMetrics(config.model_name, self.max_model_len, config.max_num_seqs)
         self.cost = model_cost(config)
         self.runner = make_executor(config, layout, self.metrics, self.tokenizer.eos_token_id)
 
@@ -210,7 +210,7 @@ class EngineCore:
         decodes = sum(1 for c in chunks if c.num_tokens == 1 and c.seq.num_computed > len(c.seq.prompt_ids))
         phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
         m.step_seconds[phase].observe(elapsed)
-        m.batch_size.observe(len(chunks))
+        m.batch_size[phase].observe(len(chunks))
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
         m.generation_tokens.inc(generated)

@@ -90,6 +90,7 @@ ITERATION_TOKEN_BUCKETS: list[float] = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2
 STEP_BUCKETS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
 COLLECTIVE_BUCKETS = [0.0, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5]
 BATCH_BUCKETS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+PHASES = ("prefill", "decode", "mixed")  # label `phase` of the per-step histograms
 
 
 def one_two_five(limit: int) -> list[float]:
@@ -107,7 +108,7 @@ def one_two_five(limit: int) -> list[float]:
 class EngineMetrics:
     """Every series the engine exports, all labelled with model_name and engine."""
 
-    def __init__(self, model_name: str, max_model_len: int) -> None:
+    def __init__(self, model_name: str, max_model_len: int, max_num_seqs: int) -> None:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         values = {"model_name": model_name, "engine": "0"}
@@ -123,6 +124,10 @@ class EngineMetrics:
             return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(**values)
 
         self.running = gauge("vllm:num_requests_running", "Requests in the running batch.")
+        # The configured cap of `running` (vLLM exports no such series: its `vllm:cache_config_info`
+        # holds the cache's settings, not the scheduler's), so an analyzer can tell running pinned
+        # at the cap from running that merely peaked.
+        gauge("loadlab_server_max_num_seqs", "Most sequences running at once (--max-num-seqs).").set(max_num_seqs)
         self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0..1).")
         self.preemptions = counter("vllm:num_preemptions", "Preemptions by recompute.")
@@ -162,8 +167,17 @@ class EngineMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
-        self.step_seconds = {ph: step.labels(**values, phase=ph) for ph in ("prefill", "decode", "mixed")}
-        self.batch_size = histogram("loadlab_server_batch_size", "Sequences per engine step.", BATCH_BUCKETS)
+        self.step_seconds = {ph: step.labels(**values, phase=ph) for ph in PHASES}
+        # By phase too: a decode step carries one token per sequence, so its batch is its tokens,
+        # and the analyzer's step-time fit can set decode steps apart from prefill ones.
+        batch = Histogram(
+            "loadlab_server_batch_size",
+            "Sequences per engine step.",
+            labels + ["phase"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = {ph: batch.labels(**values, phase=ph) for ph in PHASES}
         self.collective_seconds = histogram(
             "loadlab_server_collective_seconds", "Tensor-parallel collective time per engine step.", COLLECTIVE_BUCKETS
         )

@@ -126,6 +126,48 @@ def test_a_queue_before_a_busy_engine_below_its_cap_is_compute_not_scheduling():
     assert step.constraint != "scheduling"
 
 
+def queue_before(running: list[float], cap: float | None) -> dict:
+    """A step of 16 users with 14 waiting before an idle-looking KV pool (2 %), running as given
+    per scrape, the engine busy all along (so only running at its cap can point to admission),
+    and the server's configured cap when it exports one."""
+    extra = [Sample(T + t, "server", "requests_running", r, {"engine": "0"}) for t, r in enumerate(running)]
+    if cap is not None:
+        extra += [Sample(T + t, "server", "running_cap", cap, {"engine": "0"}) for t in range(len(running))]
+    records, samples = loaded_run(
+        users=16,
+        gauges={"kv_usage": 0.02, "requests_waiting": 14},
+        counters={"preemptions": 0.0, "step_time_sum": 1.0},
+        extra=extra,
+    )
+    step = analyze_run(run_of(records, [closed(16, T, T + 20)], samples)).steps[0]
+    return {"constraint": step.constraint, "at_cap": step.derived["running_at_cap"], "evidence": step.evidence}
+
+
+def test_running_pinned_at_the_configured_cap_is_scheduling_though_it_once_peaked_higher():
+    # --max-num-seqs 2, but once 3 ran (a request finishing as the next was admitted, between two
+    # scrapes): against the most seen, 2 of 3 would not look pinned.
+    step = queue_before([2.0] * 10 + [3.0] + [2.0] * 10, cap=2.0)
+    assert step["at_cap"].value == pytest.approx(2.05 / 2, abs=0.01)
+    assert step["at_cap"].signals == ["requests_running", "running_cap"]
+    assert step["constraint"] == "scheduling"
+    row = next(e for e in step["evidence"] if e.constraint == "scheduling" and e.name == "running_at_cap")
+    assert row.direction == "for" and "(of the configured cap, 2)" in row.text
+    without_cap = queue_before([2.0] * 10 + [3.0] + [2.0] * 10, cap=None)
+    assert without_cap["at_cap"].value == pytest.approx(2.05 / 3, abs=0.01)
+    assert without_cap["constraint"] != "scheduling"
+
+
+def test_running_steady_far_below_the_configured_cap_is_not_pinned_at_it():
+    # Two requests run all along of a 32-seat cap: the most seen (2) would call them pinned.
+    step = queue_before([2.0] * 21, cap=32.0)
+    assert step["at_cap"].value == pytest.approx(2 / 32)
+    assert step["constraint"] != "scheduling"
+    without_cap = queue_before([2.0] * 21, cap=None)
+    assert without_cap["at_cap"].value == pytest.approx(1.0)
+    assert without_cap["at_cap"].note == "of the most seen, 2: the server exports no cap"
+    assert without_cap["constraint"] == "scheduling"
+
+
 def test_a_step_of_few_long_requests_keeps_its_achieved_concurrency():
     # Two steps of 2 users x 5 requests of 4 s: fewer than the 20 the summary's client flag needs.
     first, _ = loaded_run(users=2, e2e=4.0)

@@ -69,6 +69,55 @@ def test_no_spread_in_tokens_per_step_gives_no_fit():
     assert fit_step_time(index_of(samples), [Window(T, T + 20, 20, "a")]) is None
 
 
+def phased_counters(seconds: int, prompt: int, decodes_per_s: int, decode_batch: int, step_time) -> list[Sample]:
+    """The reference server's phase-labelled counters: each second one prefill step of `prompt`
+    tokens and `decodes_per_s` decode steps of `decode_batch` sequences, each taking
+    `step_time(tokens)` seconds; the same mix every second, as a steady load gives."""
+    out = []
+    for t in range(seconds + 1):
+        phases = {
+            "prefill": (t, t * prompt, t * step_time(prompt)),
+            "decode": (
+                t * decodes_per_s,
+                t * decodes_per_s * decode_batch,
+                t * decodes_per_s * step_time(decode_batch),
+            ),
+        }
+        for phase, (steps, load, busy) in phases.items():
+            labels = {"phase": phase}
+            out += [
+                Sample(T + t, "server", "step_time_count", steps, labels),
+                Sample(T + t, "server", "step_time_sum", busy, labels),
+                Sample(T + t, "server", "batch_size_count", steps, labels),
+                Sample(T + t, "server", "batch_size_sum", steps if phase == "prefill" else load, labels),
+            ]
+        steps = t + t * decodes_per_s
+        out += [
+            Sample(T + t, "server", "tokens_per_step_count", steps, {}),
+            Sample(T + t, "server", "tokens_per_step_sum", t * prompt + t * decodes_per_s * decode_batch, {}),
+        ]
+    return out
+
+
+def test_decode_steps_apart_from_prefill_steps_find_the_line_a_steady_mix_hides():
+    # 10 ms + 0.3 ms per token; every interval holds the same mix of one 900-token prefill and 9
+    # decode steps of one sequence, so the intervals' mean tokens per step never move.
+    samples = phased_counters(20, 900, 9, 1, lambda tokens: 0.010 + 0.0003 * tokens)
+    fit = fit_step_time(index_of(samples), [Window(T, T + 20, 20, "a")])
+    assert fit is not None and fit.points == 20  # a decode and a prefill point per 2 s interval
+    assert fit.intercept == pytest.approx(0.010, rel=1e-3) and fit.slope == pytest.approx(0.0003, rel=1e-3)
+    assert fit.fixed_share(90.9) < 0.3  # the window's mean tokens per step: prefill-heavy, compute
+
+
+def test_decode_steps_whose_time_barely_grows_read_bandwidth_bound_despite_the_prompts():
+    # 17 ms + 0.8 ms per token (the tiny preset on a busy CPU): 32-token prompts among decodes of
+    # one or two sequences; at the mean of about 2.5 tokens per step most of a step is fixed.
+    samples = phased_counters(20, 32, 30, 2, lambda tokens: 0.017 + 0.0008 * tokens)
+    fit = fit_step_time(index_of(samples), [Window(T, T + 20, 20, "a")])
+    assert fit.intercept == pytest.approx(0.017, rel=1e-3) and fit.slope == pytest.approx(0.0008, rel=1e-3)
+    assert fit.fixed_share((32 + 60) / 31) > 0.8
+
+
 def test_vllm_estimates_and_a_named_gpu_give_mfu_mbu_and_intensity():
     samples = []
     for t in range(11):  # per second: 100 TFLOP and 1.675 TB read + 0 written, on each of two engines

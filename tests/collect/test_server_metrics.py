@@ -220,7 +220,7 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with Proc(
-        [str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny"],
+        [str(BIN / "python"), "-m", "reference_server", "--port", str(port), "--preset", "tiny", "--max-num-seqs", "3"],
         ready_url=f"{url}/metrics",
         timeout=120,
     ):
@@ -241,8 +241,11 @@ def test_against_the_reference_server_engine_histograms_are_canonical():
     assert total(after, "step_time_count") >= 8  # a prefill and a decode step per token
     assert total(after, "step_time_sum") > 0
     assert total(after, "batch_size_count") == total(after, "step_time_count")
+    # By phase too: the analyzer's step-time fit reads a decode step's sequences as its tokens.
+    assert total(after, "batch_size_count", phase="decode") == total(after, "step_time_count", phase="decode") >= 1
     assert total(after, "collective_time_count") >= 1  # tensor parallel 1: zero-length collectives
     assert total(after, "generation_tokens") == 16
+    assert total(after, "running_cap") == 3  # the configured --max-num-seqs, for the scheduling rule
     assert total(after, "ttft_count") == 2
     # Tokens per step: one series (the reference server once exported it under two names).
     assert len([s for s in after if s.signal == "tokens_per_step" and s.labels["le"] == "+Inf"]) == 1

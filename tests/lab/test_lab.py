@@ -25,11 +25,10 @@ pytestmark = pytest.mark.skipif(
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
-    "memory_bandwidth": "on a CPU the reference server's per-token work (sampling, streaming) weighs as much as "
-    "the small preset's weight reads: the step-time fit may find decode steps growing with tokens",
-    "under_loaded": "1-2 thinking users of the tiny preset: step time 4 ms + 1.2 ms x tokens (R² 0.19) puts the "
-    "fixed share (43-56 %) between the compute and bandwidth lines: saturation is under_loaded, "
-    "but no class may be strong enough to say what sets per-token latency",
+    "memory_bandwidth": "on a CPU the reference server's per-sequence work (sampling, streaming) weighs as much as "
+    "the small preset's weight reads: decode steps alone grew from ~20 ms at 1 sequence to ~27 ms at 1.9; the "
+    "phase-split fit read bandwidth-bound in 4 of 4 short runs (fixed share 0.67-0.82) but at R² 0.03-0.09, "
+    "a shared host stretching the same decode step from 22 to 195 ms",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}

@@ -47,6 +47,11 @@ def metric(engine: AsyncEngine, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def all_phases(engine: AsyncEngine, name: str, **labels: str) -> float:
+    """A per-step histogram's sample added up over its `phase` series."""
+    return sum(metric(engine, name, phase=phase, **labels) for phase in ("prefill", "decode", "mixed"))
+
+
 @pytest.fixture(scope="module")
 def reference() -> list[str]:
     """Outputs of PROMPTS with ample KV memory and continuous batching."""
@@ -114,8 +119,8 @@ def test_static_batching_gives_the_same_tokens_and_runs_each_batch_to_completion
 def test_contiguous_kv_fits_fewer_sequences_in_the_same_memory(reference) -> None:
     async def scenario(engine):
         results = await generate_all(engine, PROMPTS, SEEDED)
-        steps = metric(engine, "loadlab_server_batch_size_count")
-        at_most_two = metric(engine, "loadlab_server_batch_size_bucket", le="2.0")
+        steps = all_phases(engine, "loadlab_server_batch_size_count")
+        at_most_two = all_phases(engine, "loadlab_server_batch_size_bucket", le="2.0")
         return [r.text for r in results], steps, at_most_two
 
     # 16 blocks = 256 token slots; contiguous reserves max_model_len=128 per sequence: 2 at a time.
@@ -236,6 +241,7 @@ def test_metrics_use_vllm_names_and_labels() -> None:
         "loadlab_server_step_seconds_bucket",
         "loadlab_server_batch_size_bucket",
         "loadlab_server_collective_seconds_bucket",
+        "loadlab_server_max_num_seqs",
     ]:
         assert f'{name}{{engine="0",' in text, name
     assert 'model_name="loadlab-reference"' in text
@@ -244,10 +250,15 @@ def test_metrics_use_vllm_names_and_labels() -> None:
     assert metric(engine, "vllm:prompt_tokens_total") == sum(len(p) for p in PROMPTS[:3])
     assert metric(engine, "vllm:time_to_first_token_seconds_count") == 3
     assert metric(engine, "vllm:inter_token_latency_seconds_count") == 3 * 23
-    steps = sum(metric(engine, "loadlab_server_step_seconds_count", phase=p) for p in ("prefill", "decode", "mixed"))
-    assert steps == metric(engine, "loadlab_server_batch_size_count") > 0
-    assert metric(engine, "loadlab_server_step_seconds_count", phase="decode") > 0
+    steps = all_phases(engine, "loadlab_server_step_seconds_count")
+    assert steps == all_phases(engine, "loadlab_server_batch_size_count") > 0
+    decode_steps = metric(engine, "loadlab_server_step_seconds_count", phase="decode")
+    assert decode_steps == metric(engine, "loadlab_server_batch_size_count", phase="decode") > 0
+    # A decode step carries one token per sequence: its sequences are the tokens of 3 x 23 decodes
+    # (each request's first token comes from a prefill or mixed step).
+    assert metric(engine, "loadlab_server_batch_size_sum", phase="decode") <= 3 * 23
     assert metric(engine, "vllm:kv_cache_usage_perc") == 0.0 and metric(engine, "vllm:num_requests_running") == 0
+    assert metric(engine, "loadlab_server_max_num_seqs") == engine.core.config.max_num_seqs == 32
     # vLLM's --enable-mfu-metrics counters from the engine's shapes: every step reads all weights.
     weight_bytes = ModelCost(engine.core.shape, 1, 4).read_weight_bytes_per_gpu
     assert metric(engine, "vllm:estimated_read_bytes_per_gpu_total") >= steps * weight_bytes
