@@ -34,7 +34,7 @@ CPU_PHYSICS = {
 RULE_GAPS: dict[str, str] = {}
 NO_TWIN = "the reference server has no --twin (branch twin not merged)"
 # The twin's step times are modelled, not this host's: 5 s steps judge it as surely as 12 (measured:
-# both twin rows as built in 2 of 2 runs at 5 s on the busy machine), and save ~40 s.
+# both twin rows as built in 3 of 3 runs at 5 s on the busy machine), and save ~40 s.
 TWIN_SECONDS = 5.0
 
 
