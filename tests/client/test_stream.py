@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import gevent
 import pytest
@@ -72,6 +73,43 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
     first, second, third = rec.token_times
     assert first == second  # one read brought both lines
     assert third - second >= 0.39  # complete only with the third write, 0.4 s later
+
+
+def test_a_request_is_timed_from_when_it_goes_out_connection_set_up_included():
+    """The send time is taken after the request's head is built (the client's own Python, made
+    0.3 s slow here) and before its connection is made (made 0.3 s slow): a request's TTFT holds
+    the set-up, as the user waits for it, and none of the client's building."""
+    arrivals: list[float] = []
+    serve = serve_events([b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n'])
+
+    def handle(conn, address) -> None:
+        conn.recv(1, socket.MSG_PEEK)  # the request's first bytes are here
+        arrivals.append(time.time())
+        serve(conn, address)
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        http = client(url)
+        build, connect = http._build_request, http._connection_pool._create_socket
+
+        def slow_build(*args, **kwargs):
+            gevent.sleep(0.3)
+            return build(*args, **kwargs)
+
+        def slow_connect():
+            gevent.sleep(0.3)
+            return connect()
+
+        http._build_request, http._connection_pool._create_socket = slow_build, slow_connect
+        before = time.time()
+        rec = send(url, http, "timed-send")
+    finally:
+        server.stop(timeout=1)
+    assert rec.ok, rec.error_detail
+    assert rec.send_time - before >= 0.3  # the building is not the server's time
+    assert arrivals[0] - rec.send_time >= 0.3  # the connection's set-up is
 
 
 def test_request_body_pins_the_output_and_asks_for_usage():
