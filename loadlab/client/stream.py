@@ -159,7 +159,7 @@ def stream_request(
     # JSON encoder's.
     body, headers = build_body(spec, endpoint), endpoint.headers(request_id)
     clock = send_clock(http)
-    clock.at = end = time.perf_counter()  # the send, unless the request gets as far as a connection
+    send = end = time.perf_counter()  # the send, unless the request gets as far as a connection
     try:
         timer.start()
         resp = http.request("POST", endpoint.path, body=body, headers=headers)
@@ -180,11 +180,12 @@ def stream_request(
         aborted = category is ErrorCategory.ABORTED
         _fail(rec, category, detail)
     finally:
+        send = clock.pop(send)
         timer.close()
         if resp is not None:
             # An unfinished body closes the socket instead of returning it dirty to the pool.
             resp.release()
-    rec.send_time = anchor.to_wall(clock.at)
+    rec.send_time = anchor.to_wall(send)
     rec.end_time = anchor.to_wall(end)
     if perf_times:
         rec.token_times = [anchor.to_wall(t) for t in perf_times]
@@ -195,23 +196,27 @@ def stream_request(
 
 
 class SendClock:
-    """When a client's request starts to go out: perf_counter() as geventhttpclient asks its pool
-    for the connection, after building the request's head (~0.1 ms of the client's own Python
-    that the server never sees) and before connecting (when it must: set-up counts) and writing.
+    """When a request starts to go out: perf_counter() as geventhttpclient asks its pool for the
+    connection, after building the request's head (~0.1 ms of the client's own Python that the
+    server never sees) and before connecting (when it must: set-up counts) and writing.
 
-    A user has one request in flight on its own client, so one reading per client is unambiguous;
-    a request retried on a fresh connection is timed from its retry, the send that counted."""
+    Read per greenlet: in open loop many requests share a client. A request retried on a fresh
+    connection is timed from its retry, the send that counted."""
 
     def __init__(self, http: HTTPClient) -> None:
-        self.at = math.nan
+        self._at: dict[object, float] = {}
         pool = http._connection_pool  # (geventhttpclient names no hook before the send)
         take = pool.get_socket
 
         def timed_take() -> Any:
-            self.at = time.perf_counter()
+            self._at[gevent.getcurrent()] = time.perf_counter()
             return take()
 
         pool.get_socket = timed_take  # type: ignore[method-assign]
+
+    def pop(self, default: float) -> float:
+        """The calling greenlet's last send, `default` when it asked for no connection."""
+        return self._at.pop(gevent.getcurrent(), default)
 
 
 def send_clock(http: HTTPClient) -> SendClock:

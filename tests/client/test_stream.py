@@ -7,6 +7,7 @@ subprocess and reports, per X-Request-Id, when it really sent each token (GET /t
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -78,20 +79,23 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
 def test_a_request_is_timed_from_when_it_goes_out_connection_set_up_included():
     """The send time is taken after the request's head is built (the client's own Python, made
     0.3 s slow here) and before its connection is made (made 0.3 s slow): a request's TTFT holds
-    the set-up, as the user waits for it, and none of the client's building."""
-    arrivals: list[float] = []
+    the set-up, as the user waits for it, and none of the client's building. Two requests share
+    the client (as in open loop), the second going out while the first waits for its answer:
+    each is timed by its own send."""
+    arrivals: dict[str, float] = {}
     serve = serve_events([b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n'])
 
     def handle(conn, address) -> None:
-        conn.recv(1, socket.MSG_PEEK)  # the request's first bytes are here
-        arrivals.append(time.time())
+        head = conn.recv(65536, socket.MSG_PEEK)  # the request's first bytes are here
+        arrivals[re.search(rb"X-Request-Id: (\S+)", head).group(1).decode()] = time.time()
+        gevent.sleep(0.6)  # the answer waits: the second request goes out meanwhile
         serve(conn, address)
 
     server = StreamServer(("127.0.0.1", 0), handle)
     server.start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        http = client(url)
+        http = client(url, concurrency=2)
         build, connect = http._build_request, http._connection_pool._create_socket
 
         def slow_build(*args, **kwargs):
@@ -103,13 +107,18 @@ def test_a_request_is_timed_from_when_it_goes_out_connection_set_up_included():
             return connect()
 
         http._build_request, http._connection_pool._create_socket = slow_build, slow_connect
-        before = time.time()
-        rec = send(url, http, "timed-send")
+        started = {"first": time.time()}
+        first = gevent.spawn(send, url, http, "first")
+        gevent.sleep(0.7)
+        started["second"] = time.time()
+        second = gevent.spawn(send, url, http, "second")
+        gevent.joinall([first, second], timeout=10)
     finally:
         server.stop(timeout=1)
-    assert rec.ok, rec.error_detail
-    assert rec.send_time - before >= 0.3  # the building is not the server's time
-    assert arrivals[0] - rec.send_time >= 0.3  # the connection's set-up is
+    for rec in (first.value, second.value):
+        assert rec.ok, rec.error_detail
+        assert rec.send_time - started[rec.request_id] >= 0.3  # the building is not the server's time
+        assert 0.3 <= arrivals[rec.request_id] - rec.send_time < 0.4  # the set-up is; its own send
 
 
 def test_request_body_pins_the_output_and_asks_for_usage():
