@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.requests import output_tokens, request_start, time_per_output_token
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
@@ -162,6 +163,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     steps = steps_of(run)
     mode_of = {s.index: s.mode for s in steps}
     requests = per_request(run.requests, mode_of)
+    tokens = TokenTimes.of(run.requests["token_times"])
     measured = requests[~requests["warmup"]]
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))
@@ -173,6 +175,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
         step_summaries.append(
             _summarize(
                 in_step,
+                tokens,
                 step.index,
                 step.label,
                 step.mode,
@@ -191,6 +194,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     single = step_summaries[0] if len(step_summaries) == 1 else None
     overall = _summarize(
         requests,
+        tokens,
         -1,
         "overall",
         modes.pop() if len(modes) == 1 else "mixed",
@@ -242,12 +246,15 @@ def steps_of(run: RunData) -> list[StepInfo]:
 
 def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
     """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
-    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot,
-    user_tokens_per_s and gaps (an array of inter-token gaps per request).
+    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot and
+    user_tokens_per_s.
 
-    `mode_of` maps a step index to its mode ("open" or "closed"), which sets the start.
+    Its index is the row's position, as in `TokenTimes.of(requests["token_times"])`, which holds
+    the token times and inter-token gaps; they are left out here (a large run's bulk, copied by
+    every selection of rows). `mode_of` maps a step index to its mode ("open" or "closed"),
+    which sets the start.
     """
-    df = requests.copy()
+    df = requests.drop(columns="token_times").reset_index(drop=True)
     df["ok"] = df["error"].fillna("") == ""
     df["start"] = request_start(df["scheduled_time"], df["send_time"], df["step"].map(mode_of).eq("open"))
     df["ttft"] = df["first_token_time"] - df["start"]
@@ -258,11 +265,6 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
     decode = df["end_time"] - df["first_token_time"]  # E2E − TTFT
     df["user_tokens_per_s"] = df["out_tokens"] / decode.where(decode > 0)
-    if df["token_times"].isna().all():  # left out when loading (load_run's `without`): no gaps, no loop
-        gaps: list[np.ndarray] = [np.empty(0)] * len(df)
-    else:
-        gaps = [inter_token_gaps(t) for t in df["token_times"]]
-    df["gaps"] = pd.Series(gaps, index=df.index, dtype=object)
     return df
 
 
@@ -287,6 +289,7 @@ def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]
 
 def _summarize(
     df: pd.DataFrame,
+    tokens: TokenTimes,
     index: int,
     label: str,
     mode: str,
@@ -305,7 +308,7 @@ def _summarize(
     def per_s(n: float) -> float:
         return n / seconds if seconds > 0 else math.nan
 
-    gaps = np.concatenate(list(ok["gaps"])) if len(ok) else np.empty(0)
+    gaps = tokens.gaps_of(ok.index)
     output_tokens = int(ok["out_tokens"].sum())
     achieved = _achieved(measured, mode, window, ramp_end)
     summary = StepSummary(
@@ -338,7 +341,7 @@ def _summarize(
         client=client,
     )
     if slo is not None:
-        summary.slo_met = int(_meets(ok, slo).sum())
+        summary.slo_met = int(_meets(ok, tokens, slo).sum())
         summary.goodput = per_s(summary.slo_met)
     return summary
 
@@ -377,7 +380,7 @@ def _token_check(ok: pd.DataFrame) -> TokenCheck:
     )
 
 
-def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
+def _meets(ok: pd.DataFrame, tokens: TokenTimes, slo: Slo) -> pd.Series:
     """Which successful requests meet every objective (an undefined metric, e.g. the TPOT of a
     one-token answer, cannot miss)."""
     met = pd.Series(True, index=ok.index)
@@ -385,7 +388,7 @@ def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
         if limit_ms is not None:
             met &= ~(ok[column] > limit_ms / 1000)
     if slo.itl_ms is not None:
-        worst_gap = ok["gaps"].map(lambda g: g.max() if g.size else 0.0)
+        worst_gap = tokens.worst_gaps()[ok.index]
         met &= worst_gap <= slo.itl_ms / 1000
     return met
 
