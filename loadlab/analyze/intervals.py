@@ -39,11 +39,12 @@ class Bins:
         return self.start + self.width * np.arange(self.count + 1)
 
     def index(self, times: np.ndarray | pd.Series) -> np.ndarray:
-        t = np.asarray(times, dtype=float)
+        i = np.asarray(times, dtype=float) - self.start  # a new array: the steps below work in place
         with np.errstate(invalid="ignore"):
-            i = np.floor((t - self.start) / self.width)
-        ok = np.isfinite(i) & (i >= 0) & (i < self.count)
-        return np.where(ok, np.nan_to_num(i), -1).astype(int)
+            np.floor(np.divide(i, self.width, out=i), out=i)
+            outside = ~((i >= 0) & (i < self.count))  # NaN compares False: outside too
+        i[outside] = -1
+        return i.astype(np.intp)
 
     def total(self, times: np.ndarray | pd.Series, weights: np.ndarray | None = None) -> np.ndarray:
         """Sum of `weights` (or a count) of the times falling in each interval."""
@@ -55,9 +56,15 @@ class Bins:
         """Median of the values whose time falls in each interval (NaN for empty ones)."""
         i = self.index(times)
         keep = (i >= 0) & np.isfinite(values)
-        medians = pd.Series(values[keep]).groupby(i[keep]).median()
+        i = i[keep]
+        # Values grouped by interval (a radix sort when the index fits 16 bits), then one
+        # median per interval: a loop over intervals, not values.
+        order = np.argsort(i.astype(np.uint16) if self.count <= 1 << 16 else i, kind="stable")
+        grouped = values[keep][order]
+        ends = np.cumsum(np.bincount(i, minlength=self.count))
         out = np.full(self.count, np.nan)
-        out[medians.index.to_numpy()] = medians.to_numpy()
+        for k in np.flatnonzero(np.diff(ends, prepend=0)):
+            out[k] = np.median(grouped[ends[k - 1] if k else 0 : ends[k]])
         return out
 
 
