@@ -22,14 +22,15 @@ class TokenTimes:
     """The content-event times of the rows of a requests table, in row order.
 
     Row i owns `counts[i]` consecutive entries of `times` and max(counts[i] - 1, 0) consecutive
-    entries of `gaps` and `gap_ends`: the gaps between its consecutive events (the later event's
-    time minus the earlier one's, as np.diff of the row's times) and when each ended.
+    entries of `gaps`: the gaps between its consecutive events (the later event's time minus the
+    earlier one's, as np.diff of the row's times). `later` marks the events that end a gap (all
+    but each row's first), in the order of `gaps`.
     """
 
     times: np.ndarray
     counts: np.ndarray
     gaps: np.ndarray
-    gap_ends: np.ndarray
+    later: np.ndarray
 
     @classmethod
     def of(cls, token_times: pd.Series) -> TokenTimes:
@@ -38,12 +39,16 @@ class TokenTimes:
         lists = pa.array(token_times, type=_LIST, from_pandas=True)  # an Arrow column passes as is
         times = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), dtype=float)
         counts = np.asarray(pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        # An event whose predecessor belongs to the same row ends a gap: all but each row's first.
         later = np.ones(times.size, dtype=bool)
         firsts = np.cumsum(counts) - counts
         later[firsts[counts > 0]] = False
         gaps = np.diff(times)[later[1:]]
-        return cls(times=times, counts=counts, gaps=gaps, gap_ends=times[later])
+        return cls(times=times, counts=counts, gaps=gaps, later=later)
+
+    @property
+    def gap_ends(self) -> np.ndarray:
+        """When each gap ended: the time of its later event."""
+        return self.times[self.later]
 
     @property
     def gap_counts(self) -> np.ndarray:
@@ -54,8 +59,10 @@ class TokenTimes:
         """The gaps of the rows at positions `rows`, row after row in the order of `rows`."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = self.gap_counts
-        if rows.size == counts.size and np.array_equal(rows, np.arange(rows.size)):
-            return self.gaps
+        if np.all(rows[1:] > rows[:-1]):  # in row order (a filtered table): a mask, no index arrays
+            chosen_rows = np.zeros(counts.size, dtype=bool)
+            chosen_rows[rows] = True
+            return self.gaps[np.repeat(chosen_rows, counts)]
         chosen = counts[rows]
         starts = (np.cumsum(counts) - counts)[rows]
         # Gap k of the selection is entry (k - where its row starts in the selection) of its row.
