@@ -395,8 +395,9 @@ def _meets(ok: pd.DataFrame, tokens: TokenTimes, slo: Slo) -> pd.Series:
 
 def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
     client = samples[samples["source"] == "client"].copy()
-    labels = {text: json.loads(text) if text else {} for text in client["labels"].unique()}
-    client["worker"] = client["labels"].map(lambda text: labels[text].get("worker", ""))
+    # One parse per label set, mapped by a dict (not a Python call per sample).
+    worker_of = {text: (json.loads(text) if text else {}).get("worker", "") for text in client["labels"].unique()}
+    client["worker"] = client["labels"].map(worker_of)
     return client
 
 
