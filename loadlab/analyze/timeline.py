@@ -127,13 +127,15 @@ def _client_columns(df: pd.DataFrame, tokens: TokenTimes, bins: Bins, end: float
     out_tokens = df["out_tokens"].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_event = np.where(out_tokens > 0, out_tokens / tokens.counts, 1.0)
+    # One token per event (the usual case): a count, without an array of weights per event.
+    weights = None if np.all(per_event[tokens.counts > 0] == 1) else np.repeat(per_event, tokens.counts)
     # Each event's interval, found once for every event and, through `later`, for every gap's end.
     at = bins.index(tokens.times)
     return {
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
         "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
-        "output_tokens_per_s": bins.total_at(at, np.repeat(per_event, tokens.counts)) / bins.width,
+        "output_tokens_per_s": bins.total_at(at, weights) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
         "itl_p50": bins.median_at(at[tokens.later], tokens.gaps),
         "in_flight": _mean_open(df["send_time"].to_numpy(float), df["end_time"].to_numpy(float), bins, end),
