@@ -96,9 +96,9 @@ def statistic(values: np.ndarray, stat: str) -> float:
 
 def measure(run: RunData, slo: Slo | None = None) -> RunValues:
     """The run's values per step and overall (goodput with `slo`'s per-request objectives)."""
-    summary = summarize(run, slo)
-    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     tokens = TokenTimes.of(run.requests["token_times"])
+    summary = summarize(run, slo, tokens)
+    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     ok = requests[~requests["warmup"] & requests["ok"]].sort_values("send_time", kind="stable")
 
     def values_of(step: StepSummary) -> StepValues:

@@ -158,12 +158,16 @@ def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
     return result
 
 
-def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
-    """Compute the summary of a run folder's data (finished or cut off)."""
+def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = None) -> RunSummary:
+    """Compute the summary of a run folder's data (finished or cut off).
+
+    `tokens`: the run's TokenTimes when the caller already has them (a large run's cost seconds).
+    """
     steps = steps_of(run)
     mode_of = {s.index: s.mode for s in steps}
     requests = per_request(run.requests, mode_of)
-    tokens = TokenTimes.of(run.requests["token_times"])
+    if tokens is None:
+        tokens = TokenTimes.of(run.requests["token_times"])
     measured = requests[~requests["warmup"]]
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))

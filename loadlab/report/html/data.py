@@ -120,9 +120,9 @@ class ReportData:
 
 def build_report_data(run: RunData) -> ReportData:
     """Aggregate a loaded run folder (finished, cut off or empty) for the report."""
-    summary = _summary(run)
-    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     tokens = TokenTimes.of(run.requests["token_times"])
+    summary = _summary(run, tokens)
+    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     measured = requests[~requests["warmup"]]
     timeline = build_timeline(run, _interval(run), requests, tokens)
     bins = Bins(timeline.start, timeline.interval, len(timeline.rows))
@@ -145,12 +145,12 @@ def build_report_data(run: RunData) -> ReportData:
     )  # e.g. a part skipped now
 
 
-def _summary(run: RunData) -> RunSummary:
+def _summary(run: RunData, tokens: TokenTimes) -> RunSummary:
     """summary.json when the run wrote one (it holds the run's SLO and goodput), else computed now."""
     try:
         return RunSummary.from_dict(json.loads((run.path / SUMMARY_JSON).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
-        return summarize(run)
+        return summarize(run, tokens=tokens)
 
 
 def _interval(run: RunData) -> float:
