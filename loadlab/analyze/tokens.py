@@ -46,11 +46,6 @@ class TokenTimes:
         return cls(times=times, counts=counts, gaps=gaps, later=later)
 
     @property
-    def gap_ends(self) -> np.ndarray:
-        """When each gap ended: the time of its later event."""
-        return self.times[self.later]
-
-    @property
     def gap_counts(self) -> np.ndarray:
         """Gaps per row."""
         return np.maximum(self.counts - 1, 0)

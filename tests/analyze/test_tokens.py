@@ -38,7 +38,10 @@ def test_gaps_counts_and_ends_match_each_rows_own_diff() -> None:
         assert tokens.counts.tolist() == [len(r or []) for r in EDGE_ROWS]
         assert tokens.gap_counts.tolist() == [g.size for g in expected]
         assert same(tokens.gaps, np.concatenate(expected))
-        assert same(tokens.gap_ends, np.concatenate([np.asarray(r or [], dtype=float)[1:] for r in EDGE_ROWS]))
+        # The events that end a gap: every row's times but its first.
+        assert same(
+            tokens.times[tokens.later], np.concatenate([np.asarray(r or [], dtype=float)[1:] for r in EDGE_ROWS])
+        )
         assert same(tokens.times, np.concatenate([np.asarray(r or [], dtype=float) for r in EDGE_ROWS]))
 
 
