@@ -39,25 +39,42 @@ class Bins:
         return self.start + self.width * np.arange(self.count + 1)
 
     def index(self, times: np.ndarray | pd.Series) -> np.ndarray:
-        t = np.asarray(times, dtype=float)
+        i = np.asarray(times, dtype=float) - self.start  # a new array: the steps below work in place
         with np.errstate(invalid="ignore"):
-            i = np.floor((t - self.start) / self.width)
-        ok = np.isfinite(i) & (i >= 0) & (i < self.count)
-        return np.where(ok, np.nan_to_num(i), -1).astype(int)
+            np.floor(np.divide(i, self.width, out=i), out=i)
+            outside = ~((i >= 0) & (i < self.count))  # NaN compares False: outside too
+        i[outside] = -1
+        return i.astype(np.intp)
 
     def total(self, times: np.ndarray | pd.Series, weights: np.ndarray | None = None) -> np.ndarray:
         """Sum of `weights` (or a count) of the times falling in each interval."""
-        i = self.index(times)
-        w = np.ones(len(i)) if weights is None else np.asarray(weights, dtype=float)
-        return np.bincount(i[i >= 0], weights=w[i >= 0], minlength=self.count).astype(float)
+        return self.total_at(self.index(times), weights)
+
+    def total_at(self, index: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """`total` of times already mapped to intervals by `index`."""
+        inside = index >= 0
+        w = None if weights is None else np.asarray(weights, dtype=float)
+        if not inside.all():  # copies only then: a run's millions of token times rarely fall outside
+            index, w = index[inside], None if w is None else w[inside]
+        return np.bincount(index, weights=w, minlength=self.count).astype(float)
 
     def median(self, times: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Median of the values whose time falls in each interval (NaN for empty ones)."""
-        i = self.index(times)
-        keep = (i >= 0) & np.isfinite(values)
-        medians = pd.Series(values[keep]).groupby(i[keep]).median()
+        return self.median_at(self.index(times), values)
+
+    def median_at(self, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """`median` of values whose times are already mapped to intervals by `index`."""
+        keep = (index >= 0) & np.isfinite(values)
+        if not keep.all():
+            index, values = index[keep], values[keep]
+        # Values grouped by interval (a radix sort when the index fits 16 bits), then one
+        # median per interval: a loop over intervals, not values.
+        order = np.argsort(index.astype(np.uint16) if self.count <= 1 << 16 else index, kind="stable")
+        grouped = values[order]
+        ends = np.cumsum(np.bincount(index, minlength=self.count))
         out = np.full(self.count, np.nan)
-        out[medians.index.to_numpy()] = medians.to_numpy()
+        for k in np.flatnonzero(np.diff(ends, prepend=0)):
+            out[k] = np.median(grouped[ends[k - 1] if k else 0 : ends[k]])
         return out
 
 

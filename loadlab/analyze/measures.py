@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from loadlab.analyze.summary import RunSummary, StepSummary, per_request, steps_of, summarize
+from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.slo import METRICS, Slo
 from loadlab.store.reader import RunData
 
@@ -95,19 +96,18 @@ def statistic(values: np.ndarray, stat: str) -> float:
 
 def measure(run: RunData, slo: Slo | None = None) -> RunValues:
     """The run's values per step and overall (goodput with `slo`'s per-request objectives)."""
-    summary = summarize(run, slo)
+    tokens = TokenTimes.of(run.requests["token_times"])
+    summary = summarize(run, slo, tokens)
     requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     ok = requests[~requests["warmup"] & requests["ok"]].sort_values("send_time", kind="stable")
 
     def values_of(step: StepSummary) -> StepValues:
         rows = ok if step.index < 0 else ok[ok["step"] == step.index]
-        gaps = list(rows["gaps"])
-        sizes = np.array([g.size for g in gaps], dtype=int)
         return StepValues(
             summary=step,
             per_request={m: rows[c].to_numpy(dtype=float) for m, c in _COLUMNS.items()},
-            itl=np.concatenate(gaps) if gaps else np.empty(0),
-            itl_owner=np.repeat(np.arange(len(gaps)), sizes),
+            itl=tokens.gaps_of(rows.index),
+            itl_owner=np.repeat(np.arange(len(rows)), tokens.gap_counts[rows.index]),
             end_times=rows["end_time"].to_numpy(dtype=float),
             out_tokens=rows["out_tokens"].to_numpy(dtype=float),
         )

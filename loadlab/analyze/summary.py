@@ -20,14 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.metrics.requests import (
-    inter_token_gaps,
-    output_tokens,
-    request_start,
-    time_per_output_token,
-    user_tokens_per_s,
-)
+from loadlab.metrics.requests import output_tokens, request_start, time_per_output_token, user_tokens_per_s
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
@@ -169,11 +164,16 @@ def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
     return result
 
 
-def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
-    """Compute the summary of a run folder's data (finished or cut off)."""
+def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = None) -> RunSummary:
+    """Compute the summary of a run folder's data (finished or cut off).
+
+    `tokens`: the run's TokenTimes when the caller already has them (a large run's cost seconds).
+    """
     steps = steps_of(run)
     mode_of = {s.index: s.mode for s in steps}
     requests = per_request(run.requests, mode_of)
+    if tokens is None:
+        tokens = TokenTimes.of(run.requests["token_times"])
     measured = requests[~requests["warmup"]]
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))
@@ -185,6 +185,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
         step_summaries.append(
             _summarize(
                 in_step,
+                tokens,
                 step.index,
                 step.label,
                 step.mode,
@@ -203,6 +204,7 @@ def summarize(run: RunData, slo: Slo | None = None) -> RunSummary:
     single = step_summaries[0] if len(step_summaries) == 1 else None
     overall = _summarize(
         requests,
+        tokens,
         -1,
         "overall",
         modes.pop() if len(modes) == 1 else "mixed",
@@ -254,12 +256,15 @@ def steps_of(run: RunData) -> list[StepInfo]:
 
 def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
     """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
-    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot,
-    user_tokens_per_s and gaps (an array of inter-token gaps per request).
+    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot and
+    user_tokens_per_s.
 
-    `mode_of` maps a step index to its mode ("open" or "closed"), which sets the start.
+    Its index is the row's position, as in `TokenTimes.of(requests["token_times"])`, which holds
+    the token times and inter-token gaps; they are left out here (a large run's bulk, copied by
+    every selection of rows). `mode_of` maps a step index to its mode ("open" or "closed"),
+    which sets the start.
     """
-    df = requests.copy()
+    df = requests.drop(columns="token_times").reset_index(drop=True)
     df["ok"] = df["error"].fillna("") == ""
     df["start"] = request_start(df["scheduled_time"], df["send_time"], df["step"].map(mode_of).eq("open"))
     df["ttft"] = df["first_token_time"] - df["start"]
@@ -269,11 +274,6 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame
     df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
     df["user_tokens_per_s"] = user_tokens_per_s(df["first_token_time"], df["end_time"], df["out_tokens"])
-    if df["token_times"].isna().all():  # left out when loading (load_run's `without`): no gaps, no loop
-        gaps: list[np.ndarray] = [np.empty(0)] * len(df)
-    else:
-        gaps = [inter_token_gaps(t) for t in df["token_times"]]
-    df["gaps"] = pd.Series(gaps, index=df.index, dtype=object)
     return df
 
 
@@ -298,6 +298,7 @@ def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]
 
 def _summarize(
     df: pd.DataFrame,
+    tokens: TokenTimes,
     index: int,
     label: str,
     mode: str,
@@ -316,7 +317,7 @@ def _summarize(
     def per_s(n: float) -> float:
         return n / seconds if seconds > 0 else math.nan
 
-    gaps = np.concatenate(list(ok["gaps"])) if len(ok) else np.empty(0)
+    gaps = tokens.gaps_of(ok.index)
     output_tokens = int(ok["out_tokens"].sum())
     achieved = _achieved(measured, mode, window, ramp_end)
     summary = StepSummary(
@@ -349,7 +350,7 @@ def _summarize(
         client=client,
     )
     if slo is not None:
-        summary.slo_met = int(_meets(ok, slo).sum())
+        summary.slo_met = int(_meets(ok, tokens, slo).sum())
         summary.goodput = per_s(summary.slo_met)
     return summary
 
@@ -388,7 +389,7 @@ def _token_check(ok: pd.DataFrame) -> TokenCheck:
     )
 
 
-def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
+def _meets(ok: pd.DataFrame, tokens: TokenTimes, slo: Slo) -> pd.Series:
     """Which successful requests meet every objective (an undefined metric, e.g. the TPOT of a
     one-token answer, cannot miss)."""
     met = pd.Series(True, index=ok.index)
@@ -396,15 +397,16 @@ def _meets(ok: pd.DataFrame, slo: Slo) -> pd.Series:
         if limit_ms is not None:
             met &= ~(ok[column] > limit_ms / 1000)
     if slo.itl_ms is not None:
-        worst_gap = ok["gaps"].map(lambda g: g.max() if g.size else 0.0)
+        worst_gap = tokens.worst_gaps()[ok.index]
         met &= worst_gap <= slo.itl_ms / 1000
     return met
 
 
 def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
     client = samples[samples["source"] == "client"].copy()
-    labels = {text: json.loads(text) if text else {} for text in client["labels"].unique()}
-    client["worker"] = client["labels"].map(lambda text: labels[text].get("worker", ""))
+    # One parse per label set, mapped by a dict (not a Python call per sample).
+    worker_of = {text: (json.loads(text) if text else {}).get("worker", "") for text in client["labels"].unique()}
+    client["worker"] = client["labels"].map(worker_of)
     return client
 
 

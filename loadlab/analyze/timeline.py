@@ -22,6 +22,7 @@ from loadlab.analyze.intervals import (
     pick_source,
 )
 from loadlab.analyze.summary import per_request, steps_of
+from loadlab.analyze.tokens import TokenTimes
 from loadlab.collect import signals as sig
 from loadlab.store.reader import RunData
 from loadlab.store.schema import ErrorCategory
@@ -65,11 +66,13 @@ class Timeline:
     columns: list[str]
 
 
-def build_timeline(run: RunData, interval: float = 1.0, requests: pd.DataFrame | None = None) -> Timeline:
+def build_timeline(
+    run: RunData, interval: float = 1.0, requests: pd.DataFrame | None = None, tokens: TokenTimes | None = None
+) -> Timeline:
     """Bin a loaded run folder into intervals of `interval` seconds.
 
-    `requests`: the run's `per_request` frame when the caller already has it (a large run's
-    costs seconds to compute).
+    `requests`, `tokens`: the run's `per_request` frame and `TokenTimes` when the caller already
+    has them (a large run's cost seconds to compute).
     """
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval}")
@@ -86,7 +89,9 @@ def build_timeline(run: RunData, interval: float = 1.0, requests: pd.DataFrame |
     if len(run.requests):
         if requests is None:
             requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
-        values.update(_client_columns(requests, bins, end))
+        if tokens is None:
+            tokens = TokenTimes.of(run.requests["token_times"])
+        values.update(_client_columns(requests, tokens, bins, end))
     samples = _used_samples(run.samples)
     for name, how in ((sig.REQUESTS_RUNNING, "sum"), (sig.REQUESTS_WAITING, "sum"), (sig.KV_USAGE, "mean")):
         values[name] = gauge(samples, name, SERVER_SOURCES, how, bins)
@@ -116,25 +121,23 @@ def _time_range(run: RunData) -> tuple[float, float]:
     return float(start), float(max([start, *ends]))
 
 
-def _client_columns(df: pd.DataFrame, bins: Bins, end: float) -> dict[str, np.ndarray]:
-    token_times = [np.asarray(t if t is not None else [], dtype=float) for t in df["token_times"]]
+def _client_columns(df: pd.DataFrame, tokens: TokenTimes, bins: Bins, end: float) -> dict[str, np.ndarray]:
     # Content events are not always single tokens: weight each so a request's events add up to
     # the server's token count.
-    events = np.fromiter(map(len, token_times), dtype=int, count=len(token_times))
-    tokens = df["out_tokens"].to_numpy(float)
+    out_tokens = df["out_tokens"].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_event = np.where(tokens > 0, tokens / events, 1.0)
-    weights = np.repeat(per_event, events)  # one array op: a million requests' lists took seconds
-    all_times = np.concatenate(token_times) if token_times else np.empty(0)
-    gap_ends = np.concatenate([t[1:] for t in token_times]) if token_times else np.empty(0)
-    gaps = np.concatenate(list(df["gaps"])) if len(df) else np.empty(0)
+        per_event = np.where(out_tokens > 0, out_tokens / tokens.counts, 1.0)
+    # One token per event (the usual case): a count, without an array of weights per event.
+    weights = None if np.all(per_event[tokens.counts > 0] == 1) else np.repeat(per_event, tokens.counts)
+    # Each event's interval, found once for every event and, through `later`, for every gap's end.
+    at = bins.index(tokens.times)
     return {
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
         "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
-        "output_tokens_per_s": bins.total(all_times, weights) / bins.width,
+        "output_tokens_per_s": bins.total_at(at, weights) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
-        "itl_p50": bins.median(gap_ends, gaps),
+        "itl_p50": bins.median_at(at[tokens.later], tokens.gaps),
         "in_flight": _mean_open(df["send_time"].to_numpy(float), df["end_time"].to_numpy(float), bins, end),
     }
 

@@ -33,7 +33,9 @@ class Distribution:
     def of(cls, values: Iterable[float] | np.ndarray, unit: str) -> Distribution:
         """The distribution of the finite values in `values` (NaN and inf are dropped)."""
         a = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
-        a = a[np.isfinite(a)]
+        finite = np.isfinite(a)
+        if not finite.all():  # copies only then: a large run's tens of millions of token gaps
+            a = a[finite]
         if a.size == 0:
             return cls(unit=unit)
         p50, p90, p99 = np.percentile(a, PERCENTILES)

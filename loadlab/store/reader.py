@@ -36,7 +36,9 @@ _PART_NAME = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
 
 @dataclass
 class RunData:
-    """A run folder in memory. `requests` has RequestRecord's columns; `samples` the long-form samples."""
+    """A run folder in memory. `requests` has RequestRecord's columns (`token_times` an Arrow list
+    column: a large run's millions of token times stay one buffer, not an array per request);
+    `samples` the long-form samples."""
 
     path: Path
     meta: RunMeta
@@ -148,9 +150,14 @@ def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str], without: t
     # Columns added to the schema after a part was written (or left out) come back as nulls.
     tables = read_part_tables(folder, warnings, schema, without)
     if not tables:
-        return schema.empty_table().to_pandas()
+        return schema.empty_table().to_pandas(types_mapper=_arrow_lists)
     table = pa.concat_tables(tables, promote_options="default")
-    return _with_all_columns(table, schema).to_pandas()
+    return _with_all_columns(table, schema).to_pandas(types_mapper=_arrow_lists)
+
+
+def _arrow_lists(kind: pa.DataType) -> pd.ArrowDtype | None:
+    """List columns stay Arrow-backed in pandas (to_pandas would make a numpy array per row)."""
+    return pd.ArrowDtype(kind) if pa.types.is_list(kind) else None
 
 
 def _schema_of(table: pa.Table, schema: pa.Schema) -> pa.Schema:

@@ -79,3 +79,23 @@ def test_interval_totals_credit_each_increase_to_the_later_samples_interval():
     bins = Bins(start=0.0, width=1.0, count=4)
     counter = frame([s("preemptions", 0.5, 10), s("preemptions", 1.5, 12), s("preemptions", 3.5, 3)])  # reset
     assert interval_totals(counter, bins) == pytest.approx(np.array([0.0, 2.0, np.nan, 3.0]), nan_ok=True)
+
+
+@pytest.mark.parametrize("count", [5, 70_000])  # 70,000 intervals: past the 16-bit radix sort
+def test_bins_index_and_median_match_a_per_interval_definition(count: int) -> None:
+    rng = np.random.default_rng(1)
+    bins = Bins(start=100.0, width=0.5, count=count)
+    times = np.concatenate([rng.uniform(99.0, 100.0 + 0.5 * count + 1.0, 4000), [math.nan, math.inf, 100.0]])
+    values = rng.normal(0, 1, times.size)
+    values[::7] = math.nan  # an unmeasured value counts in no median
+    index = bins.index(times)
+    for t, i in zip(times, index, strict=True):
+        inside = math.isfinite(t) and 100.0 <= t < 100.0 + 0.5 * count
+        assert i == (math.floor((t - 100.0) / 0.5) if inside else -1)
+    medians = bins.median(times, values)
+    for k in range(count):
+        of_k = values[(index == k) & np.isfinite(values)]
+        if of_k.size:
+            assert medians[k] == np.median(of_k)  # even counts: the mean of the middle two
+        else:
+            assert math.isnan(medians[k])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -110,3 +111,13 @@ def test_columns_left_out_come_back_as_nulls(tmp_path: Path) -> None:
     assert full.requests["token_times"].map(len).sum() == 8
     assert lean.requests["token_times"].isna().all()
     assert lean.requests["end_time"].tolist() == full.requests["end_time"].tolist()
+
+
+def test_token_times_stay_one_arrow_list_column(tmp_path: Path) -> None:
+    # Not a numpy array per request: a large run's token times stay one buffer (TokenTimes flattens it).
+    from tests.support.runs import fill_run
+
+    fill_run(tmp_path / "full")
+    RunWriter(tmp_path / "empty", RunConfig(), process_anchor()).close()
+    for folder in ("full", "empty"):
+        assert load_run(tmp_path / folder).requests["token_times"].dtype == pd.ArrowDtype(pa.list_(pa.float64()))

@@ -19,6 +19,7 @@ import pandas as pd
 from loadlab.analyze.intervals import GPU_SOURCES, Bins
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
+from loadlab.analyze.tokens import TokenTimes
 from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory
 
@@ -119,10 +120,11 @@ class ReportData:
 
 def build_report_data(run: RunData) -> ReportData:
     """Aggregate a loaded run folder (finished, cut off or empty) for the report."""
-    summary = _summary(run)
+    tokens = TokenTimes.of(run.requests["token_times"])
+    summary = _summary(run, tokens)
     requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
     measured = requests[~requests["warmup"]]
-    timeline = build_timeline(run, _interval(run), requests)
+    timeline = build_timeline(run, _interval(run), requests, tokens)
     bins = Bins(timeline.start, timeline.interval, len(timeline.rows))
     analysis, problem = _analysis(run.path)
     return ReportData(
@@ -130,7 +132,7 @@ def build_report_data(run: RunData) -> ReportData:
         path=str(run.path),
         summary=summary,
         extras=_extras(measured, summary),
-        cdfs=_cdfs(measured, summary),
+        cdfs=_cdfs(measured, tokens, summary),
         timeseries=_timeseries(run, timeline, bins, summary),
         errors=_errors(measured, bins),
         coverage=list(run.meta.coverage),
@@ -143,12 +145,12 @@ def build_report_data(run: RunData) -> ReportData:
     )  # e.g. a part skipped now
 
 
-def _summary(run: RunData) -> RunSummary:
+def _summary(run: RunData, tokens: TokenTimes) -> RunSummary:
     """summary.json when the run wrote one (it holds the run's SLO and goodput), else computed now."""
     try:
         return RunSummary.from_dict(json.loads((run.path / SUMMARY_JSON).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
-        return summarize(run)
+        return summarize(run, tokens=tokens)
 
 
 def _interval(run: RunData) -> float:
@@ -184,15 +186,14 @@ def _extras(measured: pd.DataFrame, summary: RunSummary) -> list[StepExtra]:
     return extras
 
 
-def _cdfs(measured: pd.DataFrame, summary: RunSummary) -> list[Cdf]:
+def _cdfs(measured: pd.DataFrame, tokens: TokenTimes, summary: RunSummary) -> list[Cdf]:
     ok = measured[measured["ok"]]
     cdfs = []
     for step in summary.steps:
         in_step = ok[ok["step"] == step.index]
-        gaps = np.concatenate(list(in_step["gaps"])) if len(in_step) else np.empty(0)
         for metric, values in (
             ("ttft", in_step["ttft"].to_numpy(float)),
-            ("itl", gaps),
+            ("itl", tokens.gaps_of(in_step.index)),
             ("e2e", in_step["e2e"].to_numpy(float)),
         ):
             # Sorted first: 113 quantiles of millions of gaps select faster.
