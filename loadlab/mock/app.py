@@ -300,8 +300,7 @@ def serve(cfg: MockConfig) -> None:
     try:
         web.run_app(
             MockServer(cfg).app(),
-            host=cfg.host,
-            port=cfg.port,
+            sock=arrival.listen(cfg.host, cfg.port),
             access_log=None,
             print=lambda _: print(ready, flush=True),
             shutdown_timeout=1.0,

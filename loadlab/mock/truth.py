@@ -10,7 +10,7 @@ class RequestTruth:
     """One request as the mock served it. Times are epoch seconds (loadlab.clock.now())."""
 
     request_id: str  # the X-Request-Id header, or generated
-    received_time: float  # the mock's first read of the request's bytes (mock/arrival.py)
+    received_time: float  # when the request's first bytes reached the host (mock/arrival.py)
     endpoint: str  # "chat" | "completions"
     stream: bool
     fault: str | None = None  # the injected fault, see MockConfig.draw_fault

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import signal
 import socket
 import threading
 import time
@@ -245,6 +246,27 @@ def test_arrival_is_the_first_read_of_a_request_not_its_handlers_start(mocks):
         sock.sendall(head("req-arrival-after") + body)
         answered(sock)
         assert truth_of(port, "req-arrival-after")["received_time"] >= sent - 0.005
+
+
+def test_arrival_is_when_the_request_reached_the_host_not_when_the_loop_read_it():
+    """The mock is stopped (SIGSTOP) while a request comes in and resumed 0.3 s later, as a loop
+    busy with other streams reads it late: its arrival is the kernel's receive time."""
+    port = free_port()
+    with Proc(
+        [str(BIN / "loadlab"), "mock", "--port", str(port), "--ttft", "0.01"], f"http://127.0.0.1:{port}/health"
+    ) as mock:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.connect()
+        mock.proc.send_signal(signal.SIGSTOP)
+        try:
+            sent = time.time()
+            conn.request("POST", "/v1/completions", json.dumps(COMPLETION), {"X-Request-Id": "req-arrival-stopped"})
+            time.sleep(0.3)
+        finally:
+            mock.proc.send_signal(signal.SIGCONT)
+        conn.getresponse().read()
+        conn.close()
+        assert sent - 0.005 < truth_of(port, "req-arrival-stopped")["received_time"] < sent + 0.1
 
 
 def test_truth_reset_and_generated_ids(mocks):
