@@ -1,8 +1,8 @@
-"""When a request arrived at the mock: its process's first read of the request's bytes.
+"""When a request arrived at the mock: when its first bytes reached the host.
 
 aiohttp runs a handler only after it has parsed the request, and on an event loop busy with
 hundreds of streams the handler task waits behind their token writes: at 256 streams the
-handler started ~0.6 ms (p50) after the bytes were read. Stamping arrival there made the truth
+handler started ~0.6 ms (p50) after the request was sent. Stamping arrival there made the truth
 late and charged the mock's own delay to the client being measured. So every read on a
 connection between two requests is watched, and the first one stamps the next request.
 
@@ -72,9 +72,8 @@ class ArrivalSocket(socket.socket):
 
 def listen(host: str, port: int) -> ArrivalSocket:
     """An ArrivalSocket bound to `host`:`port` and listening (OSError when it cannot be)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = found[0]
     sock = ArrivalSocket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
