@@ -180,7 +180,7 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
     state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
     states = [state_of[d.step.index] for d in data]
-    verdicts = [_verdict(d, state, kind, has_server, fit, impossible) for d, state in zip(data, states, strict=True)]
+    verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
     return Analysis(
@@ -211,12 +211,15 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
         }[fit.x]
         load = d.derived.get(load_name)
         if load is not None:
+            low, high = fit.fixed_share_interval(load.value)
             d.put(
                 "step_time_fixed_share",
                 fit.fixed_share(load.value),
                 "fraction",
                 [sig.STEP_TIME, fit.x],
                 "server_metrics",
+                note=f"fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
+                f"R² {fit.r2:.2f}, {fit.points} points; slope ± 2 s.e.: {low:.0%}-{high:.0%}",
             )
     rates = work_rates(d.samples, d.window)
     if rates is not None:
@@ -234,7 +237,6 @@ def _verdict(
     state: Saturation,
     kind: str,
     has_server: bool,
-    fit: StepTimeFit | None,
     impossible: frozenset[str] = frozenset(),
 ) -> StepVerdict:
     scores = score_all(d.derived, impossible)
@@ -247,7 +249,7 @@ def _verdict(
         runner_up: RunnerUp | None = None,
         missing: list[str] | None = None,
     ) -> StepVerdict:
-        evidence = _evidence(scores, chosen, fit)
+        evidence = _evidence(scores, chosen)
         return StepVerdict(
             index=d.step.index,
             label=d.step.label,
@@ -344,18 +346,10 @@ def _headline(best: ClassScore, state: Saturation) -> str:
     return f"{name} binds ({state.state.replace('_', ' ')}): {top}"
 
 
-def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None, fit: StepTimeFit | None) -> list[Evidence]:
+def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None) -> list[Evidence]:
     """The chosen class's rows first, then every other class's (a row of a term not measured is absent)."""
     order = ([chosen] if chosen else []) + [s for s in scores.values() if s is not chosen]
-    rows = [e for s in order for e in s.evidence]
-    if fit is not None:
-        for e in rows:
-            if e.name == "step_time_fixed_share":
-                e.text += (
-                    f" (fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
-                    f"R² {fit.r2:.2f}, {fit.points} points)"
-                )
-    return rows
+    return [e for s in order for e in s.evidence]
 
 
 def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTimeFit | None) -> Overall:

@@ -56,18 +56,36 @@ PHASE, DECODE = "phase", "decode"  # the label of phase-split step histograms, a
 
 @dataclass
 class StepTimeFit:
-    """step time = intercept + slope x load per step, over `points` intervals; `x` names the load."""
+    """step time = intercept + slope x load per step, over `points` intervals; `x` names the load.
+    The line passes through the points' means (`x_mean`, `y_mean`); `slope_se` is the slope's
+    standard error (ordinary least squares)."""
 
     intercept: float
     slope: float
     r2: float
     points: int
     x: str
+    x_mean: float
+    y_mean: float
+    slope_se: float
 
     def fixed_share(self, load: float) -> float:
         """The share of a step's time that does not grow with its load, at `load` per step."""
-        fixed, growing = max(self.intercept, 0.0), max(self.slope, 0.0) * load
-        return fixed / (fixed + growing) if fixed + growing > 0 else math.nan
+        return _fixed_share(self.intercept, self.slope, load)
+
+    def fixed_share_interval(self, load: float) -> tuple[float, float]:
+        """The fixed share at `load` for slopes two standard errors either side, each line turned
+        about the points' means: how far the noise of the fit leaves the share open."""
+        shares = [
+            _fixed_share(self.y_mean - slope * self.x_mean, slope, load)
+            for slope in (self.slope + 2 * self.slope_se, self.slope - 2 * self.slope_se)
+        ]
+        return shares[0], shares[1]
+
+
+def _fixed_share(intercept: float, slope: float, load: float) -> float:
+    fixed, growing = max(intercept, 0.0), max(slope, 0.0) * load
+    return fixed / (fixed + growing) if fixed + growing > 0 else math.nan
 
 
 def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | None:
@@ -103,7 +121,9 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
             residual = float(((y - (intercept + slope * x)) ** 2).sum())
             spread = float(((y - y.mean()) ** 2).sum())
             r2 = 1 - residual / spread if spread > 0 else 1.0
-            return StepTimeFit(float(intercept), float(slope), r2, int(x.size), x_signal)
+            slope_se = math.sqrt(residual / (x.size - 2) / float(((x - x.mean()) ** 2).sum()))
+            mean = (float(x.mean()), float(y.mean()))
+            return StepTimeFit(float(intercept), float(slope), r2, int(x.size), x_signal, *mean, slope_se)
     return None
 
 

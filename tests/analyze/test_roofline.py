@@ -52,6 +52,26 @@ def test_decode_steps_that_barely_grow_with_tokens_are_bandwidth_bound():
     assert fit.intercept == pytest.approx(0.020, rel=1e-3) and fit.slope == pytest.approx(1e-5, rel=1e-2)
     assert fit.r2 == pytest.approx(1.0, abs=1e-3)
     assert fit.fixed_share(64) > 0.95
+    low, high = fit.fixed_share_interval(64)  # noiseless: the interval closes on the share
+    assert low == pytest.approx(fit.fixed_share(64), abs=1e-3) and high == pytest.approx(fit.fixed_share(64), abs=1e-3)
+
+
+def test_a_noisy_fit_says_how_open_its_fixed_share_is():
+    """Step times that scatter around a weak slope (a shared host stretching some steps): the
+    share read off the line is high, but slopes two standard errors either side leave it open
+    from compute-bound to bandwidth-bound."""
+    totals = dict.fromkeys(("step_time_sum", "step_time_count", "tokens_per_step_sum", "tokens_per_step_count"), 0.0)
+    stretched = {1: 0.030, 2: 0.022, 3: 0.060, 4: 0.024, 5: 0.070, 6: 0.026}  # tokens -> step time
+    samples, windows = [], []
+    for i, (tokens, step_time) in enumerate(stretched.items()):
+        start = T + 30 * i
+        samples += engine_counters(start, 4, 40, tokens, step_time, totals)
+        windows.append(Window(start, start + 4, 4, str(i)))
+    fit = fit_step_time(index_of(samples), windows)
+    low, high = fit.fixed_share_interval(2)
+    assert fit.r2 < 0.3 and fit.fixed_share(2) > 0.6
+    assert low < 0.4 and high > 0.95
+    assert fit.slope_se > 0
 
 
 def test_steps_proportional_to_tokens_are_compute_bound():
