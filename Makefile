@@ -35,6 +35,6 @@ check: venv
 	$(BIN)/mypy
 
 test: venv system-deps check
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 .PHONY: venv system-deps demo report check test
