@@ -43,6 +43,8 @@ class RequestOutput:
 
 @dataclass
 class StepResult:
+    """One step's outputs, and whether it ran anything (the caller may wait for work when not)."""
+
     outputs: list[RequestOutput]
     num_scheduled: int  # sequences that ran in the step; 0 when there was nothing to do yet
 
