@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import subprocess
 import tempfile
 import time
@@ -51,7 +52,8 @@ def load_page(
 
     `screenshot`: a PNG of the top `width` x `height` pixels is written there.
     """
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    try:
         proc = subprocess.Popen(
             [*CHROMIUM, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
@@ -69,6 +71,22 @@ def load_page(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+    finally:
+        _remove(profile)
+
+
+def _remove(profile: str, attempts: int = 50) -> None:
+    """Remove Chromium's profile folder: its helper processes may still write into it for a moment
+    after the browser itself has exited ("Directory not empty" on a busy machine)."""
+    for _ in range(attempts):
+        try:
+            shutil.rmtree(profile)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(profile, ignore_errors=True)
 
 
 def _devtools_port(profile: Path, proc: subprocess.Popen, timeout: float) -> int:
