@@ -289,7 +289,9 @@ class _EventReader:
         number of token events in it."""
         times = self.perf_times
         before = len(times)
-        for line in batch[:-1].split(b"\n"):  # line endings dropped (a "\r" may remain)
+        for line in batch.split(b"\n"):  # line endings dropped (a "\r" may remain)
+            if not line:  # the blank line after every event, and the piece after the last "\n"
+                continue
             if line.startswith(b"data:"):
                 if not self.seen_event:
                     self._first(line)
@@ -299,17 +301,20 @@ class _EventReader:
                     raise _Failure(ErrorCategory.MALFORMED, f"malformed event: {e}") from None
                 except StreamErrorEvent as e:
                     raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
+                if event is _TOKEN_EVENT:  # the common case: a token with text, nothing else
+                    times.append(t)
+                    if self.keep_text:
+                        self.content_lines.append(line)
+                    continue
                 if event.token:
                     if event.empty:
                         self.empty_at.append(len(times))
                     elif self.keep_text:
                         self.content_lines.append(line)
                     times.append(t)
-                    if event is _TOKEN_EVENT:  # the common case: nothing else to read
-                        continue
                 self._take(event, t)
                 continue
-            if not line or line == b"\r":  # the blank line after every event
+            if line == b"\r":  # a blank line of CRLF endings
                 continue
             if line_kind(line) == "invalid":
                 if not self.seen_event:
