@@ -103,6 +103,7 @@ class CpuTrace:
         self.pid = pid
         self.times: list[float] = []
         self.cpu: list[float] = []
+        self.own: list[float] = []  # the client process alone
         self.whole_run = float("nan")  # CPU seconds of the whole run, start-up and end included
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -122,16 +123,18 @@ class CpuTrace:
                 seen[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
             self.times.append(time.time())
             self.cpu.append(sum(seen.values()))
+            self.own.append(seen.get(self.pid, 0.0))
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
-    def between(self, start: float, end: float) -> float:
-        """CPU seconds spent from `start` to `end` (epoch seconds), interpolated; NaN if not covered."""
+    def between(self, start: float, end: float, own: bool = False) -> float:
+        """CPU seconds spent from `start` to `end` (epoch seconds), interpolated, by the tree (or
+        the client process alone); NaN if not covered."""
         if len(self.times) < 2 or start < self.times[0] or end > self.times[-1]:
             return float("nan")
-        used = np.interp([start, end], self.times, self.cpu)
+        used = np.interp([start, end], self.times, self.own if own else self.cpu)
         return float(used[1] - used[0])
 
 
@@ -251,6 +254,7 @@ def measure(s: Scenario, run, truth: dict[str, dict], trace: CpuTrace) -> dict[s
         "failed": int((req["error"] != "").sum()),
         "client cores": cores,
         "µs CPU/token": cores * window / max(tokens, 1) * 1e6,
+        "µs CPU/token, client process": trace.between(step.start_time, step.end_time, own=True) / max(tokens, 1) * 1e6,
         "µs CPU/token, whole run": trace.whole_run / max(all_tokens, 1) * 1e6,
         "tokens/s": tokens / window,
         "achieved %": 100 * achieved / s.requested,
