@@ -49,7 +49,7 @@ class TokenCheck:
     (counts of requests)."""
 
     usage_missing: int = 0  # no usage.completion_tokens from the server (client count used)
-    usage_mismatch: int = 0  # usage.completion_tokens != content events counted by the client
+    usage_mismatch: int = 0  # usage.completion_tokens != token events counted by the client
     over_max_tokens: int = 0  # more output tokens than max_tokens: the cap was not honoured
     under_max_tokens: int = 0  # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
     read_timed: int = 0  # timed when the client read them (TLS), not by the kernel's receive timestamps
