@@ -4,6 +4,7 @@ Runs `loadlab run` on CPU core 0 against `loadlab mock` on core 1 (taskset), the
 request with what the mock recorded of it (GET /truth, by X-Request-Id):
 
     .venv/bin/python bench/client_accuracy.py [--seconds 20] [--only 256] [--ramp-up S] [--nice N]
+    .venv/bin/python bench/client_accuracy.py --ab 5aee2f0 --runs 2 --only 256 --nice 10
 
 Scenarios: 32 and 256 concurrent streams of 128 tokens at 50 ms TTFT / 20 ms ITL, and open-loop
 Poisson at 20 req/s. Reported per scenario: client CPU (cores, and µs per token), achieved vs
@@ -11,7 +12,16 @@ requested load, TTFT error at p50/p99 as the server sees it (the client's TTFT f
 minus the mock's, from the request's arrival to its first token: connection set-up and queueing
 in the client count as error), every request included, and apart for the first wave (each
 user's first request, closed loop); ITL error against the mock's token times; the self-check's
-loop lag p99. Prints a markdown table for bench/results/client.md. On a machine shared with other
+loop lag p99. Prints a markdown table for bench/results/client.md. Client CPU is read from
+outside, from /proc/PID/stat of the client process (utime + stime, sampled every 0.1 s and
+interpolated to the step's start and end): the same measure whatever the client's own code.
+
+`--ab COMMIT` compares this tree's client with the one of COMMIT in one run: the commit's
+`loadlab/` is extracted (`git archive`) into a temporary folder and put first on the client's
+PYTHONPATH; each scenario then runs `--runs` times per client, alternating (A B, B A, ...), each
+run against a fresh mock of this tree (the same server for both). A regression shows in one run
+on one machine, not across machines and hours. (`--ramp-up` is not passed to the commit's client,
+which may not know it.) On a machine shared with other
 work, `--nice 10` runs the mock and the client at nice -10, and this session's autogroup too (Linux
 schedules sessions against each other first; needs root): what the client measures when it and the
 server get their cores, rather than how busy the neighbours are.
@@ -20,12 +30,17 @@ server get their cores, rather than how busy the neighbours are.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +78,83 @@ def pinned(core: int, nice: int) -> list[str]:
     return (["nice", "-n", str(-nice)] if nice > 0 else []) + pin
 
 
-def run_scenario(s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int) -> dict[str, float]:
+@dataclass
+class Client:
+    """One client under test: a label and the loadlab package it runs (None: this tree's)."""
+
+    label: str
+    pythonpath: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if self.pythonpath is not None:
+            env["PYTHONPATH"] = str(self.pythonpath)
+        return env
+
+
+THIS_TREE = Client("this tree")
+
+
+class CpuTrace:
+    """The CPU seconds (user + system) of one process and its descendants (the live verdict's
+    judge process is the client's work too), sampled every 0.1 s from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self.own: list[float] = []  # the client process alone
+        self.whole_run = float("nan")  # CPU seconds of the whole run, start-up and end included
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        seen: dict[int, float] = {}  # the latest CPU seconds of every process of the tree
+        while not self._stop.wait(0.1):
+            if not Path(f"/proc/{self.pid}").exists():
+                return  # the client has ended
+            for pid in _tree(self.pid):
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue  # gone meanwhile: its last reading stands
+                seen[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            self.times.append(time.time())
+            self.cpu.append(sum(seen.values()))
+            self.own.append(seen.get(self.pid, 0.0))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float, own: bool = False) -> float:
+        """CPU seconds spent from `start` to `end` (epoch seconds), interpolated, by the tree (or
+        the client process alone); NaN if not covered."""
+        if len(self.times) < 2 or start < self.times[0] or end > self.times[-1]:
+            return float("nan")
+        used = np.interp([start, end], self.times, self.own if own else self.cpu)
+        return float(used[1] - used[0])
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (from /proc/PID/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for children in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in children.read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
+def run_scenario(
+    s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int, client: Client = THIS_TREE
+) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mock = [
@@ -82,7 +173,10 @@ def run_scenario(s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: 
     with Proc(mock, ready_url=f"{url}/health"):
         cmd = [
             *pinned(0, nice),
-            str(BIN / "loadlab"),
+            str(BIN / "python"),
+            "-P",  # not the working folder first on sys.path: PYTHONPATH picks the client
+            "-m",
+            "loadlab.cli",
             "run",
             "--url",
             url,
@@ -101,13 +195,23 @@ def run_scenario(s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: 
             str(folder),
             *(["--ramp-up", ramp_up] if ramp_up else []),
         ]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=seconds + 180)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the mock runs on: not in it yet
+        proc = subprocess.Popen(cmd, env=client.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        trace = CpuTrace(proc.pid)
+        try:
+            _, stderr = proc.communicate(timeout=seconds + 180)
+        finally:
+            trace.stop()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        trace.whole_run = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{client.label}: loadlab run exited {proc.returncode}: {stderr[-1500:]}")
         with urllib.request.urlopen(f"{url}/truth", timeout=30) as r:
             truth = {t["request_id"]: t for t in json.loads(r.read())["requests"]}
-    return measure(s, load_run(folder), truth)
+    return measure(s, load_run(folder), truth, trace)
 
 
-def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
+def measure(s: Scenario, run, truth: dict[str, dict], trace: CpuTrace) -> dict[str, float]:
     step = run.meta.steps[0]
     window = step.end_time - step.start_time
     req = run.requests
@@ -128,13 +232,12 @@ def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
             first_err.append(err)
         itl_err.extend(np.diff(mine) - np.diff(real))
     samples = run.samples
-    cpu = samples[(samples["signal"] == "client_cpu") & samples["time"].between(step.start_time, step.end_time + 1)]
     lag = samples[(samples["signal"] == "client_loop_lag") & samples["time"].between(step.start_time, step.end_time)]
     # Tokens received during the step window (drained requests stream on past it).
     tokens = sum(
         int(((np.asarray(t) >= step.start_time) & (np.asarray(t) <= step.end_time)).sum()) for t in req["token_times"]
     )
-    cores = float(cpu["value"].mean()) if len(cpu) else float("nan")
+    cores = trace.between(step.start_time, step.end_time) / window
     if s.mode == "closed":  # Little's law from the ramp-up's end: mean requests in flight
         start = step.ramp_end if np.isfinite(step.ramp_end) else step.start_time
         inside = req[(req["end_time"] > start) & (req["send_time"] < step.end_time)]
@@ -144,11 +247,15 @@ def measure(s: Scenario, run, truth: dict[str, dict]) -> dict[str, float]:
         achieved = ((req["scheduled_time"] >= step.start_time) & (req["scheduled_time"] < step.end_time)).sum() / window
     delay = (req["send_time"] - req["scheduled_time"]).to_numpy()
     ms = lambda v, q: float(np.percentile(np.asarray(v) * 1000, q)) if len(v) else float("nan")  # noqa: E731
+    all_tokens = int(req["token_times"].map(len).sum())
     return {
+        "format": run.meta.format.rsplit("/", 1)[-1],  # which client wrote the folder
         "requests": len(req),
         "failed": int((req["error"] != "").sum()),
         "client cores": cores,
         "µs CPU/token": cores * window / max(tokens, 1) * 1e6,
+        "µs CPU/token, client process": trace.between(step.start_time, step.end_time, own=True) / max(tokens, 1) * 1e6,
+        "µs CPU/token, whole run": trace.whole_run / max(all_tokens, 1) * 1e6,
         "tokens/s": tokens / window,
         "achieved %": 100 * achieved / s.requested,
         "TTFT err p50 ms": ms(ttft_err, 50),
@@ -167,6 +274,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run only scenarios whose name contains this")
     parser.add_argument("--ramp-up", default="", help="pass --ramp-up to loadlab run (default: its own)")
     parser.add_argument("--nice", type=int, default=0, help="run mock and client at nice -N (root only)")
+    parser.add_argument("--ab", default="", metavar="COMMIT", help="compare with the client of COMMIT, alternating")
+    parser.add_argument("--runs", type=int, default=2, help="with --ab: runs of each scenario per client")
     args = parser.parse_args()
     group = Path("/proc/self/autogroup")
     before = group.read_text().split()[-1] if args.nice > 0 and group.exists() else ""
@@ -188,11 +297,49 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace) -> list[tuple[str, dict[str, float]]]:
     rows = []
+    scenarios = [x for x in SCENARIOS if args.only in x.name]
     with tempfile.TemporaryDirectory() as tmp:
-        for i, s in enumerate(x for x in SCENARIOS if args.only in x.name):
-            print(f"running {s.name} for {args.seconds:g} s ...", file=sys.stderr, flush=True)
-            rows.append((s.name, run_scenario(s, args.seconds, Path(tmp) / f"run{i}", args.ramp_up, args.nice)))
+        if not args.ab:
+            for i, s in enumerate(scenarios):
+                print(f"running {s.name} for {args.seconds:g} s ...", file=sys.stderr, flush=True)
+                rows.append((s.name, run_scenario(s, args.seconds, Path(tmp) / f"run{i}", args.ramp_up, args.nice)))
+            return rows
+        old = Client(args.ab, extract_package(args.ab, Path(tmp) / "old"))
+        n = 0
+        for s in scenarios:
+            for r in range(args.runs):
+                pair = (old, THIS_TREE) if r % 2 == 0 else (THIS_TREE, old)  # A B, B A, ...: drift cancels
+                for client in pair:
+                    n += 1
+                    print(
+                        f"{client.label}: {s.name} for {args.seconds:g} s (run {r + 1}) ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    ramp_up = args.ramp_up if client is THIS_TREE else ""
+                    result = run_scenario(s, args.seconds, Path(tmp) / f"run{n}", ramp_up, args.nice, client)
+                    rows.append((f"{client.label}: {s.name}", result))
+        for s in scenarios:
+            for client in (old, THIS_TREE):
+                mine = [m for name, m in rows if name == f"{client.label}: {s.name}"]
+                step = " / ".join(f"{m['µs CPU/token']:.1f}" for m in mine)
+                whole = " / ".join(f"{m['µs CPU/token, whole run']:.1f}" for m in mine)
+                print(f"{client.label}: {s.name}: µs CPU/token {step} (whole run {whole})", file=sys.stderr)
     return rows
+
+
+def extract_package(commit: str, folder: Path) -> Path:
+    """COMMIT's `loadlab/` package in `folder` (a folder to put first on PYTHONPATH)."""
+    try:
+        tar = subprocess.run(
+            ["git", "-C", str(REPO), "archive", "--format=tar", commit, "loadlab"], check=True, capture_output=True
+        ).stdout
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"--ab {commit}: {e.stderr.decode().strip() or 'git archive failed'}")
+    folder.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(folder, filter="data")
+    return folder
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ FLAG_HELP = {
     "model_name": "the model id clients see in /v1/models",
     "twin": "GPU:MODEL[:tpN] (e.g. h100:llama-3-8b): keep time like that GPU serving that model instead of "
     "running it (docs/twin.md); sets the model and the KV pool, ignores --preset and --device",
+    "output_text": "what the model writes: printable ASCII, or utf8 with CJK characters and emoji too (one "
+    "byte a token, as byte-fallback tokenizers stream them; the twin writes ASCII)",
     "gpu_memory_utilization": "with --twin: share of each simulated GPU's memory the engine takes (weights, "
     "activations, then KV)",
 }

@@ -14,6 +14,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("float32", "bfloat16", "float16"),
     "batching": ("continuous", "static"),
     "kv": ("paged", "contiguous"),
+    "output_text": ("ascii", "utf8"),
 }
 
 
@@ -65,6 +66,7 @@ class EngineConfig:
     model_name: str = "loadlab-reference"
     twin: str = ""  # GPU:MODEL[:tpN]: keep time like that GPU instead of running the model
     gpu_memory_utilization: float = 0.9  # twin: share of the simulated GPU's memory the engine takes
+    output_text: str = "ascii"  # ascii | utf8: what the sampler may draw (engine/sampler.py)
 
     @property
     def twin_spec(self) -> TwinSpec:

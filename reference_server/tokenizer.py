@@ -60,6 +60,10 @@ class ByteTokenizer:
                 ids.extend(piece.encode("utf-8"))
         return ids
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes of one token: its byte, or none for a special token."""
+        return bytes((token,)) if token < 256 else b""
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of ids; invalid UTF-8 is replaced, specials dropped unless asked for."""
         out = bytearray()

@@ -103,11 +103,13 @@ def measure(run: RunData, slo: Slo | None = None) -> RunValues:
 
     def values_of(step: StepSummary) -> StepValues:
         rows = ok if step.index < 0 else ok[ok["step"] == step.index]
+        gaps = tokens.gaps_of(rows.index)
+        read = gaps != 0  # bunched gaps are no ITL (read_gaps)
         return StepValues(
             summary=step,
             per_request={m: rows[c].to_numpy(dtype=float) for m, c in _COLUMNS.items()},
-            itl=tokens.gaps_of(rows.index),
-            itl_owner=np.repeat(np.arange(len(rows)), tokens.gap_counts[rows.index]),
+            itl=gaps[read],
+            itl_owner=np.repeat(np.arange(len(rows)), tokens.gap_counts[rows.index])[read],
             end_times=rows["end_time"].to_numpy(dtype=float),
             out_tokens=rows["out_tokens"].to_numpy(dtype=float),
         )

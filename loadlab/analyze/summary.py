@@ -22,7 +22,14 @@ import pandas as pd
 
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
-from loadlab.metrics.requests import output_tokens, request_start, time_per_output_token, user_tokens_per_s
+from loadlab.metrics.requests import (
+    bunched_share,
+    output_tokens,
+    read_gaps,
+    request_start,
+    time_per_output_token,
+    user_tokens_per_s,
+)
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
@@ -42,7 +49,7 @@ class TokenCheck:
     (counts of requests)."""
 
     usage_missing: int = 0  # no usage.completion_tokens from the server (client count used)
-    usage_mismatch: int = 0  # usage.completion_tokens != content events counted by the client
+    usage_mismatch: int = 0  # usage.completion_tokens != token events counted by the client
     over_max_tokens: int = 0  # more output tokens than max_tokens: the cap was not honoured
     under_max_tokens: int = 0  # fewer than max_tokens: the server stopped early (pinned lengths not honoured)
     read_timed: int = 0  # timed when the client read them (TLS), not by the kernel's receive timestamps
@@ -85,7 +92,7 @@ class StepSummary:
     output_tokens_per_s: float
     ttft: Distribution  # from scheduled time (open loop) or send time (closed loop)
     ttft_from_send: Distribution
-    itl: Distribution
+    itl: Distribution  # the gaps between reads: bunched gaps (0, events read together) left out
     tpot: Distribution
     e2e: Distribution
     user_tokens_per_s: Distribution  # per-user speed, one value per request
@@ -96,6 +103,9 @@ class StepSummary:
     client: ClientCheck
     goodput: float | None = None  # requests/s meeting every SLO (None: no SLO given)
     slo_met: int | None = None
+    # The share of gaps between token events that were bunched (events that arrived in one read),
+    # left out of `itl`; NaN without gaps.
+    itl_bunched: float = math.nan
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepSummary:
@@ -152,6 +162,14 @@ class RunSummary:
             warnings=list(d.get("warnings", [])),
             reason=d.get("reason") or "",
         )
+
+
+def bunched_note(step: StepSummary) -> str:
+    """The line that says a step's ITL left bunched gaps out, and how many."""
+    return (
+        f"{step.label}: {step.itl_bunched:.1%} of the gaps between tokens were bunched (tokens that "
+        f"arrived in one read), left out of ITL; TPOT still spreads their time"
+    )
 
 
 def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
@@ -339,7 +357,7 @@ def _summarize(
         output_tokens_per_s=per_s(output_tokens),
         ttft=Distribution.of(ok["ttft"].to_numpy(), "s"),
         ttft_from_send=Distribution.of(ok["ttft_from_send"].to_numpy(), "s"),
-        itl=Distribution.of(gaps, "s"),
+        itl=Distribution.of(read_gaps(gaps), "s"),
         tpot=Distribution.of(ok["tpot"].to_numpy(), "s"),
         e2e=Distribution.of(ok["e2e"].to_numpy(), "s"),
         user_tokens_per_s=Distribution.of(ok["user_tokens_per_s"].to_numpy(), "tok/s"),
@@ -348,6 +366,7 @@ def _summarize(
         achieved_ratio=achieved / target if target and target > 0 else math.nan,
         tokens=_token_check(ok),
         client=client,
+        itl_bunched=bunched_share(gaps),
     )
     if slo is not None:
         summary.slo_met = int(_meets(ok, tokens, slo).sum())

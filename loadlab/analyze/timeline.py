@@ -131,13 +131,14 @@ def _client_columns(df: pd.DataFrame, tokens: TokenTimes, bins: Bins, end: float
     weights = None if np.all(per_event[tokens.counts > 0] == 1) else np.repeat(per_event, tokens.counts)
     # Each event's interval, found once for every event and, through `later`, for every gap's end.
     at = bins.index(tokens.times)
+    read = tokens.gaps != 0  # bunched gaps are no ITL (loadlab.metrics.requests.read_gaps)
     return {
         "started": bins.total(df["send_time"]),
         "completed": bins.total(df.loc[df["ok"], "end_time"]),
         "failed": bins.total(df.loc[~df["ok"] & (df["error"] != ErrorCategory.ABORTED.value), "end_time"]),
         "output_tokens_per_s": bins.total_at(at, weights) / bins.width,
         "ttft_p50": bins.median(df["first_token_time"].to_numpy(float), df["ttft"].to_numpy(float)),
-        "itl_p50": bins.median_at(at[tokens.later], tokens.gaps),
+        "itl_p50": bins.median_at(at[tokens.later][read], tokens.gaps[read]),
         "in_flight": _mean_open(df["send_time"].to_numpy(float), df["end_time"].to_numpy(float), bins, end),
     }
 

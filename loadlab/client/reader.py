@@ -70,7 +70,7 @@ class Body(NamedTuple):
 class _Stream:
     """One response being read: its socket (non-blocking while registered) and where lines go."""
 
-    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls", "saved_timeout")
+    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls", "saved_timeout", "recvmsg")
 
     def __init__(self, resp: HTTPSocketResponse, sink: LineSink) -> None:
         self.resp = resp
@@ -87,6 +87,11 @@ class _Stream:
                 self.kernel_times = True
             except OSError:
                 pass
+        # The OS socket under gevent's (always non-blocking): the reader reads only sockets that
+        # epoll found ready and never waits, so gevent's wrapper (a Python frame and a retry loop
+        # per call, per token) has nothing to add.
+        raw = getattr(self.sock, "_sock", self.sock)
+        self.recvmsg = raw.recvmsg if self.kernel_times and raw is not None else None
         self.saved_timeout: float | None = None
 
     def body(self) -> Body:
@@ -99,8 +104,12 @@ class _Stream:
         end = received.rfind(b"\n") + 1
         if not end:
             return 0
-        batch = bytes(received[:end])
-        del received[:end]
+        if end == len(received):  # the usual case: one copy, no slice
+            batch = bytes(received)
+            received.clear()
+        else:
+            batch = bytes(received[:end])
+            del received[:end]
         self.nbytes += end
         return self.sink.feed(batch, t)
 
@@ -111,8 +120,8 @@ class _Stream:
         assert sock is not None  # only a stream with a socket is read (BodyReader.read)
         t = time.perf_counter()
         try:
-            if self.kernel_times:
-                data, ancillary, _flags, _addr = sock.recvmsg(resp.block_size, _ANCILLARY_SIZE)
+            if self.recvmsg is not None:
+                data, ancillary, _flags, _addr = self.recvmsg(resp.block_size, _ANCILLARY_SIZE)
                 if ancillary:
                     sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
                     t = min(t, sec + nsec * 1e-9 - skew)

@@ -1,9 +1,17 @@
 """Reading OpenAI-style server-sent events cheaply, one line at a time.
 
-Full JSON decoding of every event is the main client cost at high token rates, so a content
+Full JSON decoding of every event is the main client cost at high token rates, so a token
 event is recognised by a byte scan; only the events that carry something we must read exactly
 (a finish reason, usage, an error) are decoded in full. The common results (a token, [DONE],
 nothing) are shared constants: no allocation per token.
+
+A token event is a chunk whose choice carries a text string (chat delta content, reasoning
+content, completions text), even an empty one: engines such as vLLM send one chunk per generated
+token and send `""` while their detokenizer holds back an incomplete UTF-8 character (byte-level
+tokens of CJK text or emoji). A chunk without choices (usage) is no token. A chunk whose only
+text is empty beside a `role` is a role event: vLLM and OpenAI open a chat stream with one that
+is no token, while other servers send the role with the first token. Which held, and whether the
+empty chunks stood for tokens, is checked per request against usage.completion_tokens (stream.py).
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ from dataclasses import dataclass
 
 DONE = b"[DONE]"
 
-# A token: a non-empty string under chat delta content, reasoning content (two spellings in the
-# wild) or completions text. (An empty string or null is not a token.)
-_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning|text)": ?"[^"]')
+# A token: a string under chat delta content, reasoning content (two spellings in the wild) or
+# completions text; the group matches when the string is empty. (null is not a token.)
+_TOKEN = re.compile(rb'"(?:content|reasoning_content|reasoning|text)": ?"(")?')
+_ROLE = b'"role":'
+# The chunk's own id (the first key of OpenAI-style chunks; a nested "id" comes later).
+_ID = re.compile(rb'"id": ?"([^"\\]{1,200})"')
 # An event that may end the stream or carry counts: decoded in full. ("usage": null rides on
 # every chunk of some servers: only an object is worth decoding.)
 _DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"')
@@ -32,16 +43,21 @@ class StreamErrorEvent(Exception):
 
 @dataclass(frozen=True)
 class Event:
-    """What one `data:` event told us. `content` is True when it carried a non-empty token."""
+    """What one `data:` event told us. `token`: it stands for a generated token; `empty`: that
+    token's text is empty; `role`: a role beside empty text (a token only where usage says so)."""
 
-    content: bool = False
+    token: bool = False
+    empty: bool = False
+    role: bool = False
     done: bool = False
     finish_reason: str = ""
     prompt_tokens: int = -1
     completion_tokens: int = -1
 
 
-_TOKEN_EVENT = Event(content=True)
+TOKEN_EVENT = Event(token=True)  # the common result, shared: a caller may test `is`
+_EMPTY_TOKEN_EVENT = Event(token=True, empty=True)
+_ROLE_EVENT = Event(role=True)
 _DONE_EVENT = Event(done=True)
 _EMPTY_EVENT = Event()
 
@@ -66,7 +82,12 @@ def parse_data(line: bytes) -> Event:
         raise MalformedEvent(_short(payload))
     if _DECODE.search(payload):
         return _decode(payload)
-    return _TOKEN_EVENT if _CONTENT.search(payload) else _EMPTY_EVENT
+    found = _TOKEN.search(payload)
+    if found is None:
+        return _EMPTY_EVENT
+    if found.group(1) is None:
+        return TOKEN_EVENT
+    return _ROLE_EVENT if _ROLE in payload else _EMPTY_TOKEN_EVENT
 
 
 def _decode(payload: bytes) -> Event:
@@ -80,7 +101,8 @@ def _decode(payload: bytes) -> Event:
         err = obj["error"]
         message = err.get("message", "") if isinstance(err, dict) else err
         raise StreamErrorEvent(str(message)[:200])
-    content = False
+    texts: list[str] = []
+    role = False
     finish_reason = ""
     choices = obj.get("choices") or []
     if not isinstance(choices, list):
@@ -88,21 +110,46 @@ def _decode(payload: bytes) -> Event:
     for choice in choices:
         if not isinstance(choice, dict):
             raise MalformedEvent(_short(payload))
-        delta = choice.get("delta") or {}
-        text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-        if text:
-            content = True
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        text = _text_of(choice, delta)
+        if text is not None:
+            texts.append(text)
+        role = role or "role" in delta
         if choice.get("finish_reason"):
             finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         usage = {}
+    empty = bool(texts) and not any(texts)
     return Event(
-        content=content,
+        token=bool(texts) and not (empty and role),
+        empty=empty and not role,
+        role=empty and role,
         finish_reason=finish_reason,
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
     )
+
+
+def _text_of(choice: dict[str, object], delta: dict[str, object]) -> str | None:
+    """The choice's token text: the first non-empty string among completions text, delta content
+    and reasoning content, else "" when one of them is an empty string, else None."""
+    found = None
+    for text in (choice.get("text"), delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")):
+        if isinstance(text, str):
+            if text:
+                return text
+            found = ""
+    return found
+
+
+def event_id(line: bytes) -> str:
+    """The `id` of one `data:` line's chunk ("" when it has none): the server's id of the
+    response."""
+    found = _ID.search(line, 5)
+    return found.group(1).decode("utf-8", "replace") if found else ""
 
 
 def _int(value: object) -> int:

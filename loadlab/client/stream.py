@@ -5,6 +5,10 @@ BodyReader (reader.py), which hands on every line as soon as it is complete (Loc
 waits for ~1 KB and delays every event). The lines that one read completed share one arrival
 time, converted to epoch seconds through the process's clock anchor. Every failure ends in
 exactly one ErrorCategory.
+
+Tokens are counted as the engine made them: every chunk that stands for a token (sse.py), its
+text empty or not, unless the server's usage shows that the empty ones were not tokens
+(RequestRecord.token_events says which held).
 """
 
 from __future__ import annotations
@@ -24,11 +28,20 @@ from geventhttpclient.client import HTTPClient
 from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
 
 from loadlab.client.reader import body_reader
-from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
+from loadlab.client.sse import (
+    TOKEN_EVENT as _TOKEN_EVENT,
+    Event,
+    MalformedEvent,
+    StreamErrorEvent,
+    event_id,
+    event_text,
+    line_kind,
+    parse_data,
+)
 from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.schema import ErrorCategory, RequestRecord
+from loadlab.store.schema import TOKEN_EVENTS_CHUNKS, TOKEN_EVENTS_TEXT, ErrorCategory, RequestRecord
 from loadlab.urls import parse_http_url
 from loadlab.workload.spec import RequestSpec
 
@@ -148,9 +161,8 @@ def stream_request(
         conversation=spec.conversation or "",
         turn=spec.turn if spec.turn is not None else -1,
     )
-    perf_times: list[float] = []
     # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.
-    content_lines: list[bytes] | None = [] if spec.conversation is not None else None
+    events = _EventReader(rec, keep_text=spec.conversation is not None)
     nbytes = 0
     aborted = False
     resp = None
@@ -164,9 +176,11 @@ def stream_request(
         timer.start()
         resp = http.request("POST", endpoint.path, body=body, headers=headers)
         rec.status = resp.status_code
+        server_id = resp.get("x-request-id")
+        rec.server_request_id = server_id[:200] if isinstance(server_id, str) else ""
         if rec.status != 200:
             raise _http_failure(resp)
-        events = _EventReader(resp, rec, perf_times, content_lines)
+        events.resp = resp
         nbytes, end = body_reader().read(resp, events)
         events.finish()
     except gevent.Timeout as e:
@@ -187,11 +201,13 @@ def stream_request(
             resp.release()
     rec.send_time = anchor.to_wall(send)
     rec.end_time = anchor.to_wall(end)
+    perf_times = events.counted()
     if perf_times:
-        rec.token_times = [anchor.to_wall(t) for t in perf_times]
+        offset = anchor.to_wall(0.0)
+        rec.token_times = [t + offset for t in perf_times]
         rec.first_token_time = rec.token_times[0]
     rec.client_tokens = len(perf_times)
-    text = "".join(event_text(line) for line in content_lines) if content_lines else ""
+    text = "".join(event_text(line) for line in events.content_lines)
     return StreamResult(rec, nbytes, text, aborted)
 
 
@@ -251,16 +267,17 @@ def error_category(e: BaseException, responded: bool) -> tuple[ErrorCategory, st
 
 class _EventReader:
     """The LineSink of a request (see reader.py): turns batches of body lines into the record:
-    each token's arrival time (and, when `content_lines` is a list, each content line), finish
-    reason, usage. Raises _Failure."""
+    each token's arrival time (and, with `keep_text`, each line with text), finish reason, usage,
+    the server's id. Raises _Failure."""
 
-    def __init__(
-        self, resp: HTTPSocketResponse, rec: RequestRecord, perf_times: list[float], content_lines: list[bytes] | None
-    ) -> None:
-        self.resp = resp
+    def __init__(self, rec: RequestRecord, keep_text: bool) -> None:
+        self.resp: HTTPSocketResponse | None = None
         self.rec = rec
-        self.perf_times = perf_times
-        self.content_lines = content_lines
+        self.perf_times: list[float] = []  # every token event's arrival, perf_counter() seconds
+        self.empty_at: list[int] = []  # the positions in perf_times of the events with empty text
+        self.role_at: list[int] = []  # ... of the role events (sse.Event.role): tokens where usage says so
+        self.content_lines: list[bytes] = []
+        self.keep_text = keep_text
         self.seen_event = False
         self.done = False
 
@@ -269,38 +286,62 @@ class _EventReader:
 
     def feed(self, batch: bytes, t: float) -> int:
         """Take a batch of complete lines that arrived at perf_counter() time `t`; returns the
-        number of tokens (content events) in it."""
-        rec = self.rec
-        tokens = 0
-        for line in batch[:-1].split(b"\n"):  # line endings dropped (a "\r" may remain)
+        number of token events in it."""
+        times = self.perf_times
+        before = len(times)
+        for line in batch.split(b"\n"):  # line endings dropped (a "\r" may remain)
+            if not line:  # the blank line after every event, and the piece after the last "\n"
+                continue
             if line.startswith(b"data:"):
-                self.seen_event = True
+                if not self.seen_event:
+                    self._first(line)
                 try:
                     event = parse_data(line)
                 except MalformedEvent as e:
                     raise _Failure(ErrorCategory.MALFORMED, f"malformed event: {e}") from None
                 except StreamErrorEvent as e:
                     raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
-                if event.content:
-                    tokens += 1
-                    self.perf_times.append(t)
-                    if self.content_lines is not None:
+                if event is _TOKEN_EVENT:  # the common case: a token with text, nothing else
+                    times.append(t)
+                    if self.keep_text:
                         self.content_lines.append(line)
-                if event.finish_reason:
-                    rec.finish_reason = event.finish_reason
-                if event.completion_tokens >= 0:
-                    rec.completion_tokens = event.completion_tokens
-                    rec.prompt_tokens = event.prompt_tokens
-                if event.done:
-                    self.done = True
+                    continue
+                if event.token:
+                    if event.empty:
+                        self.empty_at.append(len(times))
+                    elif self.keep_text:
+                        self.content_lines.append(line)
+                    times.append(t)
+                self._take(event, t)
                 continue
-            if not line or line == b"\r":  # the blank line after every event
+            if line == b"\r":  # a blank line of CRLF endings
                 continue
             if line_kind(line) == "invalid":
                 if not self.seen_event:
                     raise self._not_sse("not an event stream")
                 raise _Failure(ErrorCategory.MALFORMED, f"not an SSE line: {line[:60]!r}")
-        return tokens
+        return len(times) - before
+
+    def _first(self, line: bytes) -> None:
+        """The stream's first event: it is one, and it names the response (the server's id,
+        where no x-request-id header did)."""
+        self.seen_event = True
+        if not self.rec.server_request_id:
+            self.rec.server_request_id = event_id(line)
+
+    def _take(self, event: Event, t: float) -> None:
+        """What an event other than a plain token says: a role, its finish reason, usage, the end."""
+        rec = self.rec
+        if event.role:
+            self.role_at.append(len(self.perf_times))
+            self.perf_times.append(t)
+        if event.finish_reason:
+            rec.finish_reason = event.finish_reason
+        if event.completion_tokens >= 0:
+            rec.completion_tokens = event.completion_tokens
+            rec.prompt_tokens = event.prompt_tokens
+        if event.done:
+            self.done = True
 
     def finish(self) -> None:
         """The body has ended: check that it was an event stream that ended properly."""
@@ -310,8 +351,24 @@ class _EventReader:
         if not self.done and not self.rec.finish_reason:
             raise _Failure(ErrorCategory.DISCONNECT, "stream ended without [DONE] or a finish_reason")
 
+    def counted(self) -> list[float]:
+        """The arrival times of the events that count as tokens, and the record told how they
+        were counted: every token event, empty text included, but no role event; a role event
+        too where usage.completion_tokens counts it (a server that sends the role with the first
+        token); only the events with text where usage equals their number (the empty chunks were
+        no tokens)."""
+        rec, times, empty, roles = self.rec, self.perf_times, self.empty_at, self.role_at
+        usage = rec.completion_tokens
+        keep_roles = bool(roles) and usage == len(times)
+        text_only = not keep_roles and bool(empty) and usage == len(times) - len(empty) - len(roles)
+        dropped = set(empty if text_only else ()) | set(() if keep_roles else roles)
+        kept = [t for i, t in enumerate(times) if i not in dropped] if dropped else times
+        rec.empty_chunks = len(empty) + (len(roles) if keep_roles else 0)
+        rec.token_events = TOKEN_EVENTS_TEXT if text_only else TOKEN_EVENTS_CHUNKS if kept else ""
+        return kept
+
     def _not_sse(self, what: str) -> _Failure:
-        ctype = self.resp.get("content-type", "")
+        ctype = self.resp.get("content-type", "") if self.resp is not None else ""
         return _Failure(ErrorCategory.NOT_SSE, f"{what} (content-type {ctype!r})")
 
 

@@ -21,11 +21,12 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import gevent
+from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 from geventhttpclient.url import URL
 
-from loadlab.client.context import ClientContext, add_loadlab_events, context_of
+from loadlab.client.context import ClientContext, LoadlabEvents, add_loadlab_events, context_of
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.clock import now
 from loadlab.config import RunConfig
@@ -39,6 +40,10 @@ from loadlab.workload.distributions import sample_seconds
 # start delay grows, which the self-check reports as client-limited).
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 _IDLE_S = 0.05  # how often an idle user looks for a new step / budget
+# A user held for a step about to begin waits for that step's `llm_step` (at most this long)
+# instead of looking 20 times a second: the conductor opens a step's connections first, and
+# hundreds of users polling meanwhile cost the client ~0.1-0.4 s of CPU per step.
+HELD_WAIT_S = 1.0
 # A closed-loop user that just failed pauses before its next request, twice as long after each
 # failure in a row (reset by a success): a failing endpoint answers at once, and without a pause
 # every user would send thousands of requests per second at it.
@@ -65,6 +70,22 @@ class ProcessState:
         self._ids = itertools.count()
         self._users = itertools.count()  # closed-loop users started here, in order
         self._ramp_places = itertools.count()  # closed-loop users that took a place in a ramp-up
+        self._step_begun = Event()  # set (and replaced) when a step begins: see `listen`
+        self._listening = False
+
+    def listen(self, events: LoadlabEvents) -> None:
+        """Hear when a step begins (`llm_step`), once per process: `wait_for_step` needs it."""
+        if not self._listening:
+            events.llm_step.add_listener(self._on_step)
+            self._listening = True
+
+    def _on_step(self, **_: object) -> None:
+        begun, self._step_begun = self._step_begun, Event()
+        begun.set()
+
+    def wait_for_step(self, timeout: float) -> None:
+        """Wait until the next step begins, at most `timeout` seconds."""
+        self._step_begun.wait(timeout)
 
     @property
     def ctx(self) -> ClientContext:
@@ -175,6 +196,7 @@ class LLMUser(FastHttpUser):
     def __init__(self, environment: Environment) -> None:
         self.state = process_state(environment)
         self.loadlab_events = add_loadlab_events(environment.events)
+        self.state.listen(self.loadlab_events)
         timeout = self.state.endpoint.timeout
         # Read by FastHttpUser.__init__: the pool must never make a request wait for a socket.
         self.concurrency = self.max_in_flight
@@ -304,7 +326,10 @@ class ClosedLoopUser(LLMUser):
             step = self._step()
         warmup = None if step is None else self.state.claim(step.index)
         if step is None or warmup is None:  # no closed-loop step running, or its budget is spent
-            gevent.sleep(_IDLE_S)
+            if self.state.ctx.hold_new_users:  # a step is about to begin: it wakes us
+                self.state.wait_for_step(HELD_WAIT_S)
+            else:
+                gevent.sleep(_IDLE_S)
             return
         self._pause_after(self.send_one(time.perf_counter(), step.index, warmup))
 

@@ -92,15 +92,18 @@ class LiveStats:
                 self._errors[record.error] += 1
                 return
             self._ok += 1
+            if not self.keep_latencies:  # counts only: no latencies worked out per request
+                tokens = int(output_tokens(record.completion_tokens, record.client_tokens))
+                self._output_tokens += tokens
+                heapq.heappush(self._recent, (record.end_time, self._ok, tokens, math.nan, []))
+                return
             lat = request_latencies(record, self.open_loop)
             self._output_tokens += lat.output_tokens
-            recent = (lat.ttft, lat.itls) if self.keep_latencies else (math.nan, [])
-            heapq.heappush(self._recent, (record.end_time, self._ok, lat.output_tokens, *recent))
-            if self.keep_latencies:
-                for name, value in (("ttft", lat.ttft), ("e2e", lat.e2e), ("tpot", lat.tpot)):
-                    if not math.isnan(value):
-                        self._latencies[name].append(value)
-                self._latencies["itl"].extend(lat.itls)
+            heapq.heappush(self._recent, (record.end_time, self._ok, lat.output_tokens, lat.ttft, lat.itls))
+            for name, value in (("ttft", lat.ttft), ("e2e", lat.e2e), ("tpot", lat.tpot)):
+                if not math.isnan(value):
+                    self._latencies[name].append(value)
+            self._latencies["itl"].extend(lat.itls)
 
     @property
     def done(self) -> int:

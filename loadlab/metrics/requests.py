@@ -44,5 +44,18 @@ def user_tokens_per_s(first_token_time: ArrayLike, end_time: ArrayLike, out_toke
 
 
 def inter_token_gaps(token_times: Sequence[float] | np.ndarray | None) -> np.ndarray:
-    """The gaps between consecutive content events of one request (empty when it had under two)."""
-    return np.diff(np.asarray(token_times if token_times is not None else [], dtype=float))
+    """ITL's gaps of one request: between consecutive token events, bunched ones left out (see
+    `read_gaps`; empty when it had under two events)."""
+    return read_gaps(np.diff(np.asarray(token_times if token_times is not None else [], dtype=float)))
+
+
+def read_gaps(gaps: np.ndarray) -> np.ndarray:
+    """The gaps that ITL counts: a gap of exactly 0 joins events that arrived in one read (the
+    client gives the events of one read one time) and says nothing of the time between two
+    tokens, so it is left out; `bunched_share` says how many there were."""
+    return gaps[gaps != 0]
+
+
+def bunched_share(gaps: np.ndarray) -> float:
+    """The share of gaps between token events that are bunched (0: read together); NaN for none."""
+    return float(np.mean(gaps == 0)) if len(gaps) else float("nan")

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from loadlab.analyze.summary import RunSummary, StepSummary
+from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note
 from loadlab.metrics.stats import Distribution
 
 DASH = "–"
@@ -116,6 +116,7 @@ def _notes(summary: RunSummary) -> list[Text]:
         (o.tokens.read_timed, "requests timed when the client read them (TLS: no kernel receive timestamps)"),
     ]
     notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
+    notes += [Text(bunched_note(step)) for step in summary.steps if step.itl_bunched > 0]
     if summary.coverage:
         parts = [
             f"{c.source} "

@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
+
+# RequestRecord.token_events: how a request's tokens were counted (docs/run-folder.md).
+TOKEN_EVENTS_CHUNKS = "chunks"  # every chunk that stands for a token, its text empty or not
+TOKEN_EVENTS_TEXT = "text_chunks"  # only chunks with text: usage showed the empty ones were no tokens
 
 
 class ErrorCategory(str, Enum):  # noqa: UP042  (a StrEnum would change what str() and f-strings print)
@@ -48,13 +52,16 @@ class RequestRecord:
     api: str  # "chat" | "completions"
     scheduled_time: float  # when the request was due (open loop) or picked up (closed loop)
     send_time: float  # when the HTTP request was written
-    first_token_time: float  # first event carrying non-empty content
+    first_token_time: float  # first token event (its text may be empty)
     end_time: float  # last event (or the failure)
-    token_times: list[float] = field(default_factory=list)  # arrival time of every content event
+    # Arrival time of every token event; events read together share one time (bunched).
+    token_times: list[float] = field(default_factory=list)
     token_clock: str = ""  # what timed them: "kernel" (receive timestamps), "read" or "" (no body)
     prompt_tokens: int = -1  # usage.prompt_tokens (-1: server did not say)
     completion_tokens: int = -1  # usage.completion_tokens
-    client_tokens: int = 0  # content events counted by the client
+    client_tokens: int = 0  # token events counted by the client (len(token_times))
+    token_events: str = ""  # how they were counted: TOKEN_EVENTS_CHUNKS or _TEXT; "" = no token events
+    empty_chunks: int = 0  # token chunks whose text was empty (e.g. a UTF-8 character held back)
     input_tokens: int = 0  # the workload's intended prompt length
     max_tokens: int = 0  # requested output length
     finish_reason: str = ""
@@ -63,6 +70,9 @@ class RequestRecord:
     error_detail: str = ""  # short text, for humans
     conversation: str = ""
     turn: int = -1
+    # The server's id of the request, to find it in the server's logs and traces: the x-request-id
+    # response header where sent, else the stream's `id`; "" when neither came.
+    server_request_id: str = ""
 
     @property
     def ok(self) -> bool:

@@ -111,9 +111,7 @@ async def _stream(http: web.Request, generation: Generation, builder: ResponseBu
         try:
             async for index, out in generation.outputs():
                 builder.add(index, out)
-                event = builder.chunk_event(index, out)
-                if event is not None:
-                    await response.write(event)
+                await response.write(builder.chunk_event(index, out))
             if builder.include_usage:
                 await response.write(sse(builder.usage_chunk()))
         except APIError as e:  # streaming has begun: the error travels as an event

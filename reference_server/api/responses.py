@@ -59,18 +59,17 @@ class ResponseBuilder:
         if out.finish_reason is not None:
             self.finish_reasons[index] = out.finish_reason
 
-    def chunk_event(self, index: int, out: TokenOutput) -> bytes | None:
-        """The SSE event for a token just added; None when it carries neither text nor an end.
+    def chunk_event(self, index: int, out: TokenOutput) -> bytes:
+        """The SSE event for a token just added: one per token, as vLLM streams, its text ""
+        while the token's bytes wait for the rest of a character or may begin a stop string.
 
         This runs once per streamed token, so it fills a per-request template instead of building
         and serializing a whole dict (5x cheaper); the JSON is the same as `_envelope` would give.
         """
-        if not out.text and out.finish_reason is None:
-            return None
         text, reason = _json(out.text), _json(out.finish_reason)
         if self.chat:
             role = ""
-            if not self._role_sent[index]:  # the role travels with the first real token, never alone
+            if not self._role_sent[index]:  # the role travels with the first token, never alone
                 role = '"role":"assistant",'
                 self._role_sent[index] = True
             choice = f'{{"index":{index},"delta":{{{role}"content":{text}}},"logprobs":null,"finish_reason":{reason}}}'

@@ -257,7 +257,7 @@ class ModelRunner:
 
     def __init__(self, config: EngineConfig, layout: KVLayout) -> None:
         self.layout = layout
-        self.sampler = Sampler(ByteTokenizer().eos_token_id, config.seed)
+        self.sampler = Sampler(ByteTokenizer().eos_token_id, config.seed, utf8=config.output_text == "utf8")
         self.world_size = config.tensor_parallel
         self.processes: list[BaseProcess] = []
         _set_threads(config)

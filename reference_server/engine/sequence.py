@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import enum
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ class Sequence:
     last_token_time: float | None = None
     block_hashes: list[bytes] = field(default_factory=list)  # of its leading full blocks (prefix caching)
     text: str = ""  # decoded output, for stop strings
+    # Decodes the output's bytes as they come, holding back an incomplete character.
+    utf8: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     emitted: int = 0  # characters of `text` already handed out
 
     @property

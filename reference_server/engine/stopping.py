@@ -15,14 +15,18 @@ def advance(seq: Sequence, token: int, tokenizer: ByteTokenizer, max_model_len: 
     reason ("stop", "length") or None."""
     p = seq.params
     if token == tokenizer.eos_token_id:
+        seq.text += seq.utf8.decode(b"", final=True)  # a character left incomplete is replaced
         return _take(seq, len(seq.text)), "stop"
-    seq.text += tokenizer.decode([token])
+    # Incremental UTF-8: the bytes of an incomplete character wait for the rest (this token's
+    # text is then ""), as vLLM's detokenizer holds them back; invalid bytes become U+FFFD.
+    seq.text += seq.utf8.decode(tokenizer.token_bytes(token))
     for stop in p.stop:
         # A stop string can only end at the newest character: search just the tail.
         at = seq.text.find(stop, max(0, len(seq.text) - len(stop) - 1)) if stop else -1
         if at >= 0:
             return _take(seq, at), "stop"
     if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= max_model_len:
+        seq.text += seq.utf8.decode(b"", final=True)
         return _take(seq, len(seq.text)), "length"
     return _take(seq, len(seq.text) - _held_back(seq)), None
 

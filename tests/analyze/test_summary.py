@@ -232,3 +232,16 @@ def test_the_run_folders_warnings_and_status_are_carried_into_the_summary(tmp_pa
     write_summary(load_run(folder))
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "degraded" and "load-generator process host:7 died" in summary["warnings"]
+
+
+def test_bunched_tokens_are_a_share_not_zero_gaps_in_itl() -> None:
+    """Two requests; the second's last three tokens came in one read (one time): 2 of its 4 gaps
+    are bunched, left out of ITL, which holds the gaps between reads only."""
+    records = [req(0, T, [T + 0.1, T + 0.2, T + 0.3]), req(1, T, [T + 0.1, T + 0.2, T + 0.4, T + 0.4, T + 0.4])]
+    s = summarize(run_of(records, [closed()])).steps[0]
+    assert s.itl.count == 4 and s.itl.min == pytest.approx(0.1) and s.itl.max == pytest.approx(0.2)
+    assert s.itl_bunched == pytest.approx(2 / 6)
+    assert RunSummary.from_dict(json.loads(json.dumps(summarize(run_of(records, [closed()])).to_dict()))).steps[
+        0
+    ].itl_bunched == pytest.approx(2 / 6)
+    assert math.isnan(summarize(run_of([req(0, T, [T + 0.1])], [closed()])).steps[0].itl_bunched)

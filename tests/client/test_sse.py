@@ -1,13 +1,14 @@
-"""SSE events are classified by a cheap byte scan; only finish/usage/error events are decoded."""
+"""SSE events are classified by a cheap byte scan; only finish/usage/error events are decoded.
+A chunk with a text string stands for a token even when the string is empty."""
 
 import pytest
 
-from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_text, line_kind, parse_data
+from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_id, event_text, line_kind, parse_data
 
 
-def test_a_chat_token_is_content_without_decoding():
+def test_a_chat_token_is_a_token_without_decoding():
     ev = parse_data(b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n')
-    assert ev.content and not ev.done and ev.finish_reason == ""
+    assert ev.token and not ev.empty and not ev.done and ev.finish_reason == ""
 
 
 @pytest.mark.parametrize(
@@ -17,10 +18,29 @@ def test_a_chat_token_is_content_without_decoding():
         b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}',  # reasoning counts as a token
         b'data: {"choices":[{"text":"t","finish_reason":null}]}',  # completions
         b'data: {"choices":[{"delta":{"content":"\\""}}]}',  # an escaped quote is not empty
+        b'data: {"choices":[{"delta":{"role":"assistant","content":"hi"}}]}',  # role on every chunk (Ollama)
     ],
 )
-def test_content_forms(line):
-    assert parse_data(line).content
+def test_token_forms(line):
+    event = parse_data(line)
+    assert event.token and not event.empty
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # vLLM: one chunk per token, "" while the detokenizer holds back part of a UTF-8 character
+        b'data: {"id":"cmpl-1","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null}]}',
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null}]}',
+        b'data: {"choices": [{"delta": {"content": ""}}], "usage": null}',
+        # the last token's chunk carries the finish reason (decoded in full), its text empty
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}',
+        b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"completion_tokens":3}}',
+    ],
+)
+def test_a_chunk_with_empty_text_is_an_empty_token(line):
+    event = parse_data(line)
+    assert event.token and event.empty
 
 
 @pytest.mark.parametrize(
@@ -29,17 +49,19 @@ def test_content_forms(line):
         b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',  # empty first chunk
         b'data: {"choices":[{"delta":{"content":null}}],"usage":null}',
         b'data: {"choices":[{"delta":{}}]}',
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":{"x":1}}',
+        b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}',  # an end without a token (OpenAI)
     ],
 )
 def test_events_without_a_token(line):
-    assert not parse_data(line).content
+    assert not parse_data(line).token
 
 
 def test_finish_usage_and_done_are_read_exactly():
     last = parse_data(b'data: {"choices":[{"delta":{"content":"z"},"finish_reason":"length"}]}')
-    assert last.content and last.finish_reason == "length"
+    assert last.token and not last.empty and last.finish_reason == "length"
     usage = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}')
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.content) == (7, 3, False)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.token) == (7, 3, False)
     assert parse_data(b"data: [DONE]\n").done
     assert parse_data(b"data:[DONE]").done
 
@@ -74,5 +96,11 @@ def test_event_text_of_an_odd_shaped_token_event_is_empty_not_an_exception():
         b'data: {"choices": [{"delta": "x"}], "text": "a"}',
         b'data: {"choices": [{"text": 5}], "content": "a"}',
     ):
-        assert parse_data(line).content
+        assert parse_data(line).token
         assert event_text(line) == ""
+
+
+def test_event_id_is_the_chunks_own_id():
+    assert event_id(b'data: {"id":"chatcmpl-42","object":"chat.completion.chunk","choices":[]}') == "chatcmpl-42"
+    assert event_id(b'data: {"id": "cmpl-7", "choices": [{"text": "x"}]}') == "cmpl-7"
+    assert event_id(b'data: {"choices":[{"text":"x"}]}') == ""

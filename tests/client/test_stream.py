@@ -20,6 +20,7 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.schema import ErrorCategory
 from tests.support.event_stream import client, send, serve_events, spec, start_mock, truth, url_of
+from tests.support.reference_server import MODEL, start_server
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,10 @@ def test_token_times_match_the_mock_truth(clean_mock, api):
         assert len(rec.token_times) == len(real) == 20
         assert rec.first_token_time == rec.token_times[0]
         assert rec.scheduled_time <= rec.send_time < rec.first_token_time <= rec.end_time
+        assert rec.token_events == "chunks" and rec.empty_chunks == 0
+        assert rec.server_request_id.startswith("chatcmpl-" if api == "chat" else "cmpl-")  # the stream's id
         errors += [mine - theirs for mine, theirs in zip(rec.token_times, real, strict=True)]
+    assert len({rec.server_request_id for rec in records}) == len(records)
     errors.sort()
     # A token is timed when its packet reached this host; the mock reads its clock just after
     # its write returns, so the client's time can precede the mock's by as long as the mock was
@@ -74,6 +78,85 @@ def test_lines_that_arrive_together_share_a_time_and_a_split_line_waits_for_its_
     first, second, third = rec.token_times
     assert first == second  # one read brought both lines
     assert third - second >= 0.39  # complete only with the third write, 0.4 s later
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_on_the_reference_server_with_chinese_and_emoji_every_token_counts(tmp_path, api):
+    """The reference server streams one chunk per token, "" while a character's bytes are
+    incomplete (as vLLM does; its byte-level tokens make CJK text and emoji 3-4 tokens a
+    character, and the random model's bytes often begin one): the client's count is usage's."""
+    prompts = ["你好，请用中文介绍一下你自己。", "🙂🚀 emoji 测试 🎉", "日本語と中文の混合テキスト ✨"]
+    with start_server(tmp_path / "server.log", "--output-text", "utf8") as server:
+        http = client(server.url, concurrency=len(prompts), timeout=60)
+        jobs = [
+            gevent.spawn(
+                send, server.url, http, f"{api}-cjk-{i}", api=api, model=MODEL, timeout=60, max_tokens=48, prompt=p
+            )
+            for i, p in enumerate(prompts * 2)
+        ]
+        gevent.joinall(jobs, timeout=120)
+    records = [j.value for j in jobs]
+    for rec in records:
+        assert rec is not None and rec.ok, rec and rec.error_detail
+        assert rec.client_tokens == rec.completion_tokens == len(rec.token_times) == 48
+        assert rec.token_events == "chunks"
+        assert rec.server_request_id.startswith("chatcmpl-" if api == "chat" else "cmpl-")
+    assert sum(rec.empty_chunks for rec in records) > 0  # empty chunks were there, and counted
+
+
+def serve_once(writes: list[bytes | float], request_id: str, headers: bytes = b""):
+    """One request through the client against a hand-written event stream; its record."""
+    server = StreamServer(("127.0.0.1", 0), serve_events(writes, headers))
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        return send(url, client(url), request_id)
+    finally:
+        server.stop(timeout=1)
+
+
+CHAT_CHUNK = b'data: {"id":"chatcmpl-abc","choices":[{"index":0,"delta":{%s},"finish_reason":%s}]}\n\n'
+USAGE_CHUNK = b'data: {"id":"chatcmpl-abc","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\n'
+
+
+def test_a_token_with_empty_text_counts_and_is_timed_and_the_role_chunk_does_not():
+    """vLLM's shape: a role-only chunk, then one chunk per generated token, "" while the
+    detokenizer holds back an incomplete UTF-8 character, the last token with the finish reason."""
+    token = lambda text, finish=b"null": CHAT_CHUNK % (b'"content":"%s"' % text.encode(), finish)  # noqa: E731
+    writes = [
+        CHAT_CHUNK % (b'"role":"assistant","content":""', b"null"),
+        0.2,
+        token(""),
+        token(""),
+        token("你"),
+        0.05,
+        token("!"),
+        token("", b'"stop"'),
+        USAGE_CHUNK % 5 + b"data: [DONE]\n\n",
+    ]
+    rec = serve_once(writes, "vllm-shape")
+    assert rec.ok, rec.error_detail
+    assert rec.client_tokens == rec.completion_tokens == len(rec.token_times) == 5
+    assert rec.token_events == "chunks" and rec.empty_chunks == 3
+    assert rec.first_token_time == rec.token_times[0] and rec.first_token_time - rec.send_time >= 0.2
+    assert rec.token_times[3] - rec.token_times[2] >= 0.05
+    assert rec.server_request_id == "chatcmpl-abc"
+
+
+def test_empty_chunks_that_usage_shows_were_no_tokens_are_not_counted():
+    """A server that ends with an extra empty chunk: usage counts the chunks with text alone."""
+    token = lambda text, finish=b"null": CHAT_CHUNK % (b'"content":"%s"' % text.encode(), finish)  # noqa: E731
+    writes = [token("a"), token("b"), token("", b'"stop"'), USAGE_CHUNK % 2 + b"data: [DONE]\n\n"]
+    rec = serve_once(writes, "extra-empty")
+    assert rec.ok, rec.error_detail
+    assert rec.client_tokens == rec.completion_tokens == len(rec.token_times) == 2
+    assert rec.token_events == "text_chunks" and rec.empty_chunks == 1
+
+
+def test_the_x_request_id_header_names_the_request_before_the_streams_id():
+    writes = [CHAT_CHUNK % (b'"content":"a"', b'"stop"') + b"data: [DONE]\n\n"]
+    rec = serve_once(writes, "with-header", headers=b"X-Request-Id: server-7\r\n")
+    assert rec.ok and rec.server_request_id == "server-7"
 
 
 def test_a_request_is_timed_from_when_it_goes_out_connection_set_up_included():

@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from loadlab.metrics.requests import inter_token_gaps, output_tokens, request_start, time_per_output_token
+from loadlab.metrics.requests import (
+    bunched_share,
+    inter_token_gaps,
+    output_tokens,
+    read_gaps,
+    request_start,
+    time_per_output_token,
+)
 
 
 def test_start_is_the_scheduled_time_in_open_loop_and_the_send_time_in_closed_loop():
@@ -35,3 +42,13 @@ def test_gaps_are_between_consecutive_events_and_empty_without_two():
     assert np.allclose(inter_token_gaps([1.0, 1.5, 1.75]), [0.5, 0.25])
     assert inter_token_gaps([1.0]).size == 0
     assert inter_token_gaps(None).size == 0
+
+
+def test_tokens_read_together_are_bunched_not_zero_gaps():
+    """Events of one read share one time: their 0 s gaps are left out of ITL and counted apart."""
+    times = [1.0, 1.25, 1.25, 1.25, 1.5]
+    assert np.allclose(inter_token_gaps(times), [0.25, 0.25])
+    gaps = np.diff(times)
+    assert np.allclose(read_gaps(gaps), [0.25, 0.25])
+    assert bunched_share(gaps) == 0.5
+    assert math.isnan(bunched_share(np.array([])))

@@ -1,5 +1,7 @@
 """Sampler: printable ASCII + EOS only, min_tokens and ignore_eos, greedy, top-k/top-p, seeds."""
 
+import codecs
+
 import torch
 
 from reference_server.engine.sampler import PRINTABLE, Sampler
@@ -113,3 +115,25 @@ def test_extreme_parameters_always_keep_the_top_token() -> None:
                 assert picks == greedy, params
     huge = torch.full((1, VOCAB), 3e38)  # scores near float32's limit: still a valid draw
     assert sampler.sample(huge, [seq(temperature=1e-5, top_k=3, top_p=1e-300)])[0] in PRINTABLE
+
+
+def test_utf8_output_is_valid_text_with_cjk_and_emoji_and_eos_never_splits_a_character() -> None:
+    """With utf8, a sequence drawn token by token decodes without a replacement character, holds
+    3- and 4-byte characters, and EOS (strongly favoured here) comes only between characters."""
+    sampler = Sampler(EOS, seed=0, utf8=True)
+    seqs = [seq(seed=i, temperature=1.0) for i in range(16)]
+    for _ in range(200):
+        logits = torch.randn(len(seqs), VOCAB) * 3
+        logits[:, EOS] = 1.0
+        live = [s for s in seqs if not s.output_ids or s.output_ids[-1] != EOS]
+        for s, token in zip(live, sampler.sample(logits[: len(live)], live), strict=True):
+            s.output_ids.append(token)
+    # Raises on invalid bytes, and on a character cut by EOS; one cut by the end of the draws waits.
+    texts = [
+        codecs.getincrementaldecoder("utf-8")().decode(bytes(t for t in s.output_ids if t != EOS), EOS in s.output_ids)
+        for s in seqs
+    ]
+    assert any(EOS in s.output_ids for s in seqs)
+    every = "".join(texts)
+    assert any("\u4000" <= ch <= "\u9fff" for ch in every)
+    assert any("\U0001f000" <= ch <= "\U0001ffff" for ch in every)

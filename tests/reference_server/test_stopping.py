@@ -45,3 +45,29 @@ def test_eos_and_length_flush_held_text() -> None:
 def test_without_stop_strings_every_byte_goes_out_at_once() -> None:
     sent, reason = feed("plain")
     assert sent == list("plain") and reason is None
+
+
+def feed_bytes(data: bytes, **params) -> tuple[list[str], str | None]:
+    """Feed raw bytes, one byte token each; the pieces sent and the finish reason."""
+    seq = Sequence("r", [1], SamplingParams(**{"max_tokens": 100, **params}), 0.0)
+    sent = []
+    for token in data:
+        seq.output_ids.append(token)
+        piece, reason = stopping.advance(seq, token, tok, 1000)
+        sent.append(piece)
+        if reason:
+            return sent, reason
+    return sent, None
+
+
+def test_an_incomplete_character_is_sent_as_empty_pieces_until_it_is_whole() -> None:
+    """As vLLM's detokenizer: one piece per token, "" while a character's bytes are incomplete."""
+    sent, reason = feed_bytes("你好😀!".encode())
+    assert sent == ["", "", "你", "", "", "好", "", "", "", "😀", "!"] and reason is None
+
+
+def test_invalid_bytes_become_replacement_characters_and_a_cut_character_is_flushed() -> None:
+    sent, _ = feed_bytes(b"a\xffb")
+    assert sent == ["a", "\ufffd", "b"]
+    sent, reason = feed_bytes("é你".encode(), max_tokens=3)  # the length cut falls inside 你
+    assert sent == ["", "é", "\ufffd"] and reason == "length"

@@ -68,3 +68,10 @@ def test_errors_are_listed_by_category_for_each_step() -> None:
     text = render(summarize(run_of(records, [closed(2), closed(4, T + 10, T + 20, index=1)])))
     assert "errors (concurrency=2): http_429 1" in text
     assert "errors (concurrency=4): connect 1, timeout 2" in text
+
+
+def test_bunched_tokens_are_said_under_the_table() -> None:
+    records = [req(0, T, [T + 0.1, T + 0.2, T + 0.2, T + 0.2, T + 0.3])]
+    text = render(summarize(run_of(records, [closed()])))
+    assert "concurrency=2: 50.0% of the gaps between tokens were bunched" in text
+    assert "bunched" not in render(summarize(run_of([req(0, T, [T + 0.1, T + 0.2])], [closed()])))

@@ -40,12 +40,12 @@ def truth(url: str) -> dict[str, dict]:
         return {t["request_id"]: t for t in json.loads(r.read())["requests"]}
 
 
-def spec(max_tokens: int = 10, pin: bool = True) -> RequestSpec:
+def spec(max_tokens: int = 10, pin: bool = True, prompt: str = "hello") -> RequestSpec:
     return RequestSpec(
-        prompt="hello",
-        messages=[{"role": "user", "content": "hello"}],
+        prompt=prompt,
+        messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens,
-        input_tokens=5,
+        input_tokens=len(prompt.encode()),
         pin_output=pin,
     )
 
@@ -64,13 +64,14 @@ def send(
     timeout: float = 5.0,
     api_key: str = "",
     max_tokens: int = 10,
+    prompt: str = "hello",
 ) -> RequestRecord:
     """One streamed request through the client, as a load-test user sends it; its record."""
     endpoint = Endpoint.from_config(RunConfig(url=url, model=model, api=api, timeout=timeout, api_key=api_key))
     return stream_request(
         http,
         endpoint,
-        spec(max_tokens),
+        spec(max_tokens, prompt=prompt),
         request_id,
         time.perf_counter(),
         process_anchor(),
@@ -80,9 +81,10 @@ def send(
     ).record
 
 
-def serve_events(writes: list[bytes | float]):
+def serve_events(writes: list[bytes | float], headers: bytes = b""):
     """A handler answering each request with `writes` as one chunked event stream, one chunk per
-    write, 10 ms apart; a number in `writes` is a pause of that many seconds."""
+    write, 10 ms apart; a number in `writes` is a pause of that many seconds. `headers`: more
+    response header lines (each ending with CRLF)."""
 
     def handle(conn, _address) -> None:
         while True:
@@ -96,7 +98,9 @@ def serve_events(writes: list[bytes | float]):
             length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
             while len(body) < length:
                 body += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n" % headers
+            )
             for data in writes:
                 if isinstance(data, float):
                     gevent.sleep(data)

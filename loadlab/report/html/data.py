@@ -20,6 +20,7 @@ from loadlab.analyze.intervals import GPU_SOURCES, Bins
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.analyze.tokens import TokenTimes
+from loadlab.metrics.requests import read_gaps
 from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import Coverage, ErrorCategory
 
@@ -193,7 +194,7 @@ def _cdfs(measured: pd.DataFrame, tokens: TokenTimes, summary: RunSummary) -> li
         in_step = ok[ok["step"] == step.index]
         for metric, values in (
             ("ttft", in_step["ttft"].to_numpy(float)),
-            ("itl", tokens.gaps_of(in_step.index)),
+            ("itl", read_gaps(tokens.gaps_of(in_step.index))),
             ("e2e", in_step["e2e"].to_numpy(float)),
         ):
             # Sorted first: 113 quantiles of millions of gaps select faster.

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from loadlab.analyze.summary import bunched_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
 
@@ -131,6 +132,9 @@ def _run_header(data: ReportData) -> str:
         strain = "".join(f"<li>{esc(w)}</li>" for w in s.client.warnings)
         why = "a warning: the client-limited verdict needs an effect on the load"
         parts.append(f"<p><b>Client under strain</b> ({why})</p><ul>{strain}</ul>")
+    bunched = [bunched_note(step) for step in s.steps if step.itl_bunched > 0]
+    if bunched:
+        parts.append("<p><b>Bunched tokens</b></p><ul>" + "".join(f"<li>{esc(b)}</li>" for b in bunched) + "</ul>")
     if data.warnings:
         parts.append("<p><b>Warnings</b></p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.warnings) + "</ul>")
     return "".join(parts)
