@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.procs import BIN, REPO, free_port, loadlab
+from tests.support.procs import BIN, REPO, free_port
 
 WORKFLOW = REPO / ".github" / "workflows" / "perf-gate.yml"
 
@@ -74,9 +74,8 @@ def test_the_workflow_starts_the_server_loads_it_and_its_gate_passes_and_fails(t
         assert "gate: FAIL (exit 1)" in failed.stdout and "ttft_p50=1ms" in failed.stdout
         assert ET.parse(tmp_path / "out" / "gate.xml").getroot().find("testsuite").get("failures") != "0"
 
-        if loadlab("report", "--help", timeout=60).returncode == 0:  # `loadlab report` comes with issue 11.1
-            reported = bash(steps["Report"], env, 120)
-            assert reported.returncode == 0 and (tmp_path / "out" / "report.html").is_file(), reported.stderr
+        reported = bash(steps["Report"], env, 120)
+        assert reported.returncode == 0 and (tmp_path / "out" / "report.html").is_file(), reported.stderr
     finally:
         stopped = bash(steps["Stop the server"], env, 30)
         if (tmp_path / "server.pid").exists():
