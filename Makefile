@@ -34,7 +34,14 @@ check: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite in two tiers. First the tests marked `serial` (a provoked load, a verdict that depends
+# on this host's speed: the lab, the KV-bound run, a real vLLM), one at a time with the host to
+# themselves; then the rest side by side in TEST_WORKERS processes (pytest-xdist), a test file per
+# process so that a module's server starts once. Both tiers run; either failing fails the target.
+TEST_WORKERS ?= 3
 test: venv system-deps check
-	$(BIN)/python -m pytest -q --durations=15
+	@$(BIN)/python -m pytest -q -m serial --durations=10; serial=$$?; \
+	$(BIN)/python -m pytest -q -m 'not serial' -n $(TEST_WORKERS) --dist loadfile --durations=15; rest=$$?; \
+	test $$serial -eq 0 && test $$rest -eq 0
 
 .PHONY: venv system-deps demo report check test

@@ -1,4 +1,4 @@
-"""`loadlab analyze` at scale (issue 10, point 11): a synthetic run folder of 1,000,000 requests x
+"""`loadlab analyze` at scale: a synthetic run folder of 1,000,000 requests x
 128 tokens (every token's time stored) and one hour of 1 s samples from 8 GPUs and a vLLM-like
 server (gauges, counters, histograms), analyzed by the real CLI in a child process; wall time and
 peak memory (max RSS of the child, from /usr/bin/time -v). Run:

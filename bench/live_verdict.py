@@ -1,4 +1,4 @@
-"""The live verdict's cost (issue 10.9): CPU per update of the judge process, and what forwarding the
+"""The live verdict's cost: CPU per update of the judge process, and what forwarding the
 records and samples costs the run's process, at several request rates. Run:
     .venv/bin/python bench/live_verdict.py [--rates 10,100,1000] [--gpus 8] [--repeat 5]
 Each rate fills a LiveWindow as a steady run would (closed loop, requests of 1 s with 20 tokens)

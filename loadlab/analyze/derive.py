@@ -1,4 +1,4 @@
-"""The derived quantities of one load step over its steady-state window (issue 10, point 1).
+"""The derived quantities of one load step over its steady-state window.
 
 Each `Derived` names the signals it came from and the collector behind them, so a verdict's
 evidence can say where every number was measured. A quantity whose signals are missing is

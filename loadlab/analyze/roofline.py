@@ -1,6 +1,6 @@
 """Compute vs memory bandwidth, from the engine's own step timings and work estimates.
 
-Without GPU counters (issue 10, point 4): a step's time is about max(bytes moved / bandwidth,
+Without GPU counters, a step's time is about max(bytes moved / bandwidth,
 FLOPs / peak). Decode steps of a dense model read every weight once, so their time barely grows
 with the tokens in the step; prefill-heavy steps grow in proportion to them. A least-squares
 line `step time = intercept + slope x tokens per step`, fitted over short intervals of every

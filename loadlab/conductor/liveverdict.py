@@ -50,7 +50,7 @@ from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
 
 log = logging.getLogger("loadlab")
 
-WINDOW_S = 30.0  # the live verdict judges this many recent seconds (issue 10.9)
+WINDOW_S = 30.0  # the live verdict judges this many recent seconds
 EVERY_S = 5.0  # ... this often, or less often when a verdict costs more than:
 MAX_CORE_SHARE = 0.02  # the judge process's CPU / the time between verdicts
 MIN_WINDOW_S = 5.0  # a step younger than this has no verdict yet
@@ -68,8 +68,8 @@ JUDGE_COMMAND = (sys.executable, "-c", "from loadlab.conductor.liveverdict impor
 class LiveWindow:
     """The records and samples of the last `seconds` (+ SAMPLE_MARGIN_S of samples), in memory.
 
-    Fed from the event loop's thread (the writer's events); `window()` copies what a verdict
-    reads, so the thread that judges it shares nothing that changes."""
+    Lives in the judge process (`serve`), fed by the run's messages one at a time between
+    verdicts; `window()` takes the step's window out of it as a `LiveRun`."""
 
     def __init__(self, seconds: float = WINDOW_S) -> None:
         self.seconds = seconds

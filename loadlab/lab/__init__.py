@@ -1,4 +1,4 @@
-"""`loadlab lab`: every bottleneck class provoked for real on the reference server (issue 10.7).
+"""`loadlab lab`: every bottleneck class provoked for real on the reference server.
 
 scenarios.py holds the table (one row per provoked constraint), runner.py runs one scenario
 (server, load, verdict), suite.py runs a list of them, table.py prints and writes the confusion

@@ -12,9 +12,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.support.procs import BIN, REPO, free_port, loadlab
+from tests.support.procs import BIN, REPO, free_port
 
 WORKFLOW = REPO / ".github" / "workflows" / "perf-gate.yml"
 
@@ -37,6 +38,7 @@ def bash(script: str, env: dict[str, str], timeout: float) -> subprocess.Complet
     )
 
 
+@pytest.mark.serial  # the workflow's short steps need enough requests: 5 s at 1 user on a crowded host gave 4
 def test_the_workflow_starts_the_server_loads_it_and_its_gate_passes_and_fails(tmp_path: Path) -> None:
     job_env, steps = run_steps()
     assert list(steps) == [
@@ -74,9 +76,8 @@ def test_the_workflow_starts_the_server_loads_it_and_its_gate_passes_and_fails(t
         assert "gate: FAIL (exit 1)" in failed.stdout and "ttft_p50=1ms" in failed.stdout
         assert ET.parse(tmp_path / "out" / "gate.xml").getroot().find("testsuite").get("failures") != "0"
 
-        if loadlab("report", "--help", timeout=60).returncode == 0:  # `loadlab report` comes with issue 11.1
-            reported = bash(steps["Report"], env, 120)
-            assert reported.returncode == 0 and (tmp_path / "out" / "report.html").is_file(), reported.stderr
+        reported = bash(steps["Report"], env, 120)
+        assert reported.returncode == 0 and (tmp_path / "out" / "report.html").is_file(), reported.stderr
     finally:
         stopped = bash(steps["Stop the server"], env, 30)
         if (tmp_path / "server.pid").exists():

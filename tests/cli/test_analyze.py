@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.procs import BIN, Proc, free_port, loadlab
 from tests.support.runs import fill_run, write_run
 
@@ -15,6 +17,7 @@ def analysis_of(folder: Path) -> dict:
     return json.loads((folder / "analysis.json").read_text())
 
 
+@pytest.mark.serial  # shares the KV-bound run with the live verdict's test (tests/conftest.py)
 def test_a_tiny_kv_pool_under_many_users_binds_on_kv_capacity(kv_bound):
     result, out = kv_bound.result, kv_bound.folder
     assert result.returncode == 0, result.stderr[-2000:]

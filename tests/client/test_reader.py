@@ -25,6 +25,7 @@ EVENT = b'data: {"choices":[{"delta":{"content":"t"},"finish_reason":null}]}\n\n
 LAST = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
 
+@pytest.mark.serial  # it makes its own busy client, with a 30 s limit a crowded host can overrun
 def test_a_token_is_timed_when_it_reaches_the_host_even_while_the_client_is_busy():
     """The client's process is blocked for 40 ms of every 53 ms (a loop that never yields), so
     many tokens are read late; their times must still be when the mock sent them. (Tokens 100 ms

@@ -250,17 +250,18 @@ def test_every_fault_lands_in_its_category_and_sockets_stay_clean():
         "--stall-rate",
         "0.1",
         "--stall-seconds",
-        "3",
+        "10",
         "--not-sse-rate",
         "0.1",
     ) as mock:
         url = url_of(mock)
-        http = client(url, concurrency=4, timeout=0.6)
+        # A clean response well inside the timeout even on a busy host; a stall far beyond it.
+        http = client(url, concurrency=4, timeout=2.5)
         records = []
 
         def worker(w: int) -> None:
             for i in range(12):
-                records.append(send(url, http, f"fault-{w}-{i}", timeout=0.6))
+                records.append(send(url, http, f"fault-{w}-{i}", timeout=2.5))
 
         gevent.joinall([gevent.spawn(worker, w) for w in range(4)], timeout=60)
         served = truth(url)

@@ -2,26 +2,21 @@
 the analyzer's verdict on the last step. They take minutes together (about 40 s each on a busy
 2-core machine).
 
-Each must come out as its class: event-loop lag alone (which any busy host shows) no longer
-makes a step client-limited, only an effect on the load does (docs/diagnosis.md). The client
+Each must come out as its class: event-loop lag alone (which any busy host shows) does not
+make a step client-limited, only an effect on the load does (docs/diagnosis.md). The client
 scenario must be client-limited for such an effect: users the client could not keep in flight,
 or requests leaving late.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from loadlab.lab.runner import MATCH, SHORT_SECONDS, run_scenario
 from loadlab.lab.scenarios import CLIENT, SCENARIOS
-from loadlab.lab.suite import server_has_twin
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("loadlab.analyze.analysis") is None,
-    reason="no analyzer yet (loadlab.analyze.analysis, branch analyzer): nothing writes analysis.json to judge",
-)
+# Each scenario provokes its class with the host's cores: other tests beside it would change it.
+pytestmark = pytest.mark.serial
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
@@ -32,21 +27,18 @@ CPU_PHYSICS = {
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
-NO_TWIN = "the reference server has no --twin (branch twin not merged)"
 # The twin's step times are modelled, not this host's: 5 s steps judge it as surely as 12 (measured:
 # both twin rows as built in 3 of 3 runs at 5 s on the busy machine), and save ~40 s.
 TWIN_SECONDS = 5.0
 
 
 def params() -> list:
-    """Every scenario; twin rows skipped without --twin; known misses marked, not hidden."""
-    twin = server_has_twin()
+    """Every scenario, the twin's rows too (the reference server here has --twin); known misses
+    marked, not hidden."""
     found = []
     for s in SCENARIOS:
         reason = CPU_PHYSICS.get(s.name) or RULE_GAPS.get(s.name)
         marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-        if s.twin and not twin:
-            marks.append(pytest.mark.skip(reason=NO_TWIN))
         found.append(pytest.param(s, id=s.name, marks=marks))
     return found
 

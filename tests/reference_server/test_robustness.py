@@ -219,7 +219,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_sequence_at_once(server)
         received += sock.recv(4096)
     assert server.metric("vllm:num_requests_running") == 1
     sock.close()
-    assert server.pool_is_whole(timeout=1.5)
+    assert server.pool_is_whole()
     assert server.metric(ABORTS[0], **ABORTS[1]) == aborts + 1  # aborted, not finished
 
 
@@ -230,5 +230,5 @@ def test_a_client_that_disconnects_while_waiting_for_a_whole_response_frees_its_
     while server.metric("vllm:num_requests_running") == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     sock.close()
-    assert server.pool_is_whole(timeout=1.5)
+    assert server.pool_is_whole()
     assert server.metric(ABORTS[0], **ABORTS[1]) == aborts + 1

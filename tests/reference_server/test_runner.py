@@ -127,14 +127,16 @@ def test_contiguous_decodes_in_neighbouring_slabs_are_read_as_one_view() -> None
     assert build_step([ScheduledChunk(s, 1) for s in seqs], 4)[0].meta.decode_first_slab == -1  # paged
 
 
+@pytest.mark.serial  # the second rank's start-up (torch, the model) must fit in the rendezvous's timeout
 def test_tensor_parallel_engine_survives_idling_past_the_collective_timeout(monkeypatch) -> None:
     from reference_server.engine import runner
 
-    monkeypatch.setattr(runner, "COLLECTIVE_TIMEOUT", 3)
+    # The timeout bounds the rendezvous too: 3 s was too short for a rank to start on a busy host.
+    monkeypatch.setattr(runner, "COLLECTIVE_TIMEOUT", 10)
     monkeypatch.setattr(runner, "KEEPALIVE_EVERY", 0.5)
 
     async def scenario(engine):
-        await asyncio.sleep(5)  # without keepalives the idle worker rank times out here
+        await asyncio.sleep(12)  # without keepalives the idle worker rank times out here
         result = await collect(engine.add_request("late", [65] * 4, SamplingParams(max_tokens=4)))
         return result.finish_reason, engine.healthy
 
