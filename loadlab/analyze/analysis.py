@@ -181,7 +181,7 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
     states = [state_of[d.step.index] for d in data]
     verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
-    cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
+    cut_off = run.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
     return Analysis(
         path=str(run.path),

@@ -4,7 +4,6 @@ read off a sweep's measured curve (loadlab/analyze/capacity.py)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +39,7 @@ def plan(
     streams / capacity, rounded up; per-user tokens/s read off the curve. Nothing is extrapolated
     beyond the measured concurrencies: the plan says so instead."""
     from loadlab.analyze.capacity import plan_capacity
+    from loadlab.cli.output import say
     from loadlab.cli.sweep import goodput_note
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
@@ -56,11 +56,9 @@ def plan(
     objectives, skipped = _usable(spec.objectives if spec else ())
     note = goodput_note(spec)
     if note:
-        print(f"note: {note}", file=sys.stderr)
+        say("note", note)
     for text in skipped:
-        print(
-            f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr
-        )
+        say("note", f"SLO item '{text}' is not a per-step statistic the curve can hold; not planned on")
     points = curve_points(folder, objectives, spec)
     result = plan_capacity(points, users, think, objectives)
     console = table_console()
@@ -73,12 +71,10 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
     step when one was run twice); UserError when there is none to plan from."""
     from loadlab.analyze.capacity import CurvePoint
     from loadlab.analyze.measures import measure, statistic
+    from loadlab.cli.output import read_run, say
     from loadlab.errors import UserError
-    from loadlab.store.reader import load_run
 
-    run = load_run(folder)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    run = read_run(folder)
     values = measure(run, spec.per_request if spec else None)
     by_load: dict[float, CurvePoint] = {}
     for step in values.steps:
@@ -94,10 +90,10 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
         )
     limited = [s.summary.label for s in values.steps if s.summary.client.limited]
     if limited:
-        print(
-            f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
+        say(
+            "note",
+            f"the client self-check flagged {', '.join(limited)}: their figures may be the load "
             "generator's, not the server's",
-            file=sys.stderr,
         )
     if not by_load:
         raise UserError(

@@ -6,7 +6,6 @@ sweep stopped.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,8 +42,6 @@ def run_sweep(
     config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None, step_seconds: float
 ) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
-    # The folder is read while the run goes on: the reader's "cut off" warning is expected.
-    logging.getLogger("loadlab.store.reader").setLevel(logging.ERROR)
     conductor = Conductor(config, folder, console, limits.mode)
     results: list[StepResult] = []
     decision = next_step(results, limits)

@@ -66,6 +66,12 @@ def gate_run(
     return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base, max_regression, seed)
 
 
+def unevaluated(run: str, why: str) -> GateResult:
+    """The result of a gate that could not evaluate the run (unreadable, or an error of the gate
+    itself): one check in error, exit 2, never 1 (which says an SLO failed)."""
+    return GateResult(run, [Check(VALIDITY, "run gated", ERROR, "not evaluated", why)])
+
+
 def check_run(
     values: RunValues,
     spec: SloSpec | None,

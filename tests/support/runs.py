@@ -230,3 +230,28 @@ def loaded_run(
         for name, per_s in (counters or {}).items():
             samples.append(Sample(start + t, "server", name, per_s * t, {"engine": "0"}))
     return records, samples
+
+
+def as_killed(folder: Path) -> Path:
+    """Make run.json name a writer process that has exited, as a run killed mid-way leaves it
+    (the writer of a folder written by the test itself is the test process: alive)."""
+    import json
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    meta = json.loads((folder / "run.json").read_text())
+    meta["host"]["pid"] = int(gone.stdout)
+    (folder / "run.json").write_text(json.dumps(meta))
+    return folder
+
+
+def edit_run_json(folder: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """Rewrite the folder's run.json after `edit(meta)` changed the parsed object in place (the
+    text written as Python's json module writes it: NaN, Infinity and huge integers pass)."""
+    import json
+
+    meta = json.loads((folder / "run.json").read_text())
+    edit(meta)
+    (folder / "run.json").write_text(json.dumps(meta))
+    return folder
