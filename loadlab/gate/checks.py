@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_runs
+from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_runs, format_change
 from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
@@ -216,10 +216,15 @@ def _baseline_check(change: Change, max_regression: float) -> Check:
     name = f"baseline {change.metric} [{change.step}]"
     base, new = format_value(change.base, change.unit), format_value(change.new, change.unit)
     if change.call == NOT_COMPARABLE:
-        return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}")
-    measured = f"{change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}]"
+        why = f"; {change.note}" if change.note else ""
+        return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}{why}")
+    unit = change.unit
+    measured = (
+        f"{format_change(change.change, unit)} [{format_change(change.low, unit)}, {format_change(change.high, unit)}]"
+    )
     detail = (
-        f"baseline {base}, now {new}; noise {change.noise:.1%}, allowed regression {max_regression:.1%}: {change.call}"
+        f"baseline {base}, now {new}; noise {format_change(change.noise, unit, sign='')}, "
+        f"allowed regression {format_change(max_regression, unit, sign='')}: {change.call}"
     )
     return Check(BASELINE, name, FAIL if change.call == REGRESSION else PASS, measured, detail)
 

@@ -188,16 +188,18 @@ def write_drawn_run(
     targets: Sequence[float] = (2,),
     n: int = 150,
     status: str = "finished",
+    failed: int = 0,
 ) -> None:
-    """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step, one step per
-    target (labels concurrency=<target>), the steps one after the other."""
+    """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step (`failed` of
+    them failed, see `with_failures`), one step per target (labels concurrency=<target>), the
+    steps one after the other."""
     config = RunConfig(url="http://127.0.0.1:1", concurrency=[int(t) for t in targets])
     writer = RunWriter(folder, config, process_anchor())
     start = writer.meta.started_at
     for index, target in enumerate(targets):
         end = start + n * DRAWN_EVERY
         writer.begin_step(StepInfo(index, f"concurrency={target:g}", "closed", target, start))
-        writer.add_requests(drawn_records(start, seed + index, n, slower, index))
+        writer.add_requests(with_failures(drawn_records(start, seed + index, n, slower, index), failed))
         writer.end_step(index, end)
         start = end
     writer.close(status)
@@ -255,3 +257,27 @@ def edit_run_json(folder: Path, edit: Callable[[dict[str, Any]], object]) -> Pat
     edit(meta)
     (folder / "run.json").write_text(json.dumps(meta))
     return folder
+
+
+def with_failures(records: list[RequestRecord], count: int) -> list[RequestRecord]:
+    """`records` with `count` of them, spread evenly, failed as a server error does: HTTP 500
+    10 ms after the send, no token."""
+    from dataclasses import replace
+
+    step = len(records) / count if count else 0
+    failing = {int(i * step) for i in range(count)}
+    return [
+        replace(
+            r,
+            error="http_5xx",
+            status=500,
+            token_times=[],
+            first_token_time=float("nan"),
+            end_time=r.send_time + 0.01,
+            completion_tokens=-1,
+            client_tokens=0,
+        )
+        if i in failing
+        else r
+        for i, r in enumerate(records)
+    ]
