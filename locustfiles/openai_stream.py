@@ -96,7 +96,7 @@ def run_config(environment: Environment) -> RunConfig:
     rate = float(o.loadlab_rate or 0)
     url = environment.host or ""
     api_key = o.loadlab_api_key or api_key_from_env()
-    model = o.loadlab_model or (discover_model(url, api_key, 10.0) if url else "")
+    model = o.loadlab_model or (discover_model(url, api_key, 10.0, "--loadlab-model") if url else "")
     return apply_overrides(
         RunConfig(),
         url=url,

@@ -67,6 +67,10 @@ def run_sweep(
         conductor.interrupt()
         decision = Decision(None, INTERRUPTED, "interrupted")
     outcome = conductor.close()
+    if outcome.cause == "error-budget" and decision.stop != RUN_STOPPED:
+        # Judged over a whole step at the run's end: the sweep judged that step by its own,
+        # stricter errors rule and stopped by itself, which exits 0 (docs/sweep.md).
+        outcome = RunOutcome(outcome.status)
     try:
         write_sweep_json(Path(folder), limits, decision, results)
     except OSError as e:  # what was measured is in the run folder already

@@ -114,3 +114,9 @@ def test_bad_loadlab_option_is_one_line_error(tmp_path):
     )
     assert res.returncode == 2
     assert "error: " in res.stderr and "banana" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_an_undiscoverable_model_names_the_locust_option(tmp_path):
+    res = locust("--headless", "--host", f"http://127.0.0.1:{free_port()}", "--run-time", "1s", timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "pass --loadlab-model" in res.stderr and "pass --model" not in res.stderr, res.stderr[-2000:]

@@ -184,7 +184,7 @@ def drawn_records(t0: float, seed: int, n: int, slower: float = 1.0, step: int =
 def write_drawn_run(
     folder: Path,
     seed: int,
-    slower: float = 1.0,
+    slower: float | Sequence[float] = 1.0,
     targets: Sequence[float] = (2,),
     n: int = 150,
     status: str = "finished",
@@ -192,14 +192,15 @@ def write_drawn_run(
 ) -> None:
     """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step (`failed` of
     them failed, see `with_failures`), one step per target (labels concurrency=<target>), the
-    steps one after the other."""
+    steps one after the other; `slower` for all steps or one per step."""
+    slowness = [slower] * len(targets) if isinstance(slower, (int, float)) else list(slower)
     config = RunConfig(url="http://127.0.0.1:1", concurrency=[int(t) for t in targets])
     writer = RunWriter(folder, config, process_anchor())
     start = writer.meta.started_at
     for index, target in enumerate(targets):
         end = start + n * DRAWN_EVERY
         writer.begin_step(StepInfo(index, f"concurrency={target:g}", "closed", target, start))
-        writer.add_requests(with_failures(drawn_records(start, seed + index, n, slower, index), failed))
+        writer.add_requests(with_failures(drawn_records(start, seed + index, n, slowness[index], index), failed))
         writer.end_step(index, end)
         start = end
     writer.close(status)
