@@ -42,6 +42,7 @@ from loadlab.store.meta import DEGRADED, FINISHED
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
+from loadlab.terminal import inert
 from loadlab.workload.scenario import apply_overrides
 
 log = logging.getLogger("loadlab")
@@ -126,7 +127,7 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
     try:
         environment.loadlab = ClientContext(config=run_config(environment), worker=worker_id())
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     environment.user_classes[:] = [OpenLoopUser if open_loop else ClosedLoopUser]
     if open_loop and options.num_users is None:  # one scheduler per process
@@ -177,7 +178,7 @@ def _start_collectors(environment: Environment) -> None:
     try:
         collectors = build_collectors(environment.loadlab.config)
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     hooks = environment.events
     for c in collectors:
@@ -201,7 +202,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
     try:
         writer = RunWriter(folder, context.config, context.anchor)
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     writer.start_autoflush()
     hooks = environment.events

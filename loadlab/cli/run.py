@@ -296,17 +296,15 @@ def check_out_folder(folder: Path) -> None:
 def print_final_summary(folder: Path) -> None:
     """The summary table of the run, on stdout: the summary.json the run writer left, or, where
     it could not be written (a full disk), recomputed from what was saved."""
-    import json
-
     from loadlab.analyze.summary import RunSummary, summarize
     from loadlab.cli.output import say
     from loadlab.errors import UserError
     from loadlab.report.console import print_summary, table_console
-    from loadlab.store.reader import SUMMARY_JSON, load_run
+    from loadlab.store.reader import SUMMARY_JSON, load_run, read_stage_json
 
     try:
-        summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        summary = RunSummary.from_dict(read_stage_json(folder, SUMMARY_JSON) or {})
+    except (UserError, ValueError, KeyError, TypeError, AttributeError) as e:
         try:  # it could not be written (a full disk): recompute it from what was saved
             summary = summarize(load_run(folder))
         except (UserError, OSError, ValueError) as again:

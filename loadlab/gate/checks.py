@@ -7,7 +7,6 @@ requests) or a check cannot be evaluated (a step or analysis.json that is not th
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +16,8 @@ from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_
 from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
-from loadlab.store.reader import load_run
+from loadlab.store.reader import ANALYSIS_JSON, RunFolderError, load_run, read_stage_json
 
-ANALYSIS_JSON = "analysis.json"  # written by the analyzer (loadlab analyze); read here as plain JSON
 PASS, FAIL, INVALID, ERROR, SKIPPED = "pass", "fail", "invalid", "error", "skipped"
 VALIDITY, SLO, BASELINE = "validity", "slo", "baseline"
 
@@ -245,14 +243,10 @@ def _entry(analysis: dict[str, Any], index: int | None) -> dict[str, Any]:
 
 def _read_analysis(folder: Path) -> dict[str, Any] | str | None:
     """analysis.json as a dict; None when absent; a string saying why when unreadable."""
-    path = folder / ANALYSIS_JSON
-    if not path.exists():
-        return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return f"{ANALYSIS_JSON} unreadable: {e}"
-    return data if isinstance(data, dict) else f"{ANALYSIS_JSON} is not a JSON object"
+        return read_stage_json(folder, ANALYSIS_JSON)
+    except RunFolderError as e:
+        return str(e)
 
 
 def format_value(value: float, unit: str) -> str:

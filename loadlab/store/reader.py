@@ -35,6 +35,7 @@ from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 RUN_JSON = "run.json"
 SUMMARY_JSON = "summary.json"
+ANALYSIS_JSON = "analysis.json"
 REQUESTS_DIR = "requests"
 SAMPLES_DIR = "samples"
 PART_GLOB = "part-*.parquet"
@@ -141,6 +142,25 @@ def read_meta(folder: Path) -> RunMeta:
         return meta
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise RunFolderError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+
+
+def read_stage_json(folder: Path, name: str) -> dict[str, Any] | None:
+    """A JSON object a later stage wrote into the run folder (summary.json, analysis.json); None
+    when it is not there; RunFolderError (one line) when it cannot be read, is not an object or
+    holds a number loadlab never writes."""
+    path = folder / name
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise RunFolderError(f"{name} is unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{name} holds a JSON {_JSON_NAMES.get(type(data), type(data).__name__)}, not an object")
+    odd = _odd_number(data, "")
+    if odd:
+        raise RunFolderError(f"{name}: {odd}, a number loadlab never writes")
+    return data
 
 
 def _check_format(fmt: object, run_json: Path) -> None:
