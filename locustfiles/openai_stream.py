@@ -43,6 +43,7 @@ from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
 from loadlab.terminal import inert
+from loadlab.urls import parse_http_url
 from loadlab.workload.scenario import apply_overrides
 
 log = logging.getLogger("loadlab")
@@ -96,8 +97,9 @@ def run_config(environment: Environment) -> RunConfig:
     o = environment.parsed_options
     rate = float(o.loadlab_rate or 0)
     url = environment.host or ""
+    parse_http_url(url, "--host")  # checked here, so that the error names Locust's option
     api_key = o.loadlab_api_key or api_key_from_env()
-    model = o.loadlab_model or (discover_model(url, api_key, 10.0, "--loadlab-model") if url else "")
+    model = o.loadlab_model or discover_model(url, api_key, 10.0, "--loadlab-model")
     return apply_overrides(
         RunConfig(),
         url=url,
