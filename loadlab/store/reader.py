@@ -46,6 +46,11 @@ _TIME_COLUMNS = {
     REQUESTS_DIR: ("scheduled_time", "send_time", "first_token_time", "end_time"),
     SAMPLES_DIR: ("time",),
 }
+# A row's times lie within its run: from an hour before its start (other processes' clocks) to an
+# hour after its end, or, while the end is unknown, to 30 days after the start (no run lasts that
+# long). A row beyond would stretch every time axis over it (a grid of 10^12 intervals).
+_SLACK_S = 3600.0
+_LONGEST_RUN_S = 30 * 86400.0
 
 
 class RunFolderError(UserError):
@@ -81,6 +86,8 @@ def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
     """
     path = Path(folder)
     meta = read_meta(path)
+    span = _span(meta)
+    _check_times(meta, span, path / RUN_JSON)
     warnings = _step_warnings(meta)
     writing = meta.cut_off and writer_alive(meta.host)
     if writing:
@@ -90,8 +97,8 @@ def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
         )
     elif meta.cut_off:
         warnings.append("run.json still says 'running': the run was cut off; using the data it left")
-    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, without)
-    samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings)
+    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, span, without)
+    samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings, span)
     return RunData(path=path, meta=meta, requests=requests, samples=samples, warnings=warnings, writing=writing)
 
 
@@ -192,6 +199,22 @@ def _odd_number(value: Any, where: str) -> str:
     return ""
 
 
+def _check_times(meta: RunMeta, span: tuple[float, float], run_json: Path) -> None:
+    """RunFolderError when the run ends before it starts or a step's time lies far outside the
+    run: every rate and time axis would be measured over a meaningless span."""
+    if meta.ended_at < meta.started_at:
+        raise RunFolderError(f"{run_json}: ended_at is before started_at: the run's times mean nothing")
+    lo, hi = span
+    for i, step in enumerate(meta.steps):
+        for name in ("start_time", "end_time", "ramp_end"):
+            value = getattr(step, name)
+            if not lo <= value <= hi and not math.isnan(value):
+                raise RunFolderError(
+                    f"{run_json}: steps[{i}].{name} lies far outside the run (more than an hour before its "
+                    "start or after its end): the step's figures would mean nothing"
+                )
+
+
 def _step_warnings(meta: RunMeta) -> list[str]:
     """A step that ends before it starts: its end is dropped (its rates then run to its last
     request's end, as a cut-off step's), and a warning says so."""
@@ -263,27 +286,43 @@ def read_part_tables(
     return tables
 
 
-def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str], without: tuple[str, ...] = ()) -> pd.DataFrame:
+def _read_parts(
+    folder: Path, schema: pa.Schema, warnings: list[str], span: tuple[float, float], without: tuple[str, ...] = ()
+) -> pd.DataFrame:
     # Columns added to the schema after a part was written (or left out) come back as nulls.
     tables = read_part_tables(folder, warnings, schema, without)
     if not tables:
         return schema.empty_table().to_pandas(types_mapper=_arrow_lists)
     table = _with_all_columns(pa.concat_tables(tables, promote_options="default"), schema)
-    return _finite_times(table, folder.name, warnings).to_pandas(types_mapper=_arrow_lists)
+    return _times_in_run(table, folder.name, span, warnings).to_pandas(types_mapper=_arrow_lists)
 
 
-def _finite_times(table: pa.Table, name: str, warnings: list[str]) -> pa.Table:
-    """The rows whose times are finite or NaN (not yet / never); rows with an infinite time,
-    which no clock gives, are left out with a warning."""
-    infinite = np.zeros(len(table), dtype=bool)
+def _span(meta: RunMeta) -> tuple[float, float]:
+    """The earliest and latest time a row of this run can carry (see _SLACK_S)."""
+    start = (
+        meta.started_at
+        if math.isfinite(meta.started_at)
+        else min((s.start_time for s in meta.steps if math.isfinite(s.start_time)), default=-math.inf)
+    )
+    end = meta.ended_at if math.isfinite(meta.ended_at) else start + _LONGEST_RUN_S
+    return start - _SLACK_S, end + _SLACK_S
+
+
+def _times_in_run(table: pa.Table, name: str, span: tuple[float, float], warnings: list[str]) -> pa.Table:
+    """The rows whose times are NaN (not yet / never) or lie within the run's `span`; rows with
+    an infinite time, or one far outside the run, which no clock of the run gives, are left out
+    with a warning."""
+    lo, hi = span
+    outside = np.zeros(len(table), dtype=bool)
     for column in _TIME_COLUMNS[name]:
-        infinite |= np.isinf(table[column].to_numpy(zero_copy_only=False).astype(float, copy=False))
-    if not infinite.any():
+        times = table[column].to_numpy(zero_copy_only=False).astype(float, copy=False)
+        outside |= np.isinf(times) | (times < lo) | (times > hi)
+    if not outside.any():
         return table
-    count = int(infinite.sum())
+    count = int(outside.sum())
     what = ("request" if name == REQUESTS_DIR else "sample") + ("s" if count != 1 else "")
-    warnings.append(f"left out {count} {what} with an infinite time in {name}/")
-    return table.filter(pa.array(~infinite))
+    warnings.append(f"left out {count} {what} with an infinite time or one far outside the run in {name}/")
+    return table.filter(pa.array(~outside))
 
 
 def _arrow_lists(kind: pa.DataType) -> pd.ArrowDtype | None:

@@ -172,7 +172,33 @@ def test_requests_and_samples_with_infinite_times_are_left_out_with_a_warning(tm
     pq.write_table(bad, requests)
     run = load_run(tmp_path)
     assert len(run.requests) == 3 and np.isfinite(run.requests["end_time"]).all()
-    assert [w for w in run.warnings if "1 request with an infinite time" in w]
+    assert [w for w in run.warnings if "left out 1 request with an infinite time" in w]
+
+
+def test_rows_far_outside_the_run_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    # One send time 10^12 s before the run stretched the analysis's time grid over 10^12 intervals.
+    fill_run(tmp_path)
+    part = next((tmp_path / "requests").glob("part-*.parquet"))
+    table = pq.read_table(part)
+    send = table["send_time"].to_pylist()
+    table = table.set_column(table.schema.get_field_index("send_time"), "send_time", pa.array([-1e12, *send[1:]]))
+    pq.write_table(table, part)
+    run = load_run(tmp_path)
+    assert len(run.requests) == 2 and [w for w in run.warnings if "far outside the run" in w]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: _step0(m, start_time=-1e12), r"steps\[0\]\.start_time lies far outside the run"),
+        (lambda m: m.update(ended_at=m["started_at"] - 10), "ended_at is before started_at"),
+    ],
+)
+def test_run_times_far_outside_the_run_are_a_run_folder_error(tmp_path: Path, edit, message: str) -> None:
+    fill_run(tmp_path)
+    edit_run_json(tmp_path, edit)
+    with pytest.raises(RunFolderError, match=message):
+        load_run(tmp_path)
 
 
 def test_the_reader_leaves_its_warnings_to_the_caller(tmp_path: Path, caplog) -> None:
