@@ -42,6 +42,8 @@ from loadlab.store.meta import DEGRADED, FINISHED
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
+from loadlab.terminal import inert
+from loadlab.urls import parse_http_url
 from loadlab.workload.scenario import apply_overrides
 
 log = logging.getLogger("loadlab")
@@ -95,8 +97,9 @@ def run_config(environment: Environment) -> RunConfig:
     o = environment.parsed_options
     rate = float(o.loadlab_rate or 0)
     url = environment.host or ""
+    parse_http_url(url, "--host")  # checked here, so that the error names Locust's option
     api_key = o.loadlab_api_key or api_key_from_env()
-    model = o.loadlab_model or (discover_model(url, api_key, 10.0) if url else "")
+    model = o.loadlab_model or discover_model(url, api_key, 10.0, "--loadlab-model")
     return apply_overrides(
         RunConfig(),
         url=url,
@@ -126,7 +129,7 @@ def on_init(environment: Environment, runner, web_ui, **_) -> None:
     try:
         environment.loadlab = ClientContext(config=run_config(environment), worker=worker_id())
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     environment.user_classes[:] = [OpenLoopUser if open_loop else ClosedLoopUser]
     if open_loop and options.num_users is None:  # one scheduler per process
@@ -177,7 +180,7 @@ def _start_collectors(environment: Environment) -> None:
     try:
         collectors = build_collectors(environment.loadlab.config)
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     hooks = environment.events
     for c in collectors:
@@ -201,7 +204,7 @@ def _write_run_folder(environment: Environment, folder: Path) -> None:
     try:
         writer = RunWriter(folder, context.config, context.anchor)
     except UserError as e:
-        log.error("error: %s", e)
+        log.error("error: %s", inert(str(e)))
         sys.exit(2)
     writer.start_autoflush()
     hooks = environment.events

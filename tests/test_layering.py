@@ -34,6 +34,7 @@ PARTS = {
     "loadlab.config": "helpers",
     "loadlab.urls": "helpers",
     "loadlab.offload": "helpers",
+    "loadlab.terminal": "helpers",
     "loadlab.store": "store",
     "loadlab.workload": "workload",
     "loadlab.metrics": "metrics",

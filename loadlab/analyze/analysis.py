@@ -26,7 +26,7 @@ from loadlab.analyze.summary import StepSummary, per_request, steps_of, summariz
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
-from loadlab.store.reader import RunData
+from loadlab.store.reader import ANALYSIS_JSON, RunData
 from loadlab.store.schema import StepInfo
 
 FORMAT = 1
@@ -41,7 +41,6 @@ REQUEST_COLUMNS = (
     "tpot",
     "out_tokens",
 )
-ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 STRAIN_CONFIDENCE = 0.8  # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
@@ -181,7 +180,7 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
     states = [state_of[d.step.index] for d in data]
     verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
-    cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
+    cut_off = run.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
     return Analysis(
         path=str(run.path),

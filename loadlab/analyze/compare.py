@@ -7,12 +7,15 @@ noise of the runs (docs/compare.md).
 - Rates (output tokens/s, requests/s): bootstrap over windows of the step (`WINDOWS`, by end time).
 - Noise: within each run, the relative difference between the metric on the step's first and
   second half (by send time); the larger of the two runs' is the noise.
+- The error rate comes first, as a difference in points (a ratio of 0 % means nothing),
+  bootstrapped over requests. Where it differs (a call either way), every other figure of the
+  step covers a different set of requests (those that succeeded): not comparable, with a note.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from loadlab.metrics.slo import METRICS
 
 # What `loadlab compare` and the gate's baseline check compare: (metric, statistic).
 COMPARED: tuple[tuple[str, str], ...] = (
+    ("error_rate", ""),
     ("ttft", "p50"),
     ("ttft", "p99"),
     ("itl", "p50"),
@@ -55,11 +59,12 @@ class Change:
     higher_is_better: bool
     base: float
     new: float
-    change: float  # new / base − 1 (NaN when not comparable)
+    change: float  # new / base − 1; for a fraction (error_rate) new − base (NaN when not comparable)
     low: float  # the 95 % interval of `change`
     high: float
-    noise: float  # relative split-half noise of the runs
+    noise: float  # split-half noise of the runs, in `change`'s terms
     call: str  # regression | improvement | no change | not comparable
+    note: str = ""  # why a change is not comparable beyond too little data (the error rates differ)
 
 
 @dataclass
@@ -92,10 +97,10 @@ def compare_runs(base: RunValues, new: RunValues, max_regression: float = 0.0, s
     base_steps = {s.label: s for s in base.steps}
     new_steps = {s.label: s for s in new.steps}
     changes = [
-        _change(b, new_steps[label], metric, stat, max_regression, rng)
+        change
         for label, b in base_steps.items()
         if label in new_steps
-        for metric, stat in COMPARED
+        for change in _step_changes(b, new_steps[label], max_regression, rng)
     ]
     differences = _config_differences(base.summary.path, new.summary.path, base.config, new.config)
     differences += [f"step '{label}' only in {base.summary.path}" for label in base_steps if label not in new_steps]
@@ -103,15 +108,29 @@ def compare_runs(base: RunValues, new: RunValues, max_regression: float = 0.0, s
     return Comparison(base.summary.path, new.summary.path, changes, differences)
 
 
+def _step_changes(base: StepValues, new: StepValues, max_regression: float, rng: np.random.Generator) -> list[Change]:
+    """The COMPARED changes of one step; all but the error rate flagged when the error rates differ."""
+    errors, *rest = [_change(base, new, metric, stat, max_regression, rng) for metric, stat in COMPARED]
+    if errors.call not in (REGRESSION, IMPROVEMENT):
+        return [errors, *rest]
+    note = (
+        f"error rate differs ({errors.base:.1%} vs {errors.new:.1%}): the figures cover only the "
+        "requests that succeeded"
+    )
+    return [errors, *(replace(c, call=NOT_COMPARABLE, note=note) for c in rest)]
+
+
 def _change(
     base: StepValues, new: StepValues, metric: str, stat: str, max_regression: float, rng: np.random.Generator
 ) -> Change:
     definition = METRICS[metric]
+    points = definition.unit == "fraction"  # a share is compared by its difference
     b, n = base.value(metric, stat), new.value(metric, stat)
-    change = n / b - 1 if b and math.isfinite(b) and math.isfinite(n) else math.nan
+    finite = math.isfinite(b) and math.isfinite(n)
+    change = (n - b if points else n / b - 1 if b else math.nan) if finite else math.nan
     b_reps, n_reps = _replicates(base, metric, stat, rng), _replicates(new, metric, stat, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = n_reps / b_reps - 1
+        ratios = n_reps - b_reps if points else n_reps / b_reps - 1
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail]) if ratios.size >= REPLICATES // 2 else (math.nan, math.nan)
@@ -134,12 +153,24 @@ def _change(
     )
 
 
+def format_change(value: float, unit: str, sign: str = "+") -> str:
+    """A change as compare and the gate print it: relative in %, a fraction's (the error rate's)
+    in points; "–" when there is none."""
+    if not math.isfinite(value):
+        return "–"
+    return f"{value * 100:{sign}.1f} pts" if unit == "fraction" else f"{value:{sign}.1%}"
+
+
 def _replicates(step: StepValues, metric: str, stat: str, rng: np.random.Generator) -> np.ndarray:
     """REPLICATES bootstrap values of the metric (NaN-filled when there is too little data)."""
     if METRICS[metric].distribution:
         values, owner = step.samples(metric)
         finite = np.isfinite(values)
         return weighted_bootstrap(values[finite], owner[finite], stat, rng)
+    if metric == "error_rate":
+        if not step.failed.size:
+            return np.full(REPLICATES, math.nan)
+        return step.failed[rng.integers(0, step.failed.size, (REPLICATES, step.failed.size))].mean(axis=1)
     rates = _window_rates(step, metric)
     if rates.size < MIN_WINDOWS:
         return np.full(REPLICATES, math.nan)
@@ -197,8 +228,12 @@ def _window_rates(step: StepValues, metric: str) -> np.ndarray:
 
 
 def _split_half(step: StepValues, metric: str, stat: str) -> float:
-    """|first half − second half| / whole, over the step's requests (or windows) in time order."""
+    """|first half − second half| / whole, over the step's requests (or windows) in time order;
+    for the error rate the difference itself (points)."""
     whole = step.value(metric, stat)
+    if metric == "error_rate":
+        half = step.failed.size // 2
+        return abs(float(step.failed[:half].mean()) - float(step.failed[half:].mean())) if half else math.nan
     if METRICS[metric].distribution:
         values, owner = step.samples(metric)
         first = owner < step.count / 2

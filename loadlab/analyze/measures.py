@@ -17,6 +17,7 @@ from loadlab.analyze.summary import RunSummary, StepSummary, per_request, steps_
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.slo import METRICS, Slo
 from loadlab.store.reader import RunData
+from loadlab.store.schema import ErrorCategory
 
 # The per-request columns of analyze.summary.per_request behind each distribution metric.
 _COLUMNS = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "tps_user": "user_tokens_per_s"}
@@ -33,6 +34,7 @@ class StepValues:
     itl_owner: np.ndarray  # ... and the index of the request it belongs to
     end_times: np.ndarray
     out_tokens: np.ndarray
+    failed: np.ndarray  # 1.0 per failed, 0.0 per successful measured request (aborted ones not judged)
 
     @property
     def label(self) -> str:
@@ -99,12 +101,15 @@ def measure(run: RunData, slo: Slo | None = None) -> RunValues:
     tokens = TokenTimes.of(run.requests["token_times"])
     summary = summarize(run, slo, tokens)
     requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
-    ok = requests[~requests["warmup"] & requests["ok"]].sort_values("send_time", kind="stable")
+    judged = requests[~requests["warmup"] & (requests["error"] != ErrorCategory.ABORTED.value)]
+    judged = judged.sort_values("send_time", kind="stable")
+    ok = judged[judged["ok"]]
 
     def values_of(step: StepSummary) -> StepValues:
         rows = ok if step.index < 0 else ok[ok["step"] == step.index]
         gaps = tokens.gaps_of(rows.index)
         read = gaps != 0  # bunched gaps are no ITL (read_gaps)
+        outcomes = judged if step.index < 0 else judged[judged["step"] == step.index]
         return StepValues(
             summary=step,
             per_request={m: rows[c].to_numpy(dtype=float) for m, c in _COLUMNS.items()},
@@ -112,6 +117,7 @@ def measure(run: RunData, slo: Slo | None = None) -> RunValues:
             itl_owner=np.repeat(np.arange(len(rows)), tokens.gap_counts[rows.index])[read],
             end_times=rows["end_time"].to_numpy(dtype=float),
             out_tokens=rows["out_tokens"].to_numpy(dtype=float),
+            failed=(~outcomes["ok"]).to_numpy(dtype=float),
         )
 
     return RunValues(

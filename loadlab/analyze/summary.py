@@ -241,7 +241,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     return RunSummary(
         path=str(run.path),
         status=run.meta.status,
-        cut_off=run.meta.cut_off,
+        cut_off=run.cut_off,
         started_at=run.meta.started_at,
         ended_at=run.meta.ended_at,
         steps=step_summaries,

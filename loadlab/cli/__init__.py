@@ -7,6 +7,7 @@ import sys
 import typer
 
 from loadlab.errors import UserError
+from loadlab.terminal import inert
 
 app = typer.Typer(
     name="loadlab",
@@ -69,7 +70,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {inert(str(e))}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -78,7 +79,7 @@ def main() -> None:
     except Exception as e:
         # Usage errors (unknown option, bad value) from click, which typer may vendor: duck-typed.
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
-            print(f"error: {e.format_message()}", file=sys.stderr)
+            print(f"error: {inert(e.format_message())}", file=sys.stderr)
             sys.exit(e.exit_code or 2)
         if type(e).__name__ == "Abort":
             sys.exit(130)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,15 +35,13 @@ def analyze_folder(folder: Path) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
     write analysis.json; a folder that cannot be written to only costs a warning line."""
     from loadlab.analyze.analysis import analyze_run, write_analysis
-    from loadlab.store.reader import load_run
+    from loadlab.cli.output import read_run, say
 
-    run = load_run(folder, without=("token_times",))
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    run = read_run(folder, without=("token_times",))
     try:
         return write_analysis(run)
     except OSError as e:
-        print(f"warning: analysis.json not written ({type(e).__name__}: {e})", file=sys.stderr)
+        say("warning", f"analysis.json not written ({type(e).__name__}: {e})")
         return analyze_run(run)
 
 

@@ -4,7 +4,6 @@ report's path."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,13 +97,14 @@ def diagnose(
 
 def _write_report(run: RunData, out: Path) -> Path | None:
     """The HTML report, or None with one line when it cannot be written."""
+    from loadlab.cli.output import say
     from loadlab.errors import UserError
     from loadlab.report.html import write_report
 
     try:
         return write_report(run, out)
     except UserError as e:
-        print(f"warning: {e}", file=sys.stderr)
+        say("warning", str(e))
         return None
 
 

@@ -2,7 +2,8 @@
 
 Exit codes: 0 every check passed; 1 a check failed (an SLO missed, a regression against the
 baseline); 2 the run is invalid for gating (cut off, client-limited, too few requests), a check
-cannot be evaluated, or the usage is wrong (docs/slo.md).
+or the whole run cannot be evaluated (an unreadable run folder, an error of the gate itself:
+the JUnit file says so too), or the usage is wrong (docs/slo.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 
 if TYPE_CHECKING:
     from loadlab.gate.checks import GateResult
+    from loadlab.metrics.slo import SloSpec
 
 
 def gate(
@@ -43,13 +45,32 @@ def gate(
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed of the baseline comparison."),
 ) -> None:
     """Check a run against SLOs and a baseline: exit 0 pass, 1 fail, 2 invalid run or bad usage."""
-    from loadlab.gate.checks import gate_run
     from loadlab.metrics.slo import read_slo
 
     spec = read_slo(slo) if slo is not None else None
-    result = gate_run(folder, spec, baseline, parse_fraction("--max-regression", max_regression), seed)
+    result = evaluate(folder, spec, baseline, parse_fraction("--max-regression", max_regression), seed)
     finish_gate(result, junit, markdown)
     sys.exit(result.exit_code)
+
+
+def evaluate(
+    folder: Path, spec: SloSpec | None, baseline: Path | None = None, max_regression: float = 0.0, seed: int = 0
+) -> GateResult:
+    """The gate's checks of the run; when they cannot be evaluated (an unreadable run folder, or
+    any error of the gate itself) one `error:` line and a result in error: exit 2, written to
+    JUnit like any other, never 1 (an SLO failed) and never a traceback."""
+    from loadlab.cli.output import say
+    from loadlab.errors import UserError
+    from loadlab.gate.checks import gate_run, unevaluated
+
+    try:
+        return gate_run(folder, spec, baseline, max_regression, seed)
+    except UserError as e:
+        why = str(e)
+    except Exception as e:  # CI must read "not gated", not "an SLO failed"
+        why = f"the gate failed unexpectedly ({type(e).__name__}: {e})"
+    say("error", why)
+    return unevaluated(str(folder), why)
 
 
 def finish_gate(result: GateResult, junit: Path | None = None, markdown: Path | None = None) -> None:

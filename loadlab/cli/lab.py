@@ -67,9 +67,10 @@ def _run(scenarios: list[Scenario], folder: Path, seconds: float, device: str) -
     from loadlab.lab.table import LabRun, print_lab, to_markdown
     from loadlab.report.console import table_console
     from loadlab.store.meta import write_json_atomic
+    from loadlab.terminal import inert
 
     def say(line: str) -> None:  # progress, one plain line each (not wrapped into a pipe's 80 columns)
-        print(line, file=sys.stderr, flush=True)
+        print(inert(line), file=sys.stderr, flush=True)
 
     # SIGTERM (a CI job's limit, `kill`) ends the lab like Ctrl-C: the running scenario's server
     # and run are ended by PID, and the table of the scenarios done is written.

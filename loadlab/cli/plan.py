@@ -4,11 +4,13 @@ read off a sweep's measured curve (loadlab/analyze/capacity.py)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+
+# From this many replicas on, the plan says that their adding up is assumed, not measured.
+LARGE_FLEET = 1000
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -40,6 +42,7 @@ def plan(
     streams / capacity, rounded up; per-user tokens/s read off the curve. Nothing is extrapolated
     beyond the measured concurrencies: the plan says so instead."""
     from loadlab.analyze.capacity import plan_capacity
+    from loadlab.cli.output import say
     from loadlab.cli.sweep import goodput_note
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
@@ -56,11 +59,9 @@ def plan(
     objectives, skipped = _usable(spec.objectives if spec else ())
     note = goodput_note(spec)
     if note:
-        print(f"note: {note}", file=sys.stderr)
+        say("note", note)
     for text in skipped:
-        print(
-            f"note: SLO item '{text}' is not a per-step statistic the curve can hold; not planned on", file=sys.stderr
-        )
+        say("note", f"SLO item '{text}' is not a per-step statistic the curve can hold; not planned on")
     points = curve_points(folder, objectives, spec)
     result = plan_capacity(points, users, think, objectives)
     console = table_console()
@@ -73,12 +74,10 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
     step when one was run twice); UserError when there is none to plan from."""
     from loadlab.analyze.capacity import CurvePoint
     from loadlab.analyze.measures import measure, statistic
+    from loadlab.cli.output import read_run, say
     from loadlab.errors import UserError
-    from loadlab.store.reader import load_run
 
-    run = load_run(folder)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    run = read_run(folder)
     values = measure(run, spec.per_request if spec else None)
     by_load: dict[float, CurvePoint] = {}
     for step in values.steps:
@@ -94,10 +93,10 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
         )
     limited = [s.summary.label for s in values.steps if s.summary.client.limited]
     if limited:
-        print(
-            f"note: the client self-check flagged {', '.join(limited)}: their figures may be the load "
+        say(
+            "note",
+            f"the client self-check flagged {', '.join(limited)}: their figures may be the load "
             "generator's, not the server's",
-            file=sys.stderr,
         )
     if not by_load:
         raise UserError(
@@ -131,17 +130,19 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
     lo, hi = plan.measured_range
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
     lines = [
-        f"{plan.users} users {think} keep ~{plan.streams:.0f} streams busy "
+        f"{plan.users:,} users {think} keep ~{plan.streams:,.0f} streams busy "
         f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."
     ]
     peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
+    a, b = first.user_tps, last.user_tps
+    trend = "rose" if b > a else "fell" if b < a else "held" if a == b else "went"
     lines.append(
         f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
-        f"{peak.concurrency:g} streams, by {plan.streams:.0f} streams says "
+        f"{peak.concurrency:g} streams, by {plan.streams:,.0f} streams says "
         f"{peak.output_tps / plan.streams:.1f} "
-        f"tokens/s each; measured, per-user speed fell from {first.user_tps:.1f} tokens/s at "
-        f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {last.user_tps:.1f} at "
-        f"{last.concurrency:g} as batches grew."
+        f"tokens/s each; measured, per-user speed {trend} from {a:.1f} tokens/s at "
+        f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {b:.1f} at "
+        f"{last.concurrency:g}{' as batches grew' if trend == 'fell' else ''}."
     )
     if not plan.limits:
         lines.append(
@@ -166,12 +167,17 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
             f"{plan.capacity:.1f} streams ({tight.objective} binds; {how})."
         )
     lines.append(
-        f"So {plan.replicas} replica{'s' if plan.replicas != 1 else ''} "
+        f"So {plan.replicas:,} replica{'s' if plan.replicas != 1 else ''} "
         f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}."
     )
+    if plan.replicas is not None and plan.replicas >= LARGE_FLEET:
+        lines.append(
+            f"Note: {plan.replicas:,} replicas is one replica's measured curve multiplied: that replicas add up "
+            "(users spread evenly, nothing shared between them) is assumed, and nothing here measured it."
+        )
     one = plan.user_tps_one_replica
     lines.append(
-        f"All {plan.users} users on one replica (~{plan.streams_one_replica:.0f} streams): each would see "
+        f"All {plan.users:,} users on one replica (~{plan.streams_one_replica:,.0f} streams): each would see "
         f"{_tps(one, lo, hi)}."
     )
     return "\n".join(lines)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -18,12 +17,10 @@ def report(
 ) -> None:
     """Write the run's report: verdict, per-step table, load curve, latency CDFs, time series,
     errors, coverage and configuration, with every script inline. Prints the file's path."""
+    from loadlab.cli.output import read_run
     from loadlab.report.html import write_report
-    from loadlab.store.reader import load_run
 
-    run = load_run(folder)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    run = read_run(folder)
     out = output or DEFAULT_FOLDER / f"{folder.resolve().name}.html"
     print(write_report(run, out))
 

@@ -220,11 +220,11 @@ def prepare_run(
     # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
     import locust  # noqa: F401
 
-    from rich.console import Console
-
+    from loadlab.cli.output import say
     from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
+    from loadlab.terminal import inert_console
 
     cfg.api_key = api_key or api_key_from_env()
     if not cfg.model:
@@ -232,15 +232,16 @@ def prepare_run(
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
     warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
     if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+        say("warning", warning)
 
     # SIGTERM (a CI job's time limit, `kill`) ends the run like Ctrl-C: what is in flight is
     # recorded as aborted, and the run folder is closed with its summary.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    console = Console(stderr=True)
+    console = inert_console(stderr=True)
     console.print(
         f"loadlab {command} -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",
         highlight=False,
+        markup=False,
     )
     return folder, console
 
@@ -251,7 +252,9 @@ def exit_on_outcome(outcome: RunOutcome) -> None:
     if outcome.status == "interrupted":
         sys.exit(EXIT_INTERRUPTED)
     if outcome.cause:
-        print(f"error: {outcome.reason}", file=sys.stderr)
+        from loadlab.cli.output import say
+
+        say("error", outcome.reason)
         sys.exit(EXIT_CODES[outcome.cause])
     if outcome.status == "degraded":
         print(
@@ -263,11 +266,10 @@ def exit_on_outcome(outcome: RunOutcome) -> None:
 
 def _gate(folder: Path, slo: str) -> int:
     """Gate the run just written on its SLOs (the `loadlab gate` checks); returns the exit code."""
-    from loadlab.cli.gate import finish_gate
-    from loadlab.gate.checks import gate_run
+    from loadlab.cli.gate import evaluate, finish_gate
     from loadlab.metrics.slo import parse_slo
 
-    result = gate_run(folder, parse_slo(slo))
+    result = evaluate(folder, parse_slo(slo))
     finish_gate(result)
     return result.exit_code
 
@@ -294,24 +296,23 @@ def check_out_folder(folder: Path) -> None:
 def print_final_summary(folder: Path) -> None:
     """The summary table of the run, on stdout: the summary.json the run writer left, or, where
     it could not be written (a full disk), recomputed from what was saved."""
-    import json
-
     from loadlab.analyze.summary import RunSummary, summarize
+    from loadlab.cli.output import say
     from loadlab.errors import UserError
     from loadlab.report.console import print_summary, table_console
-    from loadlab.store.reader import SUMMARY_JSON, load_run
+    from loadlab.store.reader import SUMMARY_JSON, load_run, read_stage_json
 
     try:
-        summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        summary = RunSummary.from_dict(read_stage_json(folder, SUMMARY_JSON) or {})
+    except (UserError, ValueError, KeyError, TypeError, AttributeError) as e:
         try:  # it could not be written (a full disk): recompute it from what was saved
             summary = summarize(load_run(folder))
         except (UserError, OSError, ValueError) as again:
             # The run and its records are on disk: a missing table must not end it with a traceback.
-            print(
-                f"warning: no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}; "
+            say(
+                "warning",
+                f"no summary table ({folder / SUMMARY_JSON}: {type(e).__name__}; "
                 f"{again}); `loadlab summary {folder}` recomputes it",
-                file=sys.stderr,
             )
             return
     print_summary(summary, table_console())

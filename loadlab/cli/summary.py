@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -22,18 +21,16 @@ def summary(
 ) -> None:
     """Summarize a run folder: latencies, throughput, errors and the client self-check, per step."""
     from loadlab.analyze.summary import summarize, write_summary
+    from loadlab.cli.output import read_run
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.report.console import print_summary, table_console
-    from loadlab.store.reader import load_run
 
     objectives = read_slo(slo).per_request if slo is not None else None
     if slo is not None and objectives is None:
         raise UserError(f"--slo {slo}: goodput needs a per-request objective (ttft, itl, tpot or e2e)")
-    run = load_run(folder)
+    run = read_run(folder)
     result = write_summary(run, objectives) if write else summarize(run, objectives)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -131,6 +131,7 @@ def start_sweep(
     command: str,
 ) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
+    from loadlab.cli.output import say
     from loadlab.cli.run import prepare_run
     from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
     from loadlab.config import RunConfig
@@ -156,7 +157,7 @@ def start_sweep(
     spec = read_slo(slo) if slo is not None else None
     note = goodput_note(spec)
     if note:
-        print(f"note: {note}", file=sys.stderr)
+        say("note", note)
     cfg = apply_overrides(
         RunConfig(),
         url=url,

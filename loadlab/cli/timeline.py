@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import typer
@@ -18,15 +17,13 @@ def timeline(
     """Print the run interval by interval: requests, tokens/s, TTFT/ITL p50, in flight, and the
     server's queue, KV usage, preemptions, GPU activity and collective share when recorded."""
     from loadlab.analyze.timeline import build_timeline
+    from loadlab.cli.output import read_run
     from loadlab.report.console import table_console
     from loadlab.report.timeline import timeline_table
-    from loadlab.store.reader import load_run
 
     if not (interval > 0 and math.isfinite(interval)):
         raise UserError(f"--interval must be a finite number > 0, got {interval}")
-    run = load_run(folder)
-    for warning in run.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    run = read_run(folder)
     try:
         result = build_timeline(run, interval)
     except ValueError as e:

@@ -18,8 +18,9 @@ def api_key_from_env() -> str:
     return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
 
 
-def discover_model(url: str, api_key: str, timeout: float) -> str:
-    """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say."""
+def discover_model(url: str, api_key: str, timeout: float, flag: str = "--model") -> str:
+    """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say,
+    naming `flag`, the option that gives the model instead (Locust's is --loadlab-model)."""
     # Imported here: the CLI imports this module at start-up, and urllib.request imports ssl,
     # which must come after Locust's gevent patching (loadlab run imports locust first).
     import json
@@ -37,7 +38,7 @@ def discover_model(url: str, api_key: str, timeout: float) -> str:
             models = json.loads(r.read())["data"]
         return str(models[0]["id"])
     except urllib.error.HTTPError as e:
-        raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass --model") from None
+        raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass {flag}") from None
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         reason = getattr(e, "reason", None) or e
-        raise UserError(f"cannot discover the model from {base}{prefix}/models ({reason}); pass --model") from None
+        raise UserError(f"cannot discover the model from {base}{prefix}/models ({reason}); pass {flag}") from None

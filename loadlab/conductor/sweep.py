@@ -6,7 +6,6 @@ sweep stopped.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,8 +42,6 @@ def run_sweep(
     config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None, step_seconds: float
 ) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
-    # The folder is read while the run goes on: the reader's "cut off" warning is expected.
-    logging.getLogger("loadlab.store.reader").setLevel(logging.ERROR)
     conductor = Conductor(config, folder, console, limits.mode)
     results: list[StepResult] = []
     decision = next_step(results, limits)
@@ -70,6 +67,10 @@ def run_sweep(
         conductor.interrupt()
         decision = Decision(None, INTERRUPTED, "interrupted")
     outcome = conductor.close()
+    if outcome.cause == "error-budget" and decision.stop != RUN_STOPPED:
+        # Judged over a whole step at the run's end: the sweep judged that step by its own,
+        # stricter errors rule and stopped by itself, which exits 0 (docs/sweep.md).
+        outcome = RunOutcome(outcome.status)
     try:
         write_sweep_json(Path(folder), limits, decision, results)
     except OSError as e:  # what was measured is in the run folder already

@@ -7,19 +7,17 @@ requests) or a check cannot be evaluated (a step or analysis.json that is not th
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_runs
+from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_runs, format_change
 from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
-from loadlab.store.reader import load_run
+from loadlab.store.reader import ANALYSIS_JSON, RunFolderError, load_run, read_stage_json
 
-ANALYSIS_JSON = "analysis.json"  # written by the analyzer (loadlab analyze); read here as plain JSON
 PASS, FAIL, INVALID, ERROR, SKIPPED = "pass", "fail", "invalid", "error", "skipped"
 VALIDITY, SLO, BASELINE = "validity", "slo", "baseline"
 
@@ -64,6 +62,12 @@ def gate_run(
     per_request = spec.per_request if spec else None
     base = measure(load_run(baseline), per_request) if baseline is not None else None
     return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base, max_regression, seed)
+
+
+def unevaluated(run: str, why: str) -> GateResult:
+    """The result of a gate that could not evaluate the run (unreadable, or an error of the gate
+    itself): one check in error, exit 2, never 1 (which says an SLO failed)."""
+    return GateResult(run, [Check(VALIDITY, "run gated", ERROR, "not evaluated", why)])
 
 
 def check_run(
@@ -210,10 +214,15 @@ def _baseline_check(change: Change, max_regression: float) -> Check:
     name = f"baseline {change.metric} [{change.step}]"
     base, new = format_value(change.base, change.unit), format_value(change.new, change.unit)
     if change.call == NOT_COMPARABLE:
-        return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}")
-    measured = f"{change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}]"
+        why = f"; {change.note}" if change.note else ""
+        return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}{why}")
+    unit = change.unit
+    measured = (
+        f"{format_change(change.change, unit)} [{format_change(change.low, unit)}, {format_change(change.high, unit)}]"
+    )
     detail = (
-        f"baseline {base}, now {new}; noise {change.noise:.1%}, allowed regression {max_regression:.1%}: {change.call}"
+        f"baseline {base}, now {new}; noise {format_change(change.noise, unit, sign='')}, "
+        f"allowed regression {format_change(max_regression, unit, sign='')}: {change.call}"
     )
     return Check(BASELINE, name, FAIL if change.call == REGRESSION else PASS, measured, detail)
 
@@ -234,14 +243,10 @@ def _entry(analysis: dict[str, Any], index: int | None) -> dict[str, Any]:
 
 def _read_analysis(folder: Path) -> dict[str, Any] | str | None:
     """analysis.json as a dict; None when absent; a string saying why when unreadable."""
-    path = folder / ANALYSIS_JSON
-    if not path.exists():
-        return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return f"{ANALYSIS_JSON} unreadable: {e}"
-    return data if isinstance(data, dict) else f"{ANALYSIS_JSON} is not a JSON object"
+        return read_stage_json(folder, ANALYSIS_JSON)
+    except RunFolderError as e:
+        return str(e)
 
 
 def format_value(value: float, unit: str) -> str:

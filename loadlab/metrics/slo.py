@@ -162,6 +162,8 @@ def slo_text(table: dict[str, Any], where: str = "slo") -> str:
 def read_slo(arg: str) -> SloSpec:
     """An SLO given on the command line: inline text, or a TOML file (its `[slo]` table, or the
     whole file when it has none)."""
+    if not arg.strip():
+        raise UserError("empty SLO: give objectives such as ttft_p99=2s,error_rate=1% or a TOML file (docs/slo.md)")
     path = Path(arg)
     if not (arg.endswith(".toml") or ("=" not in arg and path.exists())):
         return parse_slo(arg)

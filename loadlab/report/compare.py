@@ -10,7 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
-from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Comparison
+from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Comparison, format_change
 
 _STYLE = {REGRESSION: "bold red", IMPROVEMENT: "bold green"}
 
@@ -38,11 +38,9 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         table.add_column(header, justify=justify, overflow="fold")
     for c in comparison.changes:
         interval = (
-            f"{c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}]"
+            f"{format_change(c.change, c.unit)} [{format_change(c.low, c.unit)}, {format_change(c.high, c.unit)}]"
             if math.isfinite(c.low)
-            else f"{c.change:+.1%}"
-            if math.isfinite(c.change)
-            else "–"
+            else format_change(c.change, c.unit)
         )
         table.add_row(
             escape(c.step),
@@ -50,10 +48,12 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
             _num(c.base, c.unit),
             _num(c.new, c.unit),
             interval,
-            f"{c.noise:.1%}" if math.isfinite(c.noise) else "–",
-            f"[{_STYLE[c.call]}]{c.call}[/]" if c.call in _STYLE else c.call,
+            format_change(c.noise, c.unit, sign=""),
+            f"[{_STYLE[c.call]}]{c.call}[/]" if c.call in _STYLE else c.call + (" (error rate differs)" * bool(c.note)),
         )
     console.print(table)
+    for note in dict.fromkeys(f"{c.step}: {c.note}" for c in comparison.changes if c.note):
+        console.print(f"[bold yellow]not comparable:[/] {escape(note)}")
     for difference in comparison.differences:
         console.print(f"differs: {escape(difference)}")
 
@@ -61,4 +61,6 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
 def _num(value: float, unit: str) -> str:
     if not math.isfinite(value):
         return "–"
+    if unit == "fraction":
+        return f"{value:.1%}"
     return f"{value * 1000:.1f} ms" if unit == "s" else f"{value:.3g} {unit}"

@@ -13,15 +13,17 @@ from rich.text import Text
 
 from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note
 from loadlab.metrics.stats import Distribution
+from loadlab.terminal import inert_console
 
 DASH = "–"
 WIDE = 160  # a table printed into a file or pipe should not wrap at 80 columns
 
 
 def table_console() -> Console:
-    """A console for printing tables: the terminal's width, or WIDE columns into a file or pipe."""
-    console = Console()
-    return console if console.is_terminal else Console(width=WIDE)
+    """A console for printing tables: the terminal's width, or WIDE columns into a file or pipe;
+    text from outside is made inert (loadlab/terminal.py)."""
+    console = inert_console()
+    return console if console.is_terminal else inert_console(width=WIDE)
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:

@@ -1,37 +1,61 @@
-"""Read a run folder back: run.json plus every whole part of both tables.
+"""Read a run folder back: run.json plus every whole part of both tables. The one way into a run
+folder: everything that reads one goes through `load_run`, and every reason not to trust it is one
+`RunFolderError`.
 
-Works on a finished run and on one cut off mid-run (kill -9): parts are only ever renamed into
-place whole, so whatever is there is usable; a part that still fails to read is skipped with a
-warning rather than losing the rest of the run.
+Works on a finished run, on one cut off mid-run (kill -9) and on one still being written: parts
+are only ever renamed into place whole, so whatever is there is usable; a part that still fails
+to read is skipped with a warning rather than losing the rest of the run. What is checked on the
+way in: run.json's format (this version's or an earlier one), that every number in it is one
+loadlab writes (finite: it writes null for "not yet"), and that times are in order; a number
+that would make every figure meaningless is an error, a flaw that spoils only itself a warning.
 """
 
 from __future__ import annotations
 
 import json
-import logging
+import math
+import os
 import re
+import socket
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadlab.errors import UserError
 from loadlab.store.meta import RunMeta
+from loadlab.store.schema import FORMAT_VERSION
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
-
-log = logging.getLogger(__name__)
 
 RUN_JSON = "run.json"
 SUMMARY_JSON = "summary.json"
+ANALYSIS_JSON = "analysis.json"
 REQUESTS_DIR = "requests"
 SAMPLES_DIR = "samples"
 PART_GLOB = "part-*.parquet"
 _JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 _PART_NAME = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
+_FORMAT = re.compile(r"loadlab-run/(\d+)")
+_TIME_COLUMNS = {
+    REQUESTS_DIR: ("scheduled_time", "send_time", "first_token_time", "end_time"),
+    SAMPLES_DIR: ("time",),
+}
+# A row's times lie within its run: from an hour before its start (other processes' clocks) to an
+# hour after its end, or, while the end is unknown, to 30 days after the start (no run lasts that
+# long). A row beyond would stretch every time axis over it (a grid of 10^12 intervals).
+_SLACK_S = 3600.0
+_LONGEST_RUN_S = 30 * 86400.0
+
+
+class RunFolderError(UserError):
+    """Why a folder cannot be read as a run, or why its numbers would mean nothing: one line
+    (the CLI prints it and exits 2). The one error the reader raises."""
 
 
 @dataclass
@@ -45,37 +69,75 @@ class RunData:
     requests: pd.DataFrame
     samples: pd.DataFrame
     warnings: list[str] = field(default_factory=list)  # parts skipped, cut-off run, ...
+    writing: bool = False  # run.json says `running` and the process writing it is alive
+
+    @property
+    def cut_off(self) -> bool:
+        """The run never reached its end and no one is writing it any more (killed)."""
+        return self.meta.cut_off and not self.writing
 
 
 def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
-    """Load a run folder. Raises UserError (one line) when `folder` is not a readable run folder.
+    """Load a run folder; RunFolderError (one line) when `folder` is not a readable run folder or
+    run.json holds numbers loadlab never writes. The warnings are the caller's to print (once).
 
     `without`: request columns not to read (they come back as nulls), e.g. `token_times`, the
     bulk of a large run, for an analysis that does not need every token's time.
     """
     path = Path(folder)
     meta = read_meta(path)
-    warnings: list[str] = []
-    if meta.cut_off:
+    span = _span(meta)
+    _check_times(meta, span, path / RUN_JSON)
+    warnings = _step_warnings(meta)
+    writing = meta.cut_off and writer_alive(meta.host)
+    if writing:
+        warnings.append(
+            f"the run is still being written (process {meta.host.get('pid')} on this host): "
+            "reading what it has written so far"
+        )
+    elif meta.cut_off:
         warnings.append("run.json still says 'running': the run was cut off; using the data it left")
-    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, without)
-    samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings)
-    for w in warnings:
-        log.warning("%s: %s", path, w)
-    return RunData(path=path, meta=meta, requests=requests, samples=samples, warnings=warnings)
+    requests = _read_parts(path / REQUESTS_DIR, REQUEST_SCHEMA, warnings, span, without)
+    samples = _read_parts(path / SAMPLES_DIR, SAMPLE_SCHEMA, warnings, span)
+    return RunData(path=path, meta=meta, requests=requests, samples=samples, warnings=warnings, writing=writing)
+
+
+def writer_alive(host: dict[str, Any]) -> bool:
+    """Whether the process run.json's `host` names (this host's, by name and pid) still runs."""
+    pid = host.get("pid")
+    if host.get("hostname") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # another user's process: alive
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def read_meta(folder: Path) -> RunMeta:
-    """Parse folder/run.json, or raise UserError saying why this is not a run folder."""
+    """Parse folder/run.json, or raise RunFolderError saying why this is not a run folder (or
+    why its numbers would mean nothing)."""
     run_json = folder / RUN_JSON
     if not folder.is_dir():
-        raise UserError(f"not a run folder: {folder} does not exist or is not a directory")
+        raise RunFolderError(f"not a run folder: {folder} does not exist or is not a directory")
     if not run_json.is_file():
-        raise UserError(f"not a run folder: {folder} has no {RUN_JSON}")
+        raise RunFolderError(f"not a run folder: {folder} has no {RUN_JSON}")
     try:
         data = json.loads(run_json.read_text())
         if not isinstance(data, dict):
             raise TypeError(f"a JSON {_JSON_NAMES.get(type(data), type(data).__name__)}, not an object")
+    except (OSError, ValueError, TypeError, RecursionError) as e:
+        raise RunFolderError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+    _check_format(data.get("format"), run_json)
+    odd = _odd_number(data, "")
+    if odd:
+        raise RunFolderError(
+            f"{run_json}: {odd}, a number loadlab never writes (null stands for 'none'); "
+            "figures read from it would mean nothing"
+        )
+    try:
         meta = RunMeta.from_dict(data)
         _check_types(meta)
         for anchor in (meta.anchor, *meta.worker_anchors.values()):
@@ -85,8 +147,86 @@ def read_meta(folder: Path) -> RunMeta:
         for i, cov in enumerate(meta.coverage):
             _check_types(cov, f"coverage[{i}].")
         return meta
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UserError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RunFolderError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+
+
+def read_stage_json(folder: Path, name: str) -> dict[str, Any] | None:
+    """A JSON object a later stage wrote into the run folder (summary.json, analysis.json); None
+    when it is not there; RunFolderError (one line) when it cannot be read, is not an object or
+    holds a number loadlab never writes."""
+    path = folder / name
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise RunFolderError(f"{name} is unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{name} holds a JSON {_JSON_NAMES.get(type(data), type(data).__name__)}, not an object")
+    odd = _odd_number(data, "")
+    if odd:
+        raise RunFolderError(f"{name}: {odd}, a number loadlab never writes")
+    return data
+
+
+def _check_format(fmt: object, run_json: Path) -> None:
+    """RunFolderError unless `fmt` is this version's run-folder format or an earlier one."""
+    if fmt is None:
+        raise RunFolderError(f"not a run folder: {run_json} has no format (loadlab writes e.g. loadlab-run/1)")
+    m = _FORMAT.fullmatch(fmt) if isinstance(fmt, str) else None
+    if m is None:
+        raise RunFolderError(f"not a run folder: {run_json} has format {json.dumps(fmt)[:40]}, not loadlab-run/N")
+    if not 1 <= int(m[1]) <= FORMAT_VERSION:
+        raise RunFolderError(
+            f"{run_json} has format {fmt} of a newer loadlab (this one reads up to "
+            f"loadlab-run/{FORMAT_VERSION}): read it with the loadlab that wrote it"
+        )
+
+
+def _odd_number(value: Any, where: str) -> str:
+    """The first number in parsed JSON that loadlab never writes (NaN, infinite, beyond a
+    float's range), as "WHERE is WHAT"; "" when there is none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'run.json'} is {'NaN' if math.isnan(value) else 'infinite'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        return f"{where or 'run.json'} is out of range"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        odd = _odd_number(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key))
+        if odd:
+            return odd
+    return ""
+
+
+def _check_times(meta: RunMeta, span: tuple[float, float], run_json: Path) -> None:
+    """RunFolderError when the run ends before it starts or a step's time lies far outside the
+    run: every rate and time axis would be measured over a meaningless span."""
+    if meta.ended_at < meta.started_at:
+        raise RunFolderError(f"{run_json}: ended_at is before started_at: the run's times mean nothing")
+    lo, hi = span
+    for i, step in enumerate(meta.steps):
+        for name in ("start_time", "end_time", "ramp_end"):
+            value = getattr(step, name)
+            if not lo <= value <= hi and not math.isnan(value):
+                raise RunFolderError(
+                    f"{run_json}: steps[{i}].{name} lies far outside the run (more than an hour before its "
+                    "start or after its end): the step's figures would mean nothing"
+                )
+
+
+def _step_warnings(meta: RunMeta) -> list[str]:
+    """A step that ends before it starts: its end is dropped (its rates then run to its last
+    request's end, as a cut-off step's), and a warning says so."""
+    warnings = []
+    for step in meta.steps:
+        if step.end_time < step.start_time:
+            warnings.append(
+                f"step {step.label} ends before it starts (end_time {step.start_time - step.end_time:.3g} s "
+                "before start_time): its rates are measured to its last request's end"
+            )
+            step.end_time = math.nan
+    return warnings
 
 
 def _check_types(record: Any, where: str = "") -> None:
@@ -146,13 +286,43 @@ def read_part_tables(
     return tables
 
 
-def _read_parts(folder: Path, schema: pa.Schema, warnings: list[str], without: tuple[str, ...] = ()) -> pd.DataFrame:
+def _read_parts(
+    folder: Path, schema: pa.Schema, warnings: list[str], span: tuple[float, float], without: tuple[str, ...] = ()
+) -> pd.DataFrame:
     # Columns added to the schema after a part was written (or left out) come back as nulls.
     tables = read_part_tables(folder, warnings, schema, without)
     if not tables:
         return schema.empty_table().to_pandas(types_mapper=_arrow_lists)
-    table = pa.concat_tables(tables, promote_options="default")
-    return _with_all_columns(table, schema).to_pandas(types_mapper=_arrow_lists)
+    table = _with_all_columns(pa.concat_tables(tables, promote_options="default"), schema)
+    return _times_in_run(table, folder.name, span, warnings).to_pandas(types_mapper=_arrow_lists)
+
+
+def _span(meta: RunMeta) -> tuple[float, float]:
+    """The earliest and latest time a row of this run can carry (see _SLACK_S)."""
+    start = (
+        meta.started_at
+        if math.isfinite(meta.started_at)
+        else min((s.start_time for s in meta.steps if math.isfinite(s.start_time)), default=-math.inf)
+    )
+    end = meta.ended_at if math.isfinite(meta.ended_at) else start + _LONGEST_RUN_S
+    return start - _SLACK_S, end + _SLACK_S
+
+
+def _times_in_run(table: pa.Table, name: str, span: tuple[float, float], warnings: list[str]) -> pa.Table:
+    """The rows whose times are NaN (not yet / never) or lie within the run's `span`; rows with
+    an infinite time, or one far outside the run, which no clock of the run gives, are left out
+    with a warning."""
+    lo, hi = span
+    outside = np.zeros(len(table), dtype=bool)
+    for column in _TIME_COLUMNS[name]:
+        times = table[column].to_numpy(zero_copy_only=False).astype(float, copy=False)
+        outside |= np.isinf(times) | (times < lo) | (times > hi)
+    if not outside.any():
+        return table
+    count = int(outside.sum())
+    what = ("request" if name == REQUESTS_DIR else "sample") + ("s" if count != 1 else "")
+    warnings.append(f"left out {count} {what} with an infinite time or one far outside the run in {name}/")
+    return table.filter(pa.array(~outside))
 
 
 def _arrow_lists(kind: pa.DataType) -> pd.ArrowDtype | None:

@@ -33,39 +33,41 @@ def parse_seconds(text: str) -> LengthDist:
 
 def _parse(text: str, whole: bool) -> LengthDist:
     text = str(text).strip()
+    what = "length" if whole else "duration"
+    bad = f"bad {what} distribution {text!r}"
     parts = text.split(":")
     kind = parts[0] if len(parts) > 1 else "fixed"
     args = parts[1:] if len(parts) > 1 else parts
     if kind not in KINDS:
-        raise UserError(f"unknown length distribution {kind!r} in {text!r} (use one of {', '.join(KINDS)})")
+        raise UserError(f"unknown {what} distribution {kind!r} in {text!r} (use one of {', '.join(KINDS)})")
     try:
         values = [float(a) for a in args]
     except ValueError:
-        raise UserError(f"bad length distribution {text!r}: numbers expected after '{kind}:'") from None
+        raise UserError(f"{bad}: numbers expected after '{kind}:'") from None
     if any(not math.isfinite(v) for v in values):
-        raise UserError(f"bad length distribution {text!r}: numbers must be finite")
+        raise UserError(f"{bad}: numbers must be finite")
 
     if kind == "fixed":
-        _expect(text, values, 1, "fixed:N")
-        n = _bound(text, values[0], whole)
+        _expect(bad, values, 1, "fixed:N")
+        n = _bound(bad, values[0], whole)
         return LengthDist(kind="fixed", mean=n, std=0, min=n, max=n)
     if kind == "uniform":
-        _expect(text, values, 2, "uniform:MIN:MAX")
-        lo, hi = _bound(text, values[0], whole), _bound(text, values[1], whole)
+        _expect(bad, values, 2, "uniform:MIN:MAX")
+        lo, hi = _bound(bad, values[0], whole), _bound(bad, values[1], whole)
         if lo > hi:
-            raise UserError(f"bad length distribution {text!r}: MIN is larger than MAX")
+            raise UserError(f"{bad}: MIN is larger than MAX")
         return LengthDist(kind="uniform", mean=(lo + hi) / 2, std=0, min=lo, max=hi)
 
     # normal / lognormal
     if len(values) not in (2, 4):
-        raise UserError(f"bad length distribution {text!r}: expected {kind}:MEAN:STD or {kind}:MEAN:STD:MIN:MAX")
+        raise UserError(f"{bad}: expected {kind}:MEAN:STD or {kind}:MEAN:STD:MIN:MAX")
     mean, std = values[0], values[1]
     if mean <= 0 or std < 0:
-        raise UserError(f"bad length distribution {text!r}: MEAN must be > 0 and STD >= 0")
+        raise UserError(f"{bad}: MEAN must be > 0 and STD >= 0")
     if len(values) == 4:
-        lo, hi = _bound(text, values[2], whole), _bound(text, values[3], whole)
+        lo, hi = _bound(bad, values[2], whole), _bound(bad, values[3], whole)
         if lo > hi:
-            raise UserError(f"bad length distribution {text!r}: MIN is larger than MAX")
+            raise UserError(f"{bad}: MIN is larger than MAX")
     else:
         lo, hi = (1 if whole else 0), max(_DEFAULT_MAX, math.ceil(mean + 6 * std))
     return LengthDist(kind=kind, mean=mean, std=std, min=lo, max=hi)
@@ -101,16 +103,16 @@ def _draw(d: LengthDist, rng: random.Random) -> float:
     return value
 
 
-def _expect(text: str, values: list[float], count: int, form: str) -> None:
+def _expect(bad: str, values: list[float], count: int, form: str) -> None:
     if len(values) != count:
-        raise UserError(f"bad length distribution {text!r}: expected {form}")
+        raise UserError(f"{bad}: expected {form}")
 
 
-def _bound(text: str, value: float, whole: bool) -> float:
+def _bound(bad: str, value: float, whole: bool) -> float:
     if not whole:
         if value < 0:
-            raise UserError(f"bad duration distribution {text!r}: seconds must be >= 0")
+            raise UserError(f"{bad}: seconds must be >= 0")
         return value
     if value != int(value) or value < 1:
-        raise UserError(f"bad length distribution {text!r}: lengths must be whole numbers >= 1")
+        raise UserError(f"{bad}: lengths must be whole numbers >= 1")
     return int(value)

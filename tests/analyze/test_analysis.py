@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
+from loadlab.analyze.analysis import analyze_run, write_analysis
 from loadlab.analyze.measures import measure
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.cli.plan import curve_points
@@ -21,7 +21,7 @@ from loadlab.report.console import print_summary
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
 from loadlab.report.verdict import print_analysis
-from loadlab.store.reader import SUMMARY_JSON, load_run
+from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
 from tests.support.runs import loaded_run, run_of, write_run

@@ -20,7 +20,7 @@ from loadlab.analyze.compare import (
 )
 from loadlab.analyze.measures import RunValues, measure
 from tests.support.records import T, closed
-from tests.support.runs import DRAWN_EVERY, drawn_records, run_of
+from tests.support.runs import DRAWN_EVERY, drawn_records, run_of, with_failures
 
 N = 200
 LATENCIES = ("ttft_p50", "itl_p50", "tpot_p50", "e2e_p50")
@@ -93,3 +93,30 @@ def test_the_bootstrap_resamples_whole_requests() -> None:
     assert np.mean((reps == 1.0) | (reps == 3.0)) > 0.4  # both draws the same request: p = 1/2
     assert np.isnan(weighted_bootstrap(values, np.zeros(100, dtype=int), "mean", rng)).all()  # one request
     assert np.isnan(weighted_bootstrap(values, np.arange(100), "p99", rng)).all()  # 1 value beyond p99
+
+
+def failing(seed: int, failed: int, slower: float = 1.0, n: int = 80) -> RunValues:
+    step = closed(2, start=T, end=T + n * DRAWN_EVERY)
+    return measure(run_of(with_failures(drawn_records(T, seed, n, slower), failed), [step]))
+
+
+def test_the_error_rate_is_compared_first_in_points() -> None:
+    changes = compare_runs(failing(1, 0), failing(2, 47)).changes
+    first = changes[0]
+    assert (first.metric, first.unit, first.call) == ("error_rate", "fraction", REGRESSION)
+    assert first.change == pytest.approx(47 / 80) and first.low > 0.4  # a difference, not a ratio
+
+
+def test_a_run_whose_error_rate_differs_never_reads_as_an_improvement() -> None:
+    # 47 of 80 failed fast, and the 33 that succeeded were faster: every latency "improved".
+    changes = compare_runs(failing(1, 0), failing(2, 47, slower=0.8)).changes
+    rest = [c for c in changes if c.metric != "error_rate"]
+    assert rest and all(c.call == NOT_COMPARABLE and "error rate differs" in c.note for c in rest)
+    fewer = compare_runs(failing(2, 47, slower=0.8), failing(1, 0)).changes  # errors fixed: flagged too
+    assert fewer[0].call == IMPROVEMENT and all(c.call == NOT_COMPARABLE for c in fewer[1:])
+
+
+def test_the_same_error_rate_leaves_the_latencies_judged() -> None:
+    changes = compare_runs(failing(1, 4), failing(2, 4, slower=1.25)).changes
+    assert changes[0].call == NO_CHANGE and not any(c.note for c in changes)
+    assert {c.metric: c.call for c in changes}["ttft_p50"] == REGRESSION

@@ -76,3 +76,16 @@ def test_compare_prints_the_change_interval_and_call(runs: Path) -> None:
     (comparison,) = json.loads(as_json.stdout)
     ttft = next(c for c in comparison["changes"] if c["metric"] == "ttft_p50")
     assert ttft["call"] == "regression" and ttft["low"] > ttft["noise"]
+
+
+def test_compare_and_the_gate_say_first_that_a_run_failed(runs: Path, tmp_path: Path) -> None:
+    # 47 of 80 requests failed fast and the rest ran faster: once read as "+153.8 % requests/s".
+    write_drawn_run(tmp_path / "base", seed=1, n=80)
+    write_drawn_run(tmp_path / "failing", seed=2, n=80, slower=0.8, failed=47)
+    result = loadlab("compare", str(tmp_path / "base"), str(tmp_path / "failing"))
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "concurrency=2" in line and "pts" in line]
+    assert rows and "error_rate" in rows[0] and "regression" in rows[0] and "+58.8 pts" in rows[0]
+    assert "improvement" not in result.stdout and "error rate differs (0.0% vs 58.8%)" in result.stdout
+    gate = loadlab("gate", str(tmp_path / "failing"), "--baseline", str(tmp_path / "base"))
+    assert gate.returncode == 1 and "baseline error_rate [concurrency=2]" in gate.stdout, gate.stdout

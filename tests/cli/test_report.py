@@ -123,6 +123,7 @@ def cut_off(folder: Path) -> Path:
     """Make a finished run folder look killed mid-run: run.json still 'running', no ends, no summary."""
     meta = json.loads((folder / "run.json").read_text())
     meta.update(status="running", ended_at=None, coverage=[])
+    meta["host"]["pid"] = 0  # its writer is gone (the test's own process wrote it)
     for step in meta["steps"]:
         step["end_time"] = None
     (folder / "run.json").write_text(json.dumps(meta))

@@ -809,3 +809,26 @@ def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path,
     print_final_summary(tmp_path)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("warning: no summary table") for line in err)
+
+
+HOSTILE = "m\x1b]0;pwned\x07\x1b[31mred\u202eevil"
+
+
+def test_text_from_the_server_is_printed_inert(tmp_path):
+    """The model name GET /v1/models gives, and an error body echoing one, carry an escape
+    sequence (window title), a colour and an RTL override: all printed as visible text."""
+    url, proc = start_mock("--model", HOSTILE, "--ttft", "0.01", "--itl", "0.005")
+    with proc:
+        served = loadlab(
+            "run", "--url", url, "--concurrency", "1", "--requests", "3", "--output-len", "4",
+            "--out", str(tmp_path / "served"), *QUIET, timeout=120,
+        )  # fmt: skip
+        rejected = loadlab(
+            "run", "--url", url, "--model", HOSTILE + "2", "--concurrency", "2", "--duration", "30",
+            "--out", str(tmp_path / "rejected"), *QUIET, timeout=120,
+        )  # fmt: skip
+    assert served.returncode == 0 and rejected.returncode == 4, (served.stderr[-2000:], rejected.stderr[-2000:])
+    assert load_run(tmp_path / "served").meta.config["model"] == HOSTILE  # what the server said, kept exact
+    assert "model m\\x1b]0;pwned" in served.stderr and "rejected every request" in rejected.stderr
+    for output in (served.stdout, served.stderr, rejected.stdout, rejected.stderr):
+        assert "\x1b" not in output and "\u202e" not in output and "\x07" not in output

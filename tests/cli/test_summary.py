@@ -15,6 +15,7 @@ from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
 from tests.support.procs import loadlab
 from tests.support.records import record
+from tests.support.runs import as_killed
 
 
 def write_run(folder: Path, finish: bool) -> None:
@@ -66,7 +67,7 @@ def test_write_rewrites_summary_json(finished: Path) -> None:
 
 def test_reads_a_run_cut_off_mid_run(tmp_path: Path) -> None:
     write_run(tmp_path / "cut", finish=False)
-    result = loadlab("summary", str(tmp_path / "cut"), "--json")
+    result = loadlab("summary", str(as_killed(tmp_path / "cut")), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["cut_off"] and data["status"] == "running" and data["overall"]["sent"] == 5

@@ -241,3 +241,48 @@ def test_plan_of_an_open_loop_run_says_it_needs_a_concurrency_sweep(tmp_path):
     write_run(tmp_path, lambda t0: (three_requests(t0), []), mode="open")
     result = loadlab("plan", str(tmp_path), "--users", "10")
     assert result.returncode == 2 and "concurrency sweep" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_sweep_its_own_errors_rule_stopped_exits_0(tmp_path):
+    # 80 % of requests fail: fewer than the 20 the run's error budget waits for in a 2 s step, so
+    # the sweep's own rule (> 1 %) stops it; the budget, judged over the step at the run's end,
+    # must not turn the sweep's own stop into the run's exit 3 (docs/sweep.md: 0).
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.3", "--itl", "0.01", "--error-rate", "0.8", "--error-codes", "500") as (url, _):
+        result = loadlab(
+            "sweep", "--url", url, "--step-duration", "2", "--max", "2", "--output-len", "4",
+            "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=120,
+        )  # fmt: skip
+    sweep = read(out, "sweep.json")
+    assert sweep["stop"] == "errors" and len(sweep["steps"]) == 1, sweep
+    assert result.returncode == 0 and "error:" not in result.stderr, result.stderr[-2000:]
+
+
+def test_plan_says_whether_per_user_speed_rose_or_fell(tmp_path):
+    write_drawn_run(tmp_path / "rose", seed=1, targets=(1, 2), n=60, slower=(1.25, 0.8))
+    rose = loadlab("plan", str(tmp_path / "rose"), "--users", "4")
+    assert rose.returncode == 0, rose.stderr[-2000:]
+    assert "per-user speed rose from" in rose.stdout and "fell" not in rose.stdout
+    write_drawn_run(tmp_path / "fell", seed=1, targets=(1, 2), n=60, slower=(0.8, 1.25))
+    assert "per-user speed fell from" in loadlab("plan", str(tmp_path / "fell"), "--users", "4").stdout
+
+
+def test_plan_for_an_absurd_number_of_users_says_what_the_figure_rests_on(tmp_path):
+    write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 4), n=60)
+    result = loadlab("plan", str(tmp_path / "run"), "--users", str(10**12))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "1,000,000,000,000 users" in result.stdout and "nothing here measured" in result.stdout
+    assert "nothing here measured" not in loadlab("plan", str(tmp_path / "run"), "--users", "10").stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("plan", ".", "--users", "5", "--think-time", "uniform:a:2"), "--think-time: bad duration distribution"),
+        (("plan", ".", "--users", "5", "--slo", ""), "empty SLO"),
+        (("gate", ".", "--slo", ""), "empty SLO"),
+    ],
+)
+def test_bad_think_time_or_slo_is_named_for_what_it_is(args, message):
+    result = loadlab(*args, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {message}"), result.stderr

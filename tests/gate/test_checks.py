@@ -126,7 +126,10 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     assert odd.exit_code == 2 and "analysis.json has no constraint for this step" in odd.checks[-1].detail
     (tmp_path / "run" / "analysis.json").write_text("{not json")
     broken = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
-    assert broken.exit_code == 2 and "analysis.json unreadable" in broken.checks[-1].detail
+    assert broken.exit_code == 2 and "analysis.json is unreadable" in broken.checks[-1].detail
+    (tmp_path / "run" / "analysis.json").write_text('{"overall": {"constraint": "kv_capacity", "confidence": NaN}}')
+    odd = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
+    assert odd.exit_code == 2 and "overall.confidence is NaN" in odd.checks[-1].detail
 
 
 def test_the_baseline_check_fails_on_a_regression_beyond_noise_and_allowance(tmp_path: Path) -> None:

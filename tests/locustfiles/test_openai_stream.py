@@ -114,3 +114,12 @@ def test_bad_loadlab_option_is_one_line_error(tmp_path):
     )
     assert res.returncode == 2
     assert "error: " in res.stderr and "banana" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_errors_name_the_options_a_locust_user_typed(tmp_path):
+    undiscoverable = locust("--headless", "--host", f"http://127.0.0.1:{free_port()}", "--run-time", "1s", timeout=60)
+    assert undiscoverable.returncode == 2 and "Traceback" not in undiscoverable.stderr
+    assert "pass --loadlab-model" in undiscoverable.stderr and "pass --model" not in undiscoverable.stderr
+    for host in ([], ["--host", "ftp://x"]):
+        bad = locust("--headless", *host, "--loadlab-model", "m", "--run-time", "1s", timeout=60)
+        assert bad.returncode == 2 and "error: bad --host" in bad.stderr and "--url" not in bad.stderr, bad.stderr

@@ -138,3 +138,10 @@ def test_read_slo_takes_inline_text_or_a_toml_file(tmp_path: Path) -> None:
 def test_the_example_slo_files_parse(name: str) -> None:
     spec = read_slo(str(REPO / "examples" / name))
     assert spec.objectives and not spec.check_client and spec.min_requests == 5
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_an_empty_slo_says_so_and_names_no_file(text: str) -> None:
+    with pytest.raises(UserError, match="empty SLO") as e:
+        read_slo(text)
+    assert "cannot read" not in str(e.value)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,15 +16,16 @@ import pytest
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.reader import load_run
+from loadlab.store.reader import RunFolderError, load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 from tests.support.records import record
+from tests.support.runs import as_killed, edit_run_json, fill_run
 
 
 def test_a_run_without_parts_loads_as_empty_tables_with_all_columns(tmp_path: Path) -> None:
     RunWriter(tmp_path, RunConfig(), process_anchor())  # never closed: cut off at once
-    run = load_run(tmp_path)
+    run = load_run(as_killed(tmp_path))
     assert list(run.requests.columns) == REQUEST_SCHEMA.names and len(run.requests) == 0
     assert list(run.samples.columns) == SAMPLE_SCHEMA.names and len(run.samples) == 0
     assert run.meta.cut_off
@@ -63,7 +67,7 @@ def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) ->
         (lambda p: None, "does not exist"),
         (lambda p: p.mkdir(), "has no run.json"),
         (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
-        (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), "unreadable"),
+        (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), 'format "x"'),
         (lambda p: (p.mkdir(), (p / "run.json").write_text("[]")), "a JSON array, not an object"),
         (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
         (lambda p: _valid_run_json_with(p, config=[1]), "config"),
@@ -103,8 +107,6 @@ def test_a_part_with_columns_of_another_table_or_type_is_skipped_with_a_warning(
 
 
 def test_columns_left_out_come_back_as_nulls(tmp_path: Path) -> None:
-    from tests.support.runs import fill_run
-
     fill_run(tmp_path)
     full, lean = load_run(tmp_path), load_run(tmp_path, without=("token_times",))
     assert list(lean.requests.columns) == list(full.requests.columns)
@@ -115,9 +117,103 @@ def test_columns_left_out_come_back_as_nulls(tmp_path: Path) -> None:
 
 def test_token_times_stay_one_arrow_list_column(tmp_path: Path) -> None:
     # Not a numpy array per request: a large run's token times stay one buffer (TokenTimes flattens it).
-    from tests.support.runs import fill_run
-
     fill_run(tmp_path / "full")
     RunWriter(tmp_path / "empty", RunConfig(), process_anchor()).close()
     for folder in ("full", "empty"):
         assert load_run(tmp_path / folder).requests["token_times"].dtype == pd.ArrowDtype(pa.list_(pa.float64()))
+
+
+def _step0(meta: dict, **fields: object) -> None:
+    meta["steps"][0].update(fields)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.update(format="loadlab-run/99"), r"format loadlab-run/99 .*newer loadlab"),
+        (lambda m: m.pop("format"), "no format"),
+        (lambda m: m.update(format=3), "format 3"),
+        (lambda m: _step0(m, target=float("nan")), r"steps\[0\]\.target is NaN"),
+        (lambda m: _step0(m, target=10**400), r"steps\[0\]\.target is out of range"),
+        (lambda m: _step0(m, start_time=float("inf")), r"steps\[0\]\.start_time is infinite"),
+        (lambda m: m.update(started_at=float("-inf")), r"started_at is infinite"),
+        (lambda m: m["config"].update(concurrency=[10**400]), r"config\.concurrency\[0\] is out of range"),
+        (lambda m: m["anchors"].update(wall=float("nan")), r"anchors\.wall is NaN"),
+    ],
+)
+def test_a_run_json_whose_numbers_would_mean_nothing_is_one_run_folder_error(tmp_path: Path, edit, message) -> None:
+    fill_run(tmp_path)
+    edit_run_json(tmp_path, edit)
+    with pytest.raises(RunFolderError, match=message) as e:
+        load_run(tmp_path)
+    assert "\n" not in str(e.value) and str(tmp_path / "run.json") in str(e.value)
+
+
+def test_the_formats_of_earlier_versions_are_read(tmp_path: Path) -> None:
+    fill_run(tmp_path)
+    edit_run_json(tmp_path, lambda m: m.update(format="loadlab-run/1"))
+    assert len(load_run(tmp_path).requests) == 3
+
+
+def test_a_step_that_ends_before_it_starts_is_read_with_a_warning_and_no_end(tmp_path: Path) -> None:
+    fill_run(tmp_path)
+    start = json.loads((tmp_path / "run.json").read_text())["steps"][0]["start_time"]
+    edit_run_json(tmp_path, lambda m: _step0(m, end_time=start - 5))
+    run = load_run(tmp_path)
+    assert [w for w in run.warnings if "step x ends before it starts" in w]
+    assert math.isnan(run.meta.steps[0].end_time) and len(run.requests) == 3
+
+
+def test_requests_and_samples_with_infinite_times_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    fill_run(tmp_path)
+    requests = tmp_path / "requests" / "part-900000.parquet"
+    bad = pq.read_table(next((tmp_path / "requests").glob("part-*.parquet"))).slice(0, 1)
+    bad = bad.set_column(bad.schema.get_field_index("end_time"), "end_time", pa.array([math.inf]))
+    pq.write_table(bad, requests)
+    run = load_run(tmp_path)
+    assert len(run.requests) == 3 and np.isfinite(run.requests["end_time"]).all()
+    assert [w for w in run.warnings if "left out 1 request with an infinite time" in w]
+
+
+def test_rows_far_outside_the_run_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    # One send time 10^12 s before the run stretched the analysis's time grid over 10^12 intervals.
+    fill_run(tmp_path)
+    part = next((tmp_path / "requests").glob("part-*.parquet"))
+    table = pq.read_table(part)
+    send = table["send_time"].to_pylist()
+    table = table.set_column(table.schema.get_field_index("send_time"), "send_time", pa.array([-1e12, *send[1:]]))
+    pq.write_table(table, part)
+    run = load_run(tmp_path)
+    assert len(run.requests) == 2 and [w for w in run.warnings if "far outside the run" in w]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: _step0(m, start_time=-1e12), r"steps\[0\]\.start_time lies far outside the run"),
+        (lambda m: m.update(ended_at=m["started_at"] - 10), "ended_at is before started_at"),
+    ],
+)
+def test_run_times_far_outside_the_run_are_a_run_folder_error(tmp_path: Path, edit, message: str) -> None:
+    fill_run(tmp_path)
+    edit_run_json(tmp_path, edit)
+    with pytest.raises(RunFolderError, match=message):
+        load_run(tmp_path)
+
+
+def test_the_reader_leaves_its_warnings_to_the_caller(tmp_path: Path, caplog) -> None:
+    # Each command prints a run's warnings once; the reader logging them too printed them twice.
+    RunWriter(tmp_path, RunConfig(), process_anchor())
+    with caplog.at_level(logging.DEBUG):
+        assert load_run(as_killed(tmp_path)).warnings
+    assert not caplog.records
+
+
+def test_a_run_its_live_writer_is_still_writing_is_not_called_cut_off(tmp_path: Path) -> None:
+    RunWriter(tmp_path / "live", RunConfig(), process_anchor())  # the writer is this process: alive
+    live = load_run(tmp_path / "live")
+    assert not live.cut_off and live.meta.status == "running"
+    assert [w for w in live.warnings if "still being written" in w] and not [w for w in live.warnings if "cut off" in w]
+    RunWriter(tmp_path / "killed", RunConfig(), process_anchor())
+    killed = load_run(as_killed(tmp_path / "killed"))
+    assert killed.cut_off and [w for w in killed.warnings if "cut off" in w]

@@ -77,7 +77,8 @@ def test_round_trip_keeps_every_field_and_the_token_times_list(tmp_path: Path) -
 
 def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_path: Path) -> None:
     folder = tmp_path / "run"
-    anchor = ClockAnchor(wall=1000.0, monotonic=time.perf_counter())
+    # The run's clock reads ~1005 now: the steps below (1001, 1002) begin before the run ends.
+    anchor = ClockAnchor(wall=1000.0, monotonic=time.perf_counter() - 5)
     writer = RunWriter(folder, RunConfig(url="http://x", concurrency=[1, 2]), anchor)
     meta = json.loads((folder / "run.json").read_text())
     assert meta["format"] == FORMAT and meta["status"] == "running"

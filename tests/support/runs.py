@@ -184,20 +184,23 @@ def drawn_records(t0: float, seed: int, n: int, slower: float = 1.0, step: int =
 def write_drawn_run(
     folder: Path,
     seed: int,
-    slower: float = 1.0,
+    slower: float | Sequence[float] = 1.0,
     targets: Sequence[float] = (2,),
     n: int = 150,
     status: str = "finished",
+    failed: int = 0,
 ) -> None:
-    """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step, one step per
-    target (labels concurrency=<target>), the steps one after the other."""
+    """A closed-loop run folder of drawn requests (`drawn_records`), `n` per step (`failed` of
+    them failed, see `with_failures`), one step per target (labels concurrency=<target>), the
+    steps one after the other; `slower` for all steps or one per step."""
+    slowness = [slower] * len(targets) if isinstance(slower, (int, float)) else list(slower)
     config = RunConfig(url="http://127.0.0.1:1", concurrency=[int(t) for t in targets])
     writer = RunWriter(folder, config, process_anchor())
     start = writer.meta.started_at
     for index, target in enumerate(targets):
         end = start + n * DRAWN_EVERY
         writer.begin_step(StepInfo(index, f"concurrency={target:g}", "closed", target, start))
-        writer.add_requests(drawn_records(start, seed + index, n, slower, index))
+        writer.add_requests(with_failures(drawn_records(start, seed + index, n, slowness[index], index), failed))
         writer.end_step(index, end)
         start = end
     writer.close(status)
@@ -230,3 +233,52 @@ def loaded_run(
         for name, per_s in (counters or {}).items():
             samples.append(Sample(start + t, "server", name, per_s * t, {"engine": "0"}))
     return records, samples
+
+
+def as_killed(folder: Path) -> Path:
+    """Make run.json name a writer process that has exited, as a run killed mid-way leaves it
+    (the writer of a folder written by the test itself is the test process: alive)."""
+    import json
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    meta = json.loads((folder / "run.json").read_text())
+    meta["host"]["pid"] = int(gone.stdout)
+    (folder / "run.json").write_text(json.dumps(meta))
+    return folder
+
+
+def edit_run_json(folder: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """Rewrite the folder's run.json after `edit(meta)` changed the parsed object in place (the
+    text written as Python's json module writes it: NaN, Infinity and huge integers pass)."""
+    import json
+
+    meta = json.loads((folder / "run.json").read_text())
+    edit(meta)
+    (folder / "run.json").write_text(json.dumps(meta))
+    return folder
+
+
+def with_failures(records: list[RequestRecord], count: int) -> list[RequestRecord]:
+    """`records` with `count` of them, spread evenly, failed as a server error does: HTTP 500
+    10 ms after the send, no token."""
+    from dataclasses import replace
+
+    step = len(records) / count if count else 0
+    failing = {int(i * step) for i in range(count)}
+    return [
+        replace(
+            r,
+            error="http_5xx",
+            status=500,
+            token_times=[],
+            first_token_time=float("nan"),
+            end_time=r.send_time + 0.01,
+            completion_tokens=-1,
+            client_tokens=0,
+        )
+        if i in failing
+        else r
+        for i, r in enumerate(records)
+    ]

@@ -95,3 +95,10 @@ def test_seconds_allow_fractions_and_zero():
     assert sample_seconds(parse_seconds("0"), rng) == 0.0
     with pytest.raises(UserError):
         parse_seconds("fixed:-1")
+
+
+@pytest.mark.parametrize("text", ["uniform:a:2", "uniform:3:1", "normal:1", "fixed:1:2", "lognormal:-1:1"])
+def test_a_bad_duration_is_called_a_duration_not_a_length(text):
+    with pytest.raises(UserError, match="bad duration distribution") as e:
+        parse_seconds(text)
+    assert "length" not in str(e.value)

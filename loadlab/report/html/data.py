@@ -21,10 +21,9 @@ from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.requests import read_gaps
-from loadlab.store.reader import SUMMARY_JSON, RunData
+from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, RunData, RunFolderError, read_stage_json
 from loadlab.store.schema import Coverage, ErrorCategory
 
-ANALYSIS_JSON = "analysis.json"
 MAX_INTERVALS = 2000  # a long run gets wider intervals rather than a heavier page
 # Where the CDFs are read: dense in the body, denser in the tail where SLOs live.
 QUANTILES = np.unique(np.concatenate([np.linspace(0, 0.99, 100), np.linspace(0.99, 0.999, 10), [0.9995, 0.9999, 1.0]]))
@@ -149,9 +148,12 @@ def build_report_data(run: RunData) -> ReportData:
 def _summary(run: RunData, tokens: TokenTimes) -> RunSummary:
     """summary.json when the run wrote one (it holds the run's SLO and goodput), else computed now."""
     try:
-        return RunSummary.from_dict(json.loads((run.path / SUMMARY_JSON).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return summarize(run, tokens=tokens)
+        data = read_stage_json(run.path, SUMMARY_JSON)
+        if data is not None:
+            return RunSummary.from_dict(data)
+    except (RunFolderError, ValueError, KeyError, TypeError):
+        pass  # computed now, from the records
+    return summarize(run, tokens=tokens)
 
 
 def _interval(run: RunData) -> float:
@@ -165,16 +167,10 @@ def _interval(run: RunData) -> float:
 
 
 def _analysis(folder: Path) -> tuple[dict[str, Any] | None, str]:
-    path = folder / ANALYSIS_JSON
-    if not path.exists():
-        return None, ""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return None, f"{ANALYSIS_JSON} is unreadable ({type(e).__name__}: {e})"
-    if not isinstance(data, dict):
-        return None, f"{ANALYSIS_JSON} does not hold a JSON object"
-    return data, ""
+        return read_stage_json(folder, ANALYSIS_JSON), ""
+    except RunFolderError as e:
+        return None, str(e)
 
 
 def _extras(measured: pd.DataFrame, summary: RunSummary) -> list[StepExtra]:

@@ -112,7 +112,10 @@ def test_analysis_json_is_read_when_present_and_explained_when_unreadable(tmp_pa
     data = build_report_data(load_run(tmp_path / "run"))
     assert data.analysis is None and data.analysis_problem.startswith("analysis.json is unreadable (JSONDecodeError")
     (tmp_path / "run" / "analysis.json").write_text(json.dumps([1, 2]))
-    assert build_report_data(load_run(tmp_path / "run")).analysis_problem == "analysis.json does not hold a JSON object"
+    assert (
+        build_report_data(load_run(tmp_path / "run")).analysis_problem
+        == "analysis.json holds a JSON array, not an object"
+    )
 
 
 def test_a_damaged_part_is_named_among_the_warnings_and_the_rest_is_reported(tmp_path):
