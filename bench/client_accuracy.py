@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,25 @@ def pinned(core: int, nice: int) -> list[str]:
     """The command prefix that runs on `core` (where taskset exists), at nice -`nice` when > 0."""
     pin = ["taskset", "-c", str(core)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
     return (["nice", "-n", str(-nice)] if nice > 0 else []) + pin
+
+
+@contextmanager
+def own_autogroup(nice: int) -> Iterator[None]:
+    """With nice > 0 (and root), this process and its children in an autogroup of their own at
+    nice -`nice` until the block ends: Linux shares the CPU between autogroups first."""
+    group = Path("/proc/self/autogroup")
+    before = group.read_text().split()[-1] if nice > 0 and group.exists() else ""
+    if before:
+        try:
+            os.setsid()  # an autogroup of its own: the caller's other processes keep their share
+        except PermissionError:  # already a process group leader: the caller's group changes too
+            pass
+        group.write_text(str(-nice))
+    try:
+        yield
+    finally:
+        if before:
+            group.write_text(before)
 
 
 def run_scenario(s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int) -> dict[str, float]:
@@ -168,20 +189,8 @@ def main() -> None:
     parser.add_argument("--ramp-up", default="", help="pass --ramp-up to loadlab run (default: its own)")
     parser.add_argument("--nice", type=int, default=0, help="run mock and client at nice -N (root only)")
     args = parser.parse_args()
-    group = Path("/proc/self/autogroup")
-    before = group.read_text().split()[-1] if args.nice > 0 and group.exists() else ""
-    if before:
-        try:
-            os.setsid()  # an autogroup of its own: the caller's other processes keep their share
-        except PermissionError:  # already a process group leader: the caller's group changes too
-            pass
-    if before:
-        group.write_text(str(-args.nice))
-    try:
+    with own_autogroup(args.nice):
         rows = run_all(args)
-    finally:
-        if before:
-            group.write_text(before)
     nice = f", nice -{args.nice}" if args.nice else ""
     print_results(f"{args.seconds:g} s per scenario{nice}", "scenario", rows)
 

@@ -24,18 +24,23 @@ class LengthDist:
 
 @dataclass
 class WorkloadConfig:
-    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn."""
+    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn | trace."""
 
     kind: str = "synthetic"
     input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
     output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
-    dataset: str = ""  # path of a ShareGPT-format JSON file (kind = sharegpt)
+    dataset: str = ""  # path of a ShareGPT-format JSON file (kind = sharegpt) or of a trace (kind = trace)
     num_prefixes: int = 4  # shared_prefix: N distinct prefixes ...
     prefix_len: int = 512  # ... of this many tokens ...
     suffixes_per_prefix: int = 8  # ... times M suffixes
     turns: int = 3  # multiturn: turns per conversation
+    # trace: sent this many times faster than recorded; the slice "A:B" of trace time (seconds);
+    # a column mapping for a layout that is not detected (loadlab/workload/trace.py).
+    trace_speed: float = 1.0
+    trace_window: str = ""
+    trace_columns: str = ""
     seed: int = 0
-    # sharegpt: max_tokens = the dataset answer's length; False draws it from output_len instead.
+    # sharegpt, trace: max_tokens = the dataset answer's length; False draws it from output_len instead.
     # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.
     output_from_dataset: bool = True
 
