@@ -24,7 +24,7 @@ class LengthDist:
 
 @dataclass
 class WorkloadConfig:
-    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn | trace."""
+    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn | tools | trace."""
 
     kind: str = "synthetic"
     input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
@@ -33,7 +33,10 @@ class WorkloadConfig:
     num_prefixes: int = 4  # shared_prefix: N distinct prefixes ...
     prefix_len: int = 512  # ... of this many tokens ...
     suffixes_per_prefix: int = 8  # ... times M suffixes
-    turns: int = 3  # multiturn: turns per conversation
+    turns: int = 3  # multiturn: turns per conversation; tools: model calls per session
+    # tools: seconds a tool takes (a distribution) and the tokens of its result
+    tool_time: LengthDist = field(default_factory=lambda: LengthDist(mean=1.0, min=1.0, max=1.0))
+    tool_output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=256, min=256, max=256))
     # trace: sent this many times faster than recorded; the slice "A:B" of trace time (seconds);
     # a column mapping for a layout that is not detected (loadlab/workload/trace.py).
     trace_speed: float = 1.0

@@ -93,7 +93,7 @@ def run(
     ),
     processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
     workload: str | None = typer.Option(
-        None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn | trace (or --trace FILE)."
+        None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn | tools | trace (or --trace FILE)."
     ),
     input_len: str | None = typer.Option(
         None,
@@ -101,6 +101,15 @@ def run(
         help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64.",
     ),
     output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
+    turns: int | None = typer.Option(
+        None, "--turns", help="Turns per conversation (multiturn), model calls per session (tools)."
+    ),
+    tool_time: str | None = typer.Option(
+        None, "--tool-time", help="Tool sessions: seconds each tool call takes (a distribution, e.g. lognormal:1:0.5)."
+    ),
+    tool_output_len: str | None = typer.Option(
+        None, "--tool-output-len", help="Tool sessions: tokens of each tool result (a distribution)."
+    ),
     dataset: str | None = typer.Option(
         None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt), or a trace (--workload trace)."
     ),
@@ -199,6 +208,9 @@ def run(
         kind=workload,
         input_len=input_len,
         output_len=output_len,
+        turns=turns,
+        tool_time=tool_time,
+        tool_output_len=tool_output_len,
         dataset=dataset,
         trace_speed=trace_speed,
         trace_window=trace_window,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 DONE = b"[DONE]"
 
 # A token: a non-empty string under chat delta content, reasoning content (two spellings in the
-# wild) or completions text. (An empty string or null is not a token.)
-_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning|text)": ?"[^"]')
+# wild), a tool call's arguments or completions text. (An empty string or null is not a token.)
+_CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning|text|arguments)": ?"[^"]')
 # An event that may end the stream or carry counts: decoded in full. ("usage": null rides on
 # every chunk of some servers: only an object is worth decoding.)
 _DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"')
@@ -39,6 +39,7 @@ class Event:
     finish_reason: str = ""
     prompt_tokens: int = -1
     completion_tokens: int = -1
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens
 
 
 _TOKEN_EVENT = Event(content=True)
@@ -90,19 +91,30 @@ def _decode(payload: bytes) -> Event:
             raise MalformedEvent(_short(payload))
         delta = choice.get("delta") or {}
         text = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-        if text:
+        if text or _call_arguments(delta):
             content = True
         if choice.get("finish_reason"):
             finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         usage = {}
+    details = usage.get("prompt_tokens_details")
     return Event(
         content=content,
         finish_reason=finish_reason,
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else -1,
     )
+
+
+def _call_arguments(delta: object) -> str:
+    """The arguments text a chat delta's tool calls carry ("" when none)."""
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    if not isinstance(calls, list):
+        return ""
+    functions = [c.get("function") for c in calls if isinstance(c, dict)]
+    return "".join(str(f.get("arguments") or "") for f in functions if isinstance(f, dict))
 
 
 def _int(value: object) -> int:
@@ -120,7 +132,7 @@ def event_text(line: bytes) -> str:
         parts = []
         for choice in obj.get("choices") or []:
             delta = choice.get("delta") or {}
-            parts.append(choice.get("text") or delta.get("content") or "")
+            parts.append(choice.get("text") or delta.get("content") or _call_arguments(delta))
         return "".join(parts)
     except (ValueError, AttributeError, TypeError):  # an odd shape the byte scan let through
         return ""

@@ -291,6 +291,7 @@ class _EventReader:
                 if event.completion_tokens >= 0:
                     rec.completion_tokens = event.completion_tokens
                     rec.prompt_tokens = event.prompt_tokens
+                    rec.cached_tokens = event.cached_tokens
                 if event.done:
                     self.done = True
                 continue

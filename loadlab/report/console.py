@@ -27,6 +27,8 @@ def table_console() -> Console:
 def print_summary(summary: RunSummary, console: Console) -> None:
     """Print the summary of one run: table, errors, token checks, coverage, CLIENT-LIMITED warning."""
     console.print(_steps_table(summary))
+    if summary.turns:
+        console.print(_turns_table(summary))
     for line in _notes(summary):
         console.print(line)
     if summary.client.limited:
@@ -85,6 +87,26 @@ def _steps_table(summary: RunSummary) -> Table:
         if summary.slo is not None:
             cells.append(_num(step.goodput))
         table.add_row(*cells, style="bold" if step.index < 0 else None)
+    return table
+
+
+def _turns_table(summary: RunSummary) -> Table:
+    """Per turn of the run's sessions: does the prefix cache carry the growing history?"""
+    table = Table(
+        title="per turn (sessions)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        caption="TTFT: ms over successful requests; cache hits: the server's cached prompt tokens / prompt tokens",
+        caption_justify="left",
+    )
+    for header in ("turn", "requests/\nfailed", "prompt\ntokens p50", "TTFT\np50", "TTFT\np99", "cache\nhits"):
+        table.add_column(header, justify="right")
+    for t in summary.turns:
+        hits = DASH if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"
+        cells = [str(t.turn), f"{t.requests}/{t.failed}", _num(t.prompt_tokens_p50)]
+        table.add_row(*cells, _num(t.ttft_p50 * 1000), _num(t.ttft_p99 * 1000), hits)
     return table
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 
@@ -54,6 +54,7 @@ class RequestRecord:
     token_clock: str = ""  # what timed them: "kernel" (receive timestamps), "read" or "" (no body)
     prompt_tokens: int = -1  # usage.prompt_tokens (-1: server did not say)
     completion_tokens: int = -1  # usage.completion_tokens
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens: served by a prefix cache (-1: not said)
     client_tokens: int = 0  # content events counted by the client
     input_tokens: int = 0  # the workload's intended prompt length
     max_tokens: int = 0  # requested output length

@@ -9,6 +9,7 @@ from loadlab.workload.multiturn import MultiTurnWorkload
 from loadlab.workload.shared_prefix import SharedPrefixWorkload
 from loadlab.workload.sharegpt import ShareGPTWorkload
 from loadlab.workload.synthetic import SyntheticWorkload
+from loadlab.workload.tools import ToolSessionWorkload
 from loadlab.workload.trace import TraceWorkload
 
 WORKLOADS: dict[str, type[Workload]] = {
@@ -16,6 +17,7 @@ WORKLOADS: dict[str, type[Workload]] = {
     "sharegpt": ShareGPTWorkload,
     "shared_prefix": SharedPrefixWorkload,
     "multiturn": MultiTurnWorkload,
+    "tools": ToolSessionWorkload,
     "trace": TraceWorkload,
 }
 

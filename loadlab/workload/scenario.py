@@ -38,7 +38,7 @@ from loadlab.workload.distributions import parse_length, parse_seconds
 from loadlab.workload.trace import parse_columns, parse_window
 
 # LengthDist fields measured in seconds rather than tokens.
-_SECONDS_FIELDS = {"think_time"}
+_SECONDS_FIELDS = {"think_time", "tool_time"}
 # A field that turns off when its partner is set explicitly (see WorkloadConfig.output_from_dataset).
 _IMPLIED_OFF = {"output_len": "output_from_dataset"}
 

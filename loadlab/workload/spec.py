@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -15,7 +16,7 @@ class RequestSpec:
     """
 
     prompt: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]  # (tool sessions add tool_calls lists and tool_call_id)
     max_tokens: int
     input_tokens: int
     # Pin the output length: the client sends min_tokens=max_tokens and ignore_eos=True.

@@ -741,6 +741,26 @@ def test_a_mooncake_traces_shared_blocks_are_prefix_cache_hits_on_the_server(tmp
     assert hits["plain"] < 64
 
 
+def test_tool_sessions_grow_their_context_and_report_each_turns_ttft_and_cache_hits(tmp_path):
+    flags = ["--workload", "tools", "--turns", "3", "--tool-time", "0.2", "--tool-output-len", "40"]
+    flags += ["--input-len", "300", "--output-len", "8", "--concurrency", "2", "--requests", "12"]
+    with start_server(tmp_path / "server.log", "--max-model-len", "1024") as server:
+        result = run_ok("--url", server.url, *flags, "--out", str(tmp_path / "tools"))
+    req = load_run(tmp_path / "tools").requests
+    assert req["error"].eq("").all()
+    reasons = req.groupby("turn")["finish_reason"].agg(set).to_dict()
+    assert reasons == {0: {"tool_calls"}, 1: {"tool_calls"}, 2: {"length"}}
+    assert req.groupby("turn")["prompt_tokens"].min().is_monotonic_increasing  # the history grows
+    # each call is sent at least the tool time after the session's previous answer
+    for _, session in req.sort_values("turn").groupby("conversation"):
+        gaps = session["send_time"].to_numpy()[1:] - session["end_time"].to_numpy()[:-1]
+        assert (gaps >= 0.2).all()
+    turns = json.loads((tmp_path / "tools" / "summary.json").read_text())["turns"]
+    hits = [t["cache_hit_rate"] for t in turns]
+    assert [t["turn"] for t in turns] == [0, 1, 2] and hits[0] < 0.2 and min(hits[1:]) > 0.5
+    assert "per turn" in result.stdout
+
+
 def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
     """~20 requests in flight at once: a pool of Locust's default 10 sockets would queue half of
     them and their TTFT (from the scheduled time) would grow by a whole request."""

@@ -17,6 +17,7 @@ def test_a_chat_token_is_content_without_decoding():
         b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}',  # reasoning counts as a token
         b'data: {"choices":[{"text":"t","finish_reason":null}]}',  # completions
         b'data: {"choices":[{"delta":{"content":"\\""}}]}',  # an escaped quote is not empty
+        b'data: {"choices":[{"delta":{"content":null,"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}',
     ],
 )
 def test_content_forms(line):
@@ -40,6 +41,12 @@ def test_finish_usage_and_done_are_read_exactly():
     assert last.content and last.finish_reason == "length"
     usage = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}')
     assert (usage.prompt_tokens, usage.completion_tokens, usage.content) == (7, 3, False)
+    assert usage.cached_tokens == -1  # the server did not say
+    cached = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"prompt_tokens_details":{"cached_tokens":4}}}')
+    assert cached.cached_tokens == 4
+    call = b'{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"q"}}]},"finish_reason":"tool_calls"}'
+    last_call = parse_data(b'data: {"choices":[' + call + b"]}")
+    assert last_call.content and last_call.finish_reason == "tool_calls"
     assert parse_data(b"data: [DONE]\n").done
     assert parse_data(b"data:[DONE]").done
 
@@ -64,6 +71,9 @@ def test_line_kinds():
 def test_event_text_for_conversations():
     assert event_text(b'data: {"choices":[{"delta":{"content":"ab"}}]}') == "ab"
     assert event_text(b'data: {"choices":[{"text":"cd"}]}') == "cd"
+    function = b'{"name":"f","arguments":"{\\"a"}'
+    call = b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":' + function + b"}]}}]}"
+    assert event_text(call) == '{"a'  # a tool call's arguments are its text
 
 
 def test_event_text_of_an_odd_shaped_token_event_is_empty_not_an_exception():

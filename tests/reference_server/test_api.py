@@ -35,6 +35,12 @@ def completion(server, **body):
     return response.json()
 
 
+def chat(server, **body):
+    response = server.post("/v1/chat/completions", {"model": MODEL, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def assert_error(response, status, param=None):
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -96,7 +102,12 @@ def test_completion_honours_max_tokens_and_reports_usage(server):
     choice = body["choices"][0]
     assert choice["finish_reason"] == "length"
     assert len(choice["text"]) == 7  # every output token is one printable byte
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    assert body["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 0},  # (5 tokens: not one whole KV block)
+    }
 
 
 def test_min_tokens_pins_the_output_length(server):
@@ -191,7 +202,12 @@ def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(serve
     assert all(c["choices"][0]["text"] and c["usage"] is None for c in token_chunks)
     assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 5 + ["length"]
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 6,
+        "total_tokens": 11,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     envelopes = {(c["id"], c["object"], c["created"], c["model"]) for c in body}
     assert len(envelopes) == 1 and body[0]["model"] == MODEL
 
@@ -221,6 +237,71 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(server):
     body = chunks(data)
     assert [c["usage"]["completion_tokens"] for c in body] == [1, 2, 3, 4, 4]
     assert body[-1]["choices"] == []
+
+
+def test_usage_says_how_many_prompt_tokens_the_prefix_cache_served(server):
+    prompt = "cache me " * 20  # 180 tokens: 11 whole blocks of 16
+    first = completion(server, prompt=prompt, max_tokens=1)
+    again = completion(server, prompt=prompt + "and more", max_tokens=1)
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 176
+
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+def test_a_required_tool_choice_is_answered_with_a_streamed_tool_call(server):
+    data = server.events(
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "find it"}], "tools": TOOLS, "tool_choice": "required"}
+        | {"max_tokens": 5, "ignore_eos": True, "stream_options": {"include_usage": True}},
+    )
+    body = chunks(data)
+    deltas = [c["choices"][0]["delta"] for c in body[:-1]]
+    first = deltas[0]["tool_calls"][0]
+    assert deltas[0]["role"] == "assistant" and deltas[0]["content"] is None
+    assert first["id"].startswith("call_") and first["type"] == "function" and first["function"]["name"] == "search"
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
+    assert len(arguments) == 5 and all("content" not in d for d in deltas[1:])
+    assert body[-2]["choices"][0]["finish_reason"] == "tool_calls" and body[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_a_named_tool_choice_whole_and_a_tool_result_in_the_history(server):
+    named = {"type": "function", "function": {"name": "search"}}
+    history = [
+        {"role": "user", "content": "find it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+    ]
+    body = chat(server, messages=history, tools=TOOLS, tool_choice=named, max_tokens=3, ignore_eos=True)
+    message = body["choices"][0]["message"]
+    assert message["content"] is None and message["tool_calls"][0]["function"]["name"] == "search"
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    text = chat(server, messages=history, tools=TOOLS, tool_choice="auto", max_tokens=3, ignore_eos=True)
+    assert text["choices"][0]["message"]["content"] and text["choices"][0]["finish_reason"] == "length"
+    # the call and the result are part of the prompt: the context grows by them
+    bare = chat(server, messages=history[:1], max_tokens=1)["usage"]["prompt_tokens"]
+    assert text["usage"]["prompt_tokens"] > bare + len(
+        '<tool_call>{"name": "search", "arguments": "{}"}</tool_call>found'
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tools": "search", "tool_choice": "required"},
+        {"tools": [], "tool_choice": "required"},
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}},
+        {"messages": [{"role": "assistant", "tool_calls": "x"}]},
+    ],
+)
+def test_bad_tools_are_400(server, body):
+    request = {"messages": [{"role": "user", "content": "x"}], **body}
+    assert server.post("/v1/chat/completions", request).status_code == 400
 
 
 def test_streaming_errors_before_the_stream_are_plain_http_errors(server):
