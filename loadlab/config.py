@@ -42,6 +42,13 @@ class WorkloadConfig:
     trace_speed: float = 1.0
     trace_window: str = ""
     trace_columns: str = ""
+    # chat media (loadlab/workload/media.py): images per request, one drawn from the list for each
+    # request (empty: none); their sizes "WxH", one drawn per image; or images from a folder;
+    # an audio clip of one of these lengths in seconds per request (empty: none).
+    images: list[int] = field(default_factory=list)
+    image_sizes: list[str] = field(default_factory=lambda: ["512x512"])
+    image_dir: str = ""
+    audio_seconds: list[float] = field(default_factory=list)
     seed: int = 0
     # sharegpt, trace: max_tokens = the dataset answer's length; False draws it from output_len instead.
     # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.

@@ -113,6 +113,24 @@ def run(
     dataset: str | None = typer.Option(
         None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt), or a trace (--workload trace)."
     ),
+    images: str | None = typer.Option(
+        None,
+        "--images",
+        help="Chat: images per request, one count drawn per request from the list (e.g. 0,1,2,4).",
+    ),
+    image_size: str | None = typer.Option(
+        None,
+        "--image-size",
+        help="Synthetic images' sizes WxH, one drawn per image (default 512x512; e.g. 256x256,1024x1024).",
+    ),
+    image_dir: str | None = typer.Option(
+        None, "--image-dir", help="Send the PNG/JPEG files of this folder as the images."
+    ),
+    audio_seconds: str | None = typer.Option(
+        None,
+        "--audio-seconds",
+        help="Chat: a synthetic WAV clip per request, its length drawn from the list (e.g. 5,30).",
+    ),
     trace: str | None = typer.Option(
         None,
         "--trace",
@@ -212,6 +230,10 @@ def run(
         tool_time=tool_time,
         tool_output_len=tool_output_len,
         dataset=dataset,
+        images=images,
+        image_sizes=image_size,
+        image_dir=image_dir,
+        audio_seconds=audio_seconds,
         trace_speed=trace_speed,
         trace_window=trace_window,
         trace_columns=trace_columns,

@@ -147,6 +147,9 @@ def stream_request(
         max_tokens=spec.max_tokens,
         conversation=spec.conversation or "",
         turn=spec.turn if spec.turn is not None else -1,
+        images=spec.images,
+        image_pixels=spec.image_pixels,
+        audio_seconds=spec.audio_seconds,
     )
     perf_times: list[float] = []
     # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.

@@ -29,6 +29,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(_steps_table(summary))
     if summary.turns:
         console.print(_turns_table(summary))
+    if summary.media:
+        console.print(_media_table(summary))
     for line in _notes(summary):
         console.print(line)
     if summary.client.limited:
@@ -107,6 +109,27 @@ def _turns_table(summary: RunSummary) -> Table:
         hits = DASH if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"
         cells = [str(t.turn), f"{t.requests}/{t.failed}", _num(t.prompt_tokens_p50)]
         table.add_row(*cells, _num(t.ttft_p50 * 1000), _num(t.ttft_p99 * 1000), hits)
+    return table
+
+
+def _media_table(summary: RunSummary) -> Table:
+    """TTFT against the images (count, size) and audio the requests carried."""
+    table = Table(
+        title="by media",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        caption="TTFT: ms over successful requests; prompt tokens: the server's, media included",
+        caption_justify="left",
+    )
+    headers = ("images", "megapixels", "audio s", "requests/\nfailed", "prompt\ntokens p50", "TTFT\np50", "TTFT\np99")
+    for header in headers:
+        table.add_column(header, justify="right")
+    for m in summary.media:
+        media = [str(m.images), _num(m.image_pixels / 1e6), _num(m.audio_seconds)]
+        counts = [f"{m.requests}/{m.failed}", _num(m.prompt_tokens_p50)]
+        table.add_row(*media, *counts, _num(m.ttft_p50 * 1000), _num(m.ttft_p99 * 1000))
     return table
 
 

@@ -64,6 +64,9 @@ class RequestRecord:
     error_detail: str = ""  # short text, for humans
     conversation: str = ""
     turn: int = -1
+    images: int = 0  # images sent with the request (chat image_url parts)
+    image_pixels: int = 0  # their pixels, all images together
+    audio_seconds: float = 0.0  # audio sent with it (input_audio parts)
 
     @property
     def ok(self) -> bool:

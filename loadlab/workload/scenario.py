@@ -35,6 +35,7 @@ from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
 from loadlab.workload.base import APIS
 from loadlab.workload.distributions import parse_length, parse_seconds
+from loadlab.workload.media import check_media
 from loadlab.workload.trace import parse_columns, parse_window
 
 # LengthDist fields measured in seconds rather than tokens.
@@ -124,6 +125,7 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
     if cfg.workload.kind == "sharegpt" and not cfg.workload.dataset:
         raise UserError("workload.dataset (a ShareGPT JSON file) is needed for kind = 'sharegpt'")
     _check_trace(cfg.workload)
+    check_media(cfg.workload)
     if cfg.url:
         parse_http_url(cfg.url, "url")
     if complete:

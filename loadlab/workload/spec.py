@@ -25,3 +25,7 @@ class RequestSpec:
     conversation: str | None = None
     turn: int | None = None
     extra_body: dict[str, object] = field(default_factory=dict)
+    # The media in the last message (chat): how many images, their pixels in all, audio seconds.
+    images: int = 0
+    image_pixels: int = 0
+    audio_seconds: float = 0.0

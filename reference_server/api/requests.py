@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
 from reference_server.api.errors import APIError, bad_request
+from reference_server.api.media import part_text
 from reference_server.interface import SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the rest of the context
@@ -251,11 +252,13 @@ def _message_text(content: Any, i: int) -> str:
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in ("image_url", "input_audio"):
+                texts.append(part_text(part, f"messages[{i}].content[{j}]"))
+                continue
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 raise bad_request(
-                    f"messages[{i}].content: only parts of the form "
-                    '{"type": "text", "text": "..."} are supported',
+                    f"messages[{i}].content: only text, image_url and input_audio parts are supported",
                     "messages",
                 )
             texts.append(part["text"])

@@ -761,6 +761,22 @@ def test_tool_sessions_grow_their_context_and_report_each_turns_ttft_and_cache_h
     assert "per turn" in result.stdout
 
 
+def test_images_and_audio_reach_the_server_and_ttft_is_reported_by_media(tmp_path):
+    flags = ["--images", "0,1,3", "--image-size", "64x64,128x32", "--audio-seconds", "0.2"]
+    flags += ["--input-len", "20", "--output-len", "2", "--concurrency", "2", "--requests", "24"]
+    with start_server(tmp_path / "server.log") as server:
+        result = run_ok("--url", server.url, *flags, "--out", str(tmp_path / "media"))
+    req = load_run(tmp_path / "media").requests
+    assert req["error"].eq("").all() and set(req["images"]) == {0, 1, 3}
+    # the server charges 4 tokens for each 64x64 or 128x32 image (32 x 32 patches) and 5 for 0.2 s of audio
+    extra = req["prompt_tokens"] - req["images"] * 4 - 5
+    assert extra.nunique() == 1
+    assert set(req["image_pixels"] // req["images"].clip(lower=1)) <= {0, 4096}
+    media = json.loads((tmp_path / "media" / "summary.json").read_text())["media"]
+    assert sum(m["requests"] for m in media) == 24 and {m["images"] for m in media} == {0, 1, 3}
+    assert "by media" in result.stdout
+
+
 def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):
     """~20 requests in flight at once: a pool of Locust's default 10 sockets would queue half of
     them and their TTFT (from the scheduled time) would grow by a whole request."""

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
+import struct
+import wave
+import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -245,6 +250,80 @@ def test_usage_says_how_many_prompt_tokens_the_prefix_cache_served(server):
     again = completion(server, prompt=prompt + "and more", max_tokens=1)
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 176
+
+
+def png(width: int, height: int, shade: int = 0) -> bytes:
+    """A real PNG (8-bit RGB) of one colour."""
+    rows = (b"\x00" + bytes([shade, 0, 0]) * width) * height
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def jpeg_head(width: int, height: int) -> bytes:
+    """The start of a JPEG: SOI, an APP0 segment, then the frame header that holds the size."""
+    app0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00" + bytes(9)
+    sof0 = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + bytes(3)
+    return b"\xff\xd8" + app0 + sof0 + b"\xff\xd9"
+
+
+def wav(seconds: float, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as clip:
+        clip.setnchannels(1)
+        clip.setsampwidth(2)
+        clip.setframerate(rate)
+        clip.writeframes(bytes(2 * round(seconds * rate)))
+    return buffer.getvalue()
+
+
+def image_part(data: bytes, kind: str = "png") -> dict:
+    return {"type": "image_url", "image_url": {"url": f"data:image/{kind};base64," + base64.b64encode(data).decode()}}
+
+
+def prompt_tokens(server, *parts) -> int:
+    content = [{"type": "text", "text": "look"}, *parts]
+    return chat(server, messages=[{"role": "user", "content": content}], max_tokens=1)["usage"]["prompt_tokens"]
+
+
+def test_images_and_audio_cost_prompt_tokens_by_the_documented_rule(server):
+    text_only = prompt_tokens(server)
+    # one token per 32 x 32 patch, rounded up: 64x64 -> 4, 100x40 -> 4 x 2, a 33x1 JPEG -> 2
+    assert prompt_tokens(server, image_part(png(64, 64))) == text_only + 4
+    assert prompt_tokens(server, image_part(png(100, 40)), image_part(png(64, 64, 9))) == text_only + 8 + 4
+    assert prompt_tokens(server, image_part(jpeg_head(33, 1), "jpeg")) == text_only + 2
+    # 25 tokens per second of audio, rounded up
+    audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav(1.5)).decode(), "format": "wav"}}
+    assert prompt_tokens(server, audio) == text_only + 38
+
+
+def test_the_same_image_again_is_a_prefix_cache_hit_and_another_is_not(server):
+    def cached(part) -> int:
+        messages = [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]
+        return chat(server, messages=messages, max_tokens=1)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    first = image_part(png(320, 320, 1))  # 100 tokens
+    assert cached(first) < 16  # (the template's first tokens may be cached: under one block)
+    assert cached(first) >= 96
+    assert cached(image_part(png(320, 320, 2))) < 16  # another image of the same size: other tokens
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "http://example.com/cat.png"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"GIF89a").decode()}},
+        {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFF0000").decode(), "format": "wav"}},
+        {"type": "input_audio", "input_audio": {"data": "", "format": "mp3"}},
+    ],
+)
+def test_media_the_server_cannot_read_is_a_400(server, part):
+    response = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [part]}]})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "messages"
 
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
