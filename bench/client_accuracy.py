@@ -42,6 +42,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +152,25 @@ def _tree(pid: int) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+@contextmanager
+def own_autogroup(nice: int) -> Iterator[None]:
+    """With nice > 0 (and root), this process and its children in an autogroup of their own at
+    nice -`nice` until the block ends: Linux shares the CPU between autogroups first."""
+    group = Path("/proc/self/autogroup")
+    before = group.read_text().split()[-1] if nice > 0 and group.exists() else ""
+    if before:
+        try:
+            os.setsid()  # an autogroup of its own: the caller's other processes keep their share
+        except PermissionError:  # already a process group leader: the caller's group changes too
+            pass
+        group.write_text(str(-nice))
+    try:
+        yield
+    finally:
+        if before:
+            group.write_text(before)
 
 
 def run_scenario(
@@ -277,20 +298,8 @@ def main() -> None:
     parser.add_argument("--ab", default="", metavar="COMMIT", help="compare with the client of COMMIT, alternating")
     parser.add_argument("--runs", type=int, default=2, help="with --ab: runs of each scenario per client")
     args = parser.parse_args()
-    group = Path("/proc/self/autogroup")
-    before = group.read_text().split()[-1] if args.nice > 0 and group.exists() else ""
-    if before:
-        try:
-            os.setsid()  # an autogroup of its own: the caller's other processes keep their share
-        except PermissionError:  # already a process group leader: the caller's group changes too
-            pass
-    if before:
-        group.write_text(str(-args.nice))
-    try:
+    with own_autogroup(args.nice):
         rows = run_all(args)
-    finally:
-        if before:
-            group.write_text(before)
     nice = f", nice -{args.nice}" if args.nice else ""
     print_results(f"{args.seconds:g} s per scenario{nice}", "scenario", rows)
 

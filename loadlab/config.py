@@ -24,18 +24,33 @@ class LengthDist:
 
 @dataclass
 class WorkloadConfig:
-    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn."""
+    """What to send. `kind`: synthetic | sharegpt | shared_prefix | multiturn | tools | trace."""
 
     kind: str = "synthetic"
     input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
     output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
-    dataset: str = ""  # path of a ShareGPT-format JSON file (kind = sharegpt)
+    dataset: str = ""  # path of a ShareGPT-format JSON file (kind = sharegpt) or of a trace (kind = trace)
     num_prefixes: int = 4  # shared_prefix: N distinct prefixes ...
     prefix_len: int = 512  # ... of this many tokens ...
     suffixes_per_prefix: int = 8  # ... times M suffixes
-    turns: int = 3  # multiturn: turns per conversation
+    turns: int = 3  # multiturn: turns per conversation; tools: model calls per session
+    # tools: seconds a tool takes (a distribution) and the tokens of its result
+    tool_time: LengthDist = field(default_factory=lambda: LengthDist(mean=1.0, min=1.0, max=1.0))
+    tool_output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=256, min=256, max=256))
+    # trace: sent this many times faster than recorded; the slice "A:B" of trace time (seconds);
+    # a column mapping for a layout that is not detected (loadlab/workload/trace.py).
+    trace_speed: float = 1.0
+    trace_window: str = ""
+    trace_columns: str = ""
+    # chat media (loadlab/workload/media.py): images per request, one drawn from the list for each
+    # request (empty: none); their sizes "WxH", one drawn per image; or images from a folder;
+    # an audio clip of one of these lengths in seconds per request (empty: none).
+    images: list[int] = field(default_factory=list)
+    image_sizes: list[str] = field(default_factory=lambda: ["512x512"])
+    image_dir: str = ""
+    audio_seconds: list[float] = field(default_factory=list)
     seed: int = 0
-    # sharegpt: max_tokens = the dataset answer's length; False draws it from output_len instead.
+    # sharegpt, trace: max_tokens = the dataset answer's length; False draws it from output_len instead.
     # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.
     output_from_dataset: bool = True
 

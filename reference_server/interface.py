@@ -42,6 +42,7 @@ class TokenOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort" on the last output, else None
     prompt_tokens: int = 0
     output_tokens: int = 0  # tokens generated so far, this one included
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
 class QueueFull(Exception):

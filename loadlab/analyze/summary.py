@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.breakdown import MediaSummary, TurnSummary, media_summaries, turn_summaries
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
 from loadlab.metrics.requests import (
@@ -136,6 +137,8 @@ class RunSummary:
     slo: Slo | None = None
     warnings: list[str] = field(default_factory=list)
     reason: str = ""  # why the run stopped or failed, or missed its error budget
+    turns: list[TurnSummary] = field(default_factory=list)  # sessions' turns (multiturn, tools), else []
+    media: list[MediaSummary] = field(default_factory=list)  # by images and audio carried, else []
 
     @property
     def client_limited(self) -> bool:
@@ -161,6 +164,8 @@ class RunSummary:
             slo=Slo(**d["slo"]) if d.get("slo") else None,
             warnings=list(d.get("warnings", [])),
             reason=d.get("reason") or "",
+            turns=[TurnSummary.from_dict(t) for t in d.get("turns", [])],
+            media=[MediaSummary.from_dict(m) for m in d.get("media", [])],
         )
 
 
@@ -251,6 +256,8 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
         slo=slo,
         warnings=warnings,
         reason=run.meta.reason,
+        turns=turn_summaries(measured),
+        media=media_summaries(measured),
     )
 
 

@@ -92,14 +92,62 @@ def run(
         "20 requests); off for a deliberate fault test.",
     ),
     processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
-    workload: str | None = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
+    workload: str | None = typer.Option(
+        None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn | tools | trace (or --trace FILE)."
+    ),
     input_len: str | None = typer.Option(
         None,
         "--input-len",
         help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64.",
     ),
     output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
-    dataset: str | None = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
+    turns: int | None = typer.Option(
+        None, "--turns", help="Turns per conversation (multiturn), model calls per session (tools)."
+    ),
+    tool_time: str | None = typer.Option(
+        None, "--tool-time", help="Tool sessions: seconds each tool call takes (a distribution, e.g. lognormal:1:0.5)."
+    ),
+    tool_output_len: str | None = typer.Option(
+        None, "--tool-output-len", help="Tool sessions: tokens of each tool result (a distribution)."
+    ),
+    dataset: str | None = typer.Option(
+        None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt), or a trace (--workload trace)."
+    ),
+    images: str | None = typer.Option(
+        None,
+        "--images",
+        help="Chat: images per request, one count drawn per request from the list (e.g. 0,1,2,4).",
+    ),
+    image_size: str | None = typer.Option(
+        None,
+        "--image-size",
+        help="Synthetic images' sizes WxH, one drawn per image (default 512x512; e.g. 256x256,1024x1024).",
+    ),
+    image_dir: str | None = typer.Option(
+        None, "--image-dir", help="Send the PNG/JPEG files of this folder as the images."
+    ),
+    audio_seconds: str | None = typer.Option(
+        None,
+        "--audio-seconds",
+        help="Chat: a synthetic WAV clip per request, its length drawn from the list (e.g. 5,30).",
+    ),
+    trace: str | None = typer.Option(
+        None,
+        "--trace",
+        help="Replay a trace (Azure, BurstGPT, Mooncake, or any CSV/JSONL with --trace-columns): each request at its "
+        "recorded time with its recorded lengths. With --concurrency or --rate, its lengths only.",
+    ),
+    trace_speed: float | None = typer.Option(
+        None, "--trace-speed", help="Replay the trace this many times faster (0.5: half as fast)."
+    ),
+    trace_window: str | None = typer.Option(
+        None, "--trace-window", help="Replay the slice A:B of the trace, in seconds of trace time (e.g. 600:1200)."
+    ),
+    trace_columns: str | None = typer.Option(
+        None,
+        "--trace-columns",
+        help="The trace's columns, when not detected: time=COL,input=COL,output=COL[,hash_ids=COL][,unit=s|ms|us].",
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
     server_metrics: str | None = typer.Option(
         None,
@@ -127,7 +175,8 @@ def run(
         help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
     ),
 ) -> None:
-    """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value.
+    """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value,
+    or replay a trace on its own clock (--trace).
 
     Exit codes (docs/run-folder.md):
     0 finished within the error budget;
@@ -141,6 +190,7 @@ def run(
     2 invalid for gating.
     """
     from loadlab.config import RunConfig
+    from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.workload.scenario import apply_overrides, load_scenario
 
@@ -149,6 +199,12 @@ def run(
         cfg.rate = []  # a flag chooses the load model over the file's
     if rate is not None:
         cfg.concurrency = []
+    if trace is not None:
+        if workload not in (None, "trace"):
+            raise UserError(f"--trace replays a trace: it does not go with --workload {workload}")
+        workload, dataset = "trace", dataset or trace
+        if dataset != trace:
+            raise UserError("--trace names the trace file: leave out --dataset")
     cfg = apply_overrides(
         cfg,
         url=url,
@@ -170,7 +226,17 @@ def run(
         kind=workload,
         input_len=input_len,
         output_len=output_len,
+        turns=turns,
+        tool_time=tool_time,
+        tool_output_len=tool_output_len,
         dataset=dataset,
+        images=images,
+        image_sizes=image_size,
+        image_dir=image_dir,
+        audio_seconds=audio_seconds,
+        trace_speed=trace_speed,
+        trace_window=trace_window,
+        trace_columns=trace_columns,
         seed=seed,
         server_metrics=server_metrics,
         prometheus=prometheus,

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 DONE = b"[DONE]"
 
-# A token: a string under chat delta content, reasoning content (two spellings in the wild) or
-# completions text; the group matches when the string is empty. (null is not a token.)
-_TOKEN = re.compile(rb'"(?:content|reasoning_content|reasoning|text)": ?"(")?')
+# A token: a string under chat delta content, reasoning content (two spellings in the wild), a
+# tool call's arguments or completions text; the group matches when the string is empty. (null is
+# not a token.)
+_TOKEN = re.compile(rb'"(?:content|reasoning_content|reasoning|text|arguments)": ?"(")?')
 _ROLE = b'"role":'
 # The chunk's own id (the first key of OpenAI-style chunks; a nested "id" comes later).
 _ID = re.compile(rb'"id": ?"([^"\\]{1,200})"')
@@ -53,6 +54,7 @@ class Event:
     finish_reason: str = ""
     prompt_tokens: int = -1
     completion_tokens: int = -1
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens
 
 
 TOKEN_EVENT = Event(token=True)  # the common result, shared: a caller may test `is`
@@ -123,6 +125,7 @@ def _decode(payload: bytes) -> Event:
     if not isinstance(usage, dict):
         usage = {}
     empty = bool(texts) and not any(texts)
+    details = usage.get("prompt_tokens_details")
     return Event(
         token=bool(texts) and not (empty and role),
         empty=empty and not role,
@@ -130,14 +133,16 @@ def _decode(payload: bytes) -> Event:
         finish_reason=finish_reason,
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else -1,
     )
 
 
 def _text_of(choice: dict[str, object], delta: dict[str, object]) -> str | None:
-    """The choice's token text: the first non-empty string among completions text, delta content
-    and reasoning content, else "" when one of them is an empty string, else None."""
+    """The choice's token text: the first non-empty string among completions text, delta content,
+    reasoning content and tool-call arguments, else "" when one of them is an empty string, else None."""
     found = None
-    for text in (choice.get("text"), delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")):
+    texts = (choice.get("text"), delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
+    for text in (*texts, _call_arguments(delta)):
         if isinstance(text, str):
             if text:
                 return text
@@ -150,6 +155,15 @@ def event_id(line: bytes) -> str:
     response."""
     found = _ID.search(line, 5)
     return found.group(1).decode("utf-8", "replace") if found else ""
+
+
+def _call_arguments(delta: dict[str, object]) -> str | None:
+    """The arguments text a chat delta's tool calls carry (None when it carries no tool call)."""
+    calls = delta.get("tool_calls")
+    if not isinstance(calls, list):
+        return None
+    functions = [c.get("function") for c in calls if isinstance(c, dict)]
+    return "".join(str(f.get("arguments") or "") for f in functions if isinstance(f, dict))
 
 
 def _int(value: object) -> int:
@@ -167,7 +181,7 @@ def event_text(line: bytes) -> str:
         parts = []
         for choice in obj.get("choices") or []:
             delta = choice.get("delta") or {}
-            parts.append(choice.get("text") or delta.get("content") or "")
+            parts.append(choice.get("text") or delta.get("content") or _call_arguments(delta) or "")
         return "".join(parts)
     except (ValueError, AttributeError, TypeError):  # an odd shape the byte scan let through
         return ""

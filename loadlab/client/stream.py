@@ -160,6 +160,9 @@ def stream_request(
         max_tokens=spec.max_tokens,
         conversation=spec.conversation or "",
         turn=spec.turn if spec.turn is not None else -1,
+        images=spec.images,
+        image_pixels=spec.image_pixels,
+        audio_seconds=spec.audio_seconds,
     )
     # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.
     events = _EventReader(rec, keep_text=spec.conversation is not None)
@@ -340,6 +343,7 @@ class _EventReader:
         if event.completion_tokens >= 0:
             rec.completion_tokens = event.completion_tokens
             rec.prompt_tokens = event.prompt_tokens
+            rec.cached_tokens = event.cached_tokens
         if event.done:
             self.done = True
 

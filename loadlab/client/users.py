@@ -13,12 +13,13 @@ from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment
 from locust.user.users import LOCUST_STATE_STOPPING
 
+import functools
 import itertools
 import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gevent
 from gevent.event import Event
@@ -35,6 +36,8 @@ from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.base import Workload
 from loadlab.workload.distributions import sample_seconds
+from loadlab.workload.spec import RequestSpec
+from loadlab.workload.trace import TraceWorkload, replays_trace
 
 # Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their
 # start delay grows, which the self-check reports as client-limited).
@@ -44,10 +47,19 @@ _IDLE_S = 0.05  # how often an idle user looks for a new step / budget
 # instead of looking 20 times a second: the conductor opens a step's connections first, and
 # hundreds of users polling meanwhile cost the client ~0.1-0.4 s of CPU per step.
 HELD_WAIT_S = 1.0
+# The event loop's timers wait in whole milliseconds (epoll), rounded up: a nap lands a send
+# 0.5-1 ms late. The scheduler naps until this long before an arrival, then yields to the other
+# greenlets until it is due: at most this much CPU per request, for sends within ~0.1 ms.
+ARRIVAL_SPIN_S = 0.0012
 # A closed-loop user that just failed pauses before its next request, twice as long after each
 # failure in a row (reset by a success): a failing endpoint answers at once, and without a pause
 # every user would send thousands of requests per second at it.
 FAILURE_PAUSE_S = (0.05, 1.0)  # first pause, longest pause
+
+
+Draw = Callable[[], RequestSpec]  # makes the request an arrival sends
+Arrival = tuple[float, Draw | None]  # when it is due (perf_counter), and its request (None: the workload's next)
+_NO_ARRIVAL: Arrival = (math.inf, None)  # after a trace's last request
 
 
 class RequestFailed(Exception):
@@ -207,11 +219,12 @@ class LLMUser(FastHttpUser):
         super().__init__(environment)
         self.http = self.client.client.clientpool.get_client(URL(self.state.endpoint.base_url))
 
-    def send_one(self, scheduled: float, step: int, warmup: bool) -> RequestRecord:
-        """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill."""
+    def send_one(self, scheduled: float, step: int, warmup: bool, draw: Draw | None = None) -> RequestRecord:
+        """Send one request due at `scheduled` (perf_counter) and report it; re-raises a kill.
+        `draw` makes the request (default: the workload's next one)."""
         state = self.state
         workload = state.workload  # the one that answers for this request, even if replaced meanwhile
-        spec = workload.next_request()
+        spec = draw() if draw is not None else workload.next_request()
         ctx = state.ctx
         request_id = state.next_id()
         state.in_flight += 1
@@ -350,8 +363,8 @@ class OpenLoopUser(LLMUser):
         slots = BoundedSemaphore(self.max_in_flight)
         rng = random.Random(f"{ctx.config.workload.seed}-arrivals-{ctx.worker_index}")
         current: StepInfo | None = None
-        due = math.inf
-        gaps: Iterator[float] = iter(())
+        due, draw = math.inf, None
+        arrivals: Iterator[Arrival] = iter(())
         try:
             while self._state != LOCUST_STATE_STOPPING:
                 ctx = self.state.ctx
@@ -361,29 +374,45 @@ class OpenLoopUser(LLMUser):
                     continue
                 if current is None or step.index != current.index:  # a new step: a new rate from now on
                     current = step
-                    gaps = arrival_gaps(ctx.config.arrival, ctx.rate_share(), ctx.config.burstiness, rng)
-                    due = time.perf_counter() + next(gaps)
+                    arrivals = self._arrivals(ctx, rng)
+                    due, draw = next(arrivals, _NO_ARRIVAL)
                 wait = due - time.perf_counter()
                 if wait > 0:
-                    # Short naps, so a step change or a stop is seen even at a low rate.
-                    gevent.sleep(min(wait, _IDLE_S))
+                    # Short naps, so a step change or a stop is seen even at a low rate; the last
+                    # stretch is yielded away instead (see ARRIVAL_SPIN_S).
+                    gevent.sleep(min(wait - ARRIVAL_SPIN_S, _IDLE_S) if wait > ARRIVAL_SPIN_S else 0)
                     continue
                 warmup = self.state.claim(step.index)
                 if warmup is None:
                     due = math.inf
                     continue
-                requests.spawn(self._arrival, slots, due, step.index, warmup)
-                due += next(gaps)
+                requests.spawn(self._arrival, slots, due, step.index, warmup, draw)
+                due, draw = next(arrivals, _NO_ARRIVAL)
                 gevent.sleep(0)  # behind schedule, still let the step loop and the streams run
             requests.join()  # drain: each request is bounded by the per-request timeout
         finally:
             requests.kill()
 
-    def _arrival(self, slots: BoundedSemaphore, due: float, step: int, warmup: bool) -> None:
+    def _arrivals(self, ctx: ClientContext, rng: random.Random) -> Iterator[Arrival]:
+        """When each request of the step that begins now is due (perf_counter), and what makes
+        it: a trace's own clock and requests, else the arrival process at this process's share
+        of the rate (the workload draws the request when it is sent)."""
+        start = time.perf_counter()
+        workload = self.state.workload
+        if isinstance(workload, TraceWorkload) and replays_trace(ctx.config):
+            for offset, n in workload.schedule(ctx.worker_index, max(1, ctx.worker_count)):
+                yield start + offset, functools.partial(workload.request, n)
+            return
+        due = start
+        for gap in arrival_gaps(ctx.config.arrival, ctx.rate_share(), ctx.config.burstiness, rng):
+            due += gap
+            yield due, None
+
+    def _arrival(self, slots: BoundedSemaphore, due: float, step: int, warmup: bool, draw: Draw | None) -> None:
         if slots.locked():
             self.state.cap_waits += 1
         with slots:
-            self.send_one(due, step, warmup)
+            self.send_one(due, step, warmup, draw)
 
 
 def _ms(seconds: float) -> float:

@@ -55,6 +55,7 @@ from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import RequestRecord, Sample, StepInfo
+from loadlab.workload.trace import TraceWorkload, replays_trace
 
 DEFAULT_STEP_SECONDS = 60.0
 READY_WAIT_S = 10.0  # a step waits at most this long for its users' connections
@@ -75,7 +76,9 @@ class StepPlan:
 
 
 def plan_steps(config: RunConfig) -> list[StepPlan]:
-    """The steps of a run: one per --concurrency / --rate value."""
+    """The steps of a run: one per --concurrency / --rate value, or one that replays a trace."""
+    if replays_trace(config):
+        return [_trace_step(config)]
     mode = "closed" if config.concurrency else "open"
     values: list[float] = list(config.concurrency or config.rate)
     if len(values) > 1:
@@ -87,6 +90,18 @@ def plan_steps(config: RunConfig) -> list[StepPlan]:
     requests = config.requests + config.warmup_requests if config.requests else 0
     name = "concurrency" if mode == "closed" else "rate"
     return [StepPlan(i, f"{name}={v:g}", mode, float(v), seconds, requests) for i, v in enumerate(values)]
+
+
+def _trace_step(config: RunConfig) -> StepPlan:
+    """One open-loop step on the trace's clock: it ends once every request of the window (or of
+    --requests) has finished; its target is the trace's mean rate."""
+    trace = TraceWorkload(config.workload, config.api)
+    requests = len(trace)
+    if config.requests:
+        requests = min(requests, config.requests + config.warmup_requests)
+    rate = (len(trace) - 1) / trace.span if trace.span > 0 else float(len(trace))
+    speed = f" x{config.workload.trace_speed:g}" if config.workload.trace_speed != 1 else ""
+    return StepPlan(0, f"trace{speed}", "open", rate, config.duration, requests)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ def table_console() -> Console:
 def print_summary(summary: RunSummary, console: Console) -> None:
     """Print the summary of one run: table, errors, token checks, coverage, CLIENT-LIMITED warning."""
     console.print(_steps_table(summary))
+    if summary.turns:
+        console.print(_turns_table(summary))
+    if summary.media:
+        console.print(_media_table(summary))
     for line in _notes(summary):
         console.print(line)
     if summary.client.limited:
@@ -87,6 +91,47 @@ def _steps_table(summary: RunSummary) -> Table:
         if summary.slo is not None:
             cells.append(_num(step.goodput))
         table.add_row(*cells, style="bold" if step.index < 0 else None)
+    return table
+
+
+def _turns_table(summary: RunSummary) -> Table:
+    """Per turn of the run's sessions: does the prefix cache carry the growing history?"""
+    table = Table(
+        title="per turn (sessions)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        caption="TTFT: ms over successful requests; cache hits: the server's cached prompt tokens / prompt tokens",
+        caption_justify="left",
+    )
+    for header in ("turn", "requests/\nfailed", "prompt\ntokens p50", "TTFT\np50", "TTFT\np99", "cache\nhits"):
+        table.add_column(header, justify="right")
+    for t in summary.turns:
+        hits = DASH if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"
+        cells = [str(t.turn), f"{t.requests}/{t.failed}", _num(t.prompt_tokens_p50)]
+        table.add_row(*cells, _num(t.ttft_p50 * 1000), _num(t.ttft_p99 * 1000), hits)
+    return table
+
+
+def _media_table(summary: RunSummary) -> Table:
+    """TTFT against the images (count, size) and audio the requests carried."""
+    table = Table(
+        title="by media",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        caption="TTFT: ms over successful requests; prompt tokens: the server's, media included",
+        caption_justify="left",
+    )
+    headers = ("images", "megapixels", "audio s", "requests/\nfailed", "prompt\ntokens p50", "TTFT\np50", "TTFT\np99")
+    for header in headers:
+        table.add_column(header, justify="right")
+    for m in summary.media:
+        media = [str(m.images), _num(m.image_pixels / 1e6), _num(m.audio_seconds)]
+        counts = [f"{m.requests}/{m.failed}", _num(m.prompt_tokens_p50)]
+        table.add_row(*media, *counts, _num(m.ttft_p50 * 1000), _num(m.ttft_p99 * 1000))
     return table
 
 

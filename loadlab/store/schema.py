@@ -62,6 +62,7 @@ class RequestRecord:
     client_tokens: int = 0  # token events counted by the client (len(token_times))
     token_events: str = ""  # how they were counted: TOKEN_EVENTS_CHUNKS or _TEXT; "" = no token events
     empty_chunks: int = 0  # token chunks whose text was empty (e.g. a UTF-8 character held back)
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens: served by a prefix cache (-1: not said)
     input_tokens: int = 0  # the workload's intended prompt length
     max_tokens: int = 0  # requested output length
     finish_reason: str = ""
@@ -73,6 +74,9 @@ class RequestRecord:
     # The server's id of the request, to find it in the server's logs and traces: the x-request-id
     # response header where sent, else the stream's `id`; "" when neither came.
     server_request_id: str = ""
+    images: int = 0  # images sent with the request (chat image_url parts)
+    image_pixels: int = 0  # their pixels, all images together
+    audio_seconds: float = 0.0  # audio sent with it (input_audio parts)
 
     @property
     def ok(self) -> bool:

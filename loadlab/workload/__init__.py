@@ -9,12 +9,16 @@ from loadlab.workload.multiturn import MultiTurnWorkload
 from loadlab.workload.shared_prefix import SharedPrefixWorkload
 from loadlab.workload.sharegpt import ShareGPTWorkload
 from loadlab.workload.synthetic import SyntheticWorkload
+from loadlab.workload.tools import ToolSessionWorkload
+from loadlab.workload.trace import TraceWorkload
 
 WORKLOADS: dict[str, type[Workload]] = {
     "synthetic": SyntheticWorkload,
     "sharegpt": ShareGPTWorkload,
     "shared_prefix": SharedPrefixWorkload,
     "multiturn": MultiTurnWorkload,
+    "tools": ToolSessionWorkload,
+    "trace": TraceWorkload,
 }
 
 __all__ = ["Workload", "WORKLOADS", "make_workload"]

@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.workload.media import MediaSource
 from loadlab.workload.spec import RequestSpec
 
 APIS = ("chat", "completions")
@@ -30,11 +31,18 @@ class Workload(ABC):
         self.stream = stream
         self.rng = random.Random(cfg.seed if stream == 0 else f"{cfg.seed}/{stream}")
         self._lock = threading.Lock()
+        media = MediaSource(cfg)
+        self._media = media if media.active else None
+        if self._media is not None and api != "chat":
+            raise UserError("images and audio travel in chat messages: use --api chat")
 
     def next_request(self) -> RequestSpec:
-        """The next request to send."""
+        """The next request to send, with its images and audio when the config asks for them."""
         with self._lock:
-            return self._next()
+            spec = self._next()
+            if self._media is not None:
+                self._media.attach(spec, self.rng)
+            return spec
 
     def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:  # noqa: B027  (optional hook)
         """Called after every request with the text it received; single-turn kinds ignore it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
@@ -67,7 +68,7 @@ class MultiTurnWorkload(Workload):
                 self._ready.append(conv)
 
 
-def render_prompt(messages: list[dict[str, str]]) -> str:
+def render_prompt(messages: list[dict[str, Any]]) -> str:
     """A conversation as one completions prompt, ending where the assistant's answer goes."""
-    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    lines = [f"{m['role']}: {m.get('content') or ''}" for m in messages]
     return "\n".join(lines) + "\nassistant:"

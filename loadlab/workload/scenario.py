@@ -35,9 +35,11 @@ from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
 from loadlab.workload.base import APIS
 from loadlab.workload.distributions import parse_length, parse_seconds
+from loadlab.workload.media import check_media
+from loadlab.workload.trace import parse_columns, parse_window
 
 # LengthDist fields measured in seconds rather than tokens.
-_SECONDS_FIELDS = {"think_time"}
+_SECONDS_FIELDS = {"think_time", "tool_time"}
 # A field that turns off when its partner is set explicitly (see WorkloadConfig.output_from_dataset).
 _IMPLIED_OFF = {"output_len": "output_from_dataset"}
 
@@ -122,13 +124,28 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         raise UserError("timeout must be > 0 and processes >= 1")
     if cfg.workload.kind == "sharegpt" and not cfg.workload.dataset:
         raise UserError("workload.dataset (a ShareGPT JSON file) is needed for kind = 'sharegpt'")
+    _check_trace(cfg.workload)
+    check_media(cfg.workload)
     if cfg.url:
         parse_http_url(cfg.url, "url")
     if complete:
         if not cfg.url:
             raise UserError("no url: set url in the scenario file or pass --url")
-        if not (cfg.concurrency or cfg.rate):
-            raise UserError("no load: set concurrency or rate")
+        if not (cfg.concurrency or cfg.rate or cfg.workload.kind == "trace"):
+            raise UserError("no load: set concurrency or rate (or replay a trace)")
+
+
+def _check_trace(workload: WorkloadConfig) -> None:
+    if workload.kind != "trace":
+        return
+    if not workload.dataset:
+        raise UserError("workload.dataset (a trace file, --trace) is needed for kind = 'trace'")
+    if not (workload.trace_speed > 0 and math.isfinite(workload.trace_speed)):
+        raise UserError(f"trace_speed must be a number > 0, got {workload.trace_speed:g}")
+    if workload.trace_window:
+        parse_window(workload.trace_window)
+    if workload.trace_columns:
+        parse_columns(workload.trace_columns)
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -15,7 +16,7 @@ class RequestSpec:
     """
 
     prompt: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]  # (tool sessions add tool_calls lists and tool_call_id)
     max_tokens: int
     input_tokens: int
     # Pin the output length: the client sends min_tokens=max_tokens and ignore_eos=True.
@@ -24,3 +25,7 @@ class RequestSpec:
     conversation: str | None = None
     turn: int | None = None
     extra_body: dict[str, object] = field(default_factory=dict)
+    # The media in the last message (chat): how many images, their pixels in all, audio seconds.
+    images: int = 0
+    image_pixels: int = 0
+    audio_seconds: float = 0.0

@@ -36,18 +36,20 @@ class TextSource:
         self._pool = ""
         self._grow(pool_chars)
 
-    def text(self, length: int) -> str:
-        """ASCII text of exactly `length` characters that starts with a fresh random tag."""
+    def text(self, length: int, rng: random.Random | None = None) -> str:
+        """ASCII text of exactly `length` characters that starts with a fresh random tag; `rng`
+        (default: the source's own) draws the tag and where the text is cut from the pool."""
         if length <= 0:
             return ""
-        tag = "".join(self._rng.choice(_TAG_CHARS) for _ in range(8)) + " "
+        rng = rng or self._rng
+        tag = "".join(rng.choice(_TAG_CHARS) for _ in range(8)) + " "
         if length <= len(tag):
             return tag[:length]
         body = length - len(tag)
         if body > len(self._pool) // 2:
             self._grow(2 * body)
         # Start on a word boundary; the margin covers the longest word.
-        start = self._pool.index(" ", self._rng.randrange(len(self._pool) - body - 16)) + 1
+        start = self._pool.index(" ", rng.randrange(len(self._pool) - body - 16)) + 1
         return tag + self._pool[start : start + body]
 
     def _grow(self, chars: int) -> None:

@@ -6,11 +6,13 @@ engine only ever sees requests it can serve. Unknown fields are ignored, as Open
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
 from reference_server.api.errors import APIError, bad_request
+from reference_server.api.media import part_text
 from reference_server.interface import SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the rest of the context
@@ -47,6 +49,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool  # stream_options.include_usage: a final choice-less usage chunk
     continuous_usage: bool  # stream_options.continuous_usage_stats: usage on every chunk
+    tool: str = ""  # chat: answer with a call of this function (tool_choice required or named), "" = text
 
 
 class _Fields:
@@ -134,7 +137,37 @@ def parse_chat(raw: Any, model: ServedModel) -> GenerationRequest:
     fields = _Fields(raw)
     check_model(fields, model)
     prompt = chat_prompt(fields.raw.get("messages"), model)
-    return _generation(fields, model, [prompt], chat=True)
+    request = _generation(fields, model, [prompt], chat=True)
+    request.tool = _tool_to_call(fields.raw.get("tools"), fields.raw.get("tool_choice"))
+    return request
+
+
+def _tool_to_call(tools: Any, choice: Any) -> str:
+    """The function the answer must call: with tool_choice "required", the first of `tools`; with
+    {"type": "function", "function": {"name": N}}, N. "auto" and "none" answer in text (a model
+    that chooses by itself is beyond a random-weight model)."""
+    if tools is None and choice is None:
+        return ""
+    if not isinstance(tools, list) or not all(_function_name(t) for t in tools):
+        raise bad_request("'tools' must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools")
+    names = [_function_name(t) for t in tools]
+    if choice is None or choice in ("auto", "none"):
+        return ""
+    if choice == "required":
+        if not names:
+            raise bad_request("tool_choice 'required' needs at least one tool", "tool_choice")
+        return names[0]
+    name = _function_name(choice)
+    if not name or name not in names:
+        raise bad_request("'tool_choice' must be none, auto, required or a function named in 'tools'", "tool_choice")
+    return name
+
+
+def _function_name(tool: Any) -> str:
+    if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict)):
+        return ""
+    name = tool["function"].get("name")
+    return name if isinstance(name, str) else ""
 
 
 def parse_prompt(prompt: Any, model: ServedModel) -> list[list[int]]:
@@ -180,7 +213,9 @@ def chat_prompt(messages: Any, model: ServedModel) -> list[int]:
 
 
 def parse_messages(messages: Any) -> list[dict[str, str]]:
-    """Chat messages as {"role", "content": str, "name"?}: content may be a string or a list of text parts."""
+    """Chat messages as {"role", "content": str, "name"?}: content may be a string or a list of text
+    parts; an assistant's tool calls join its content as `<tool_call>{...}</tool_call>` text (so a
+    tool session's context grows by them), and a "tool" message's content is the tool's result."""
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", "messages")
     parsed = []
@@ -189,11 +224,25 @@ def parse_messages(messages: Any) -> list[dict[str, str]]:
         role = fields.string("role")
         if not role:
             raise bad_request(f"messages[{i}] needs a 'role'", "messages")
-        message = {"role": role, "content": _message_text(fields.raw.get("content"), i)}
+        message = {"role": role, "content": _message_text(fields.raw.get("content"), i) + _tool_calls_text(fields, i)}
         if fields.string("name"):
             message["name"] = fields.raw["name"]
         parsed.append(message)
     return parsed
+
+
+def _tool_calls_text(fields: _Fields, i: int) -> str:
+    calls = fields.raw.get("tool_calls")
+    if calls is None:
+        return ""
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+        for c in calls
+    ):
+        raise bad_request(
+            f"messages[{i}].tool_calls must be a list of {{\"function\": {{\"name\", \"arguments\"}}}}", "messages"
+        )
+    return "".join(f"<tool_call>{json.dumps(c['function'], ensure_ascii=False)}</tool_call>" for c in calls)
 
 
 def _message_text(content: Any, i: int) -> str:
@@ -203,11 +252,13 @@ def _message_text(content: Any, i: int) -> str:
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in ("image_url", "input_audio"):
+                texts.append(part_text(part, f"messages[{i}].content[{j}]"))
+                continue
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 raise bad_request(
-                    f"messages[{i}].content: only parts of the form "
-                    '{"type": "text", "text": "..."} are supported',
+                    f"messages[{i}].content: only text, image_url and input_audio parts are supported",
                     "messages",
                 )
             texts.append(part["text"])

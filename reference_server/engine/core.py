@@ -230,5 +230,6 @@ class EngineCore:
 
 def _counted(seq: Sequence, out: TokenOutput) -> TokenOutput:
     out.prompt_tokens = len(seq.prompt_ids)
+    out.cached_tokens = seq.cached_tokens
     out.output_tokens = len(seq.output_ids)
     return out

@@ -134,6 +134,7 @@ class Scheduler:
             self.running.append(seq)
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
+                seq.cached_tokens = cached  # (a preempted sequence's re-admission is not the client's hit)
             if n > 0:  # a static batch member without budget left starts its prompt next step
                 self.blocks.allocate(seq, cached + n, prefix)
                 seq.num_computed = cached

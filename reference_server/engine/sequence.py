@@ -34,6 +34,7 @@ class Sequence:
     first_token_time: float | None = None
     last_token_time: float | None = None
     block_hashes: list[bytes] = field(default_factory=list)  # of its leading full blocks (prefix caching)
+    cached_tokens: int = 0  # prompt tokens whose KV the prefix cache gave it when first admitted
     text: str = ""  # decoded output, for stop strings
     # Decodes the output's bytes as they come, holding back an incomplete character.
     utf8: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))

@@ -17,8 +17,11 @@ import pytest
 
 from loadlab.store.reader import load_run
 from loadlab.store.schema import FORMAT, ErrorCategory
+from loadlab.workload.trace import BLOCK_TOKENS
 from tests.support.disk import fill, small_tmpfs
 from tests.support.procs import BIN, REPO, Proc, free_port, loadlab, sigint_default
+from tests.support.reference_server import start_server
+from tests.support.traces import write_azure, write_mooncake
 
 QUIET = ("--no-server-metrics", "--no-gpu")
 
@@ -477,6 +480,11 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
             "credentials",
         ),
         (["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--slo", "ttft_p99=soon"], "bad SLO"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "/nonexistent/trace.csv"], "file not found"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "t.csv", "--trace-window", "9:1"], "trace window"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "t.csv", "--trace-speed", "0"], "trace_speed"),
+        (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "t.csv", "--workload", "synthetic"], "--trace"),
+        (["--url", "http://127.0.0.1:1", "--model", "m"], "no load"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -678,6 +686,95 @@ def test_flags_override_the_scenario_file(mock, tmp_path):
     assert [s.label for s in run.meta.steps] == ["rate=20"]  # the flag chose the load model
     assert len(run.requests) == 5 and (run.requests["completion_tokens"] == 4).all()
     assert run.meta.config["rate"] == [20.0] and run.meta.config["concurrency"] == []
+
+
+def test_a_trace_is_replayed_on_its_own_clock_with_its_lengths(mock, tmp_path):
+    rows = [(0.0, 40, 3), (0.3, 25, 5), (0.3, 60, 2), (0.8, 12, 4), (1.4, 33, 6), (2.0, 8, 1)]
+    trace = write_azure(tmp_path / "AzureLLMInferenceTrace_conv.csv", rows)
+    out = tmp_path / "trace"
+    run_ok("--url", mock, "--model", "m", "--trace", str(trace), "--trace-speed", "2", "--out", str(out))
+    run = load_run(out)
+    assert [(s.label, s.mode) for s in run.meta.steps] == [("trace x2", "open")]
+    req = run.requests.sort_values(["scheduled_time", "input_tokens"], ascending=[True, False])
+    assert req["error"].eq("").all() and len(req) == len(rows)
+    due = (req["scheduled_time"] - req["scheduled_time"].min()).tolist()
+    assert due == pytest.approx([t / 2 for t, _, _ in rows], abs=1e-3)  # the trace's clock, twice as fast
+    assert req["input_tokens"].tolist() == [40, 60, 25, 12, 33, 8]  # (the two at 0.3 s: longer first, as sorted)
+    served = truth(mock)
+    assert [served[r]["prompt_tokens"] for r in req["request_id"]] == req["input_tokens"].tolist()
+    assert req["completion_tokens"].tolist() == [3, 2, 5, 4, 6, 1]
+    # a late send is measured as in open loop: from the recorded time to the send
+    assert (req["send_time"] >= req["scheduled_time"]).all()
+
+
+def test_a_trace_window_from_a_scenario_file(mock, tmp_path):
+    rows = [(t * 0.1, 10 + i, 2, [0, i]) for i, t in enumerate(range(20))]
+    trace = write_mooncake(tmp_path / "mooncake_trace.jsonl", rows)
+    scenario = tmp_path / "trace.toml"
+    scenario.write_text(
+        f'url = "{mock}"\nmodel = "m"\n[workload]\nkind = "trace"\ndataset = "{trace}"\ntrace_window = "0.5:1.2"\n'
+    )
+    out = tmp_path / "window"
+    run_ok("-c", str(scenario), "--out", str(out))
+    req = load_run(out).requests.sort_values("scheduled_time")
+    assert req["input_tokens"].tolist() == list(range(15, 22))  # 0.5 s up to (not with) 1.2 s
+    due = (req["scheduled_time"] - req["scheduled_time"].min()).tolist()
+    assert due == pytest.approx([i * 0.1 for i in range(7)], abs=1e-3)
+
+
+def test_a_mooncake_traces_shared_blocks_are_prefix_cache_hits_on_the_server(tmp_path):
+    """Blocks 0 and 1 recur, block 0 once more: a prefix cache reuses them. The same lengths
+    without hash ids share nothing beyond the chat template's first tokens."""
+    blocks = [[0, 1], [0, 1], [0, 2], [3]]
+    rows = [(0.4 * i, BLOCK_TOKENS + 200, 2, ids) for i, ids in enumerate(blocks)]  # (the tiny model: 1024)
+    shared = write_mooncake(tmp_path / "mooncake_trace.jsonl", rows)
+    plain = tmp_path / "plain.csv"
+    plain.write_text("t,in,out\n" + "".join(f"{t},{n},{o}\n" for t, n, o, _ in rows))
+    hits = {}
+    for name, args in (("shared", ["--trace", str(shared)]), ("plain", ["--trace", str(plain)])):
+        args += ["--trace-columns", "time=t,input=in,output=out"] if name == "plain" else []
+        with start_server(tmp_path / f"{name}.log", "--max-model-len", "1024") as server:
+            run_ok("--url", server.url, *args, "--out", str(tmp_path / name))
+            hits[name] = server.metric("vllm:prefix_cache_hits_total")
+        assert load_run(tmp_path / name).requests["error"].eq("").all()
+    assert hits["shared"] >= 2 * BLOCK_TOKENS  # the second request ~700 tokens, the third ~500
+    assert hits["plain"] < 64
+
+
+def test_tool_sessions_grow_their_context_and_report_each_turns_ttft_and_cache_hits(tmp_path):
+    flags = ["--workload", "tools", "--turns", "3", "--tool-time", "0.2", "--tool-output-len", "40"]
+    flags += ["--input-len", "300", "--output-len", "8", "--concurrency", "2", "--requests", "12"]
+    with start_server(tmp_path / "server.log", "--max-model-len", "1024") as server:
+        result = run_ok("--url", server.url, *flags, "--out", str(tmp_path / "tools"))
+    req = load_run(tmp_path / "tools").requests
+    assert req["error"].eq("").all()
+    reasons = req.groupby("turn")["finish_reason"].agg(set).to_dict()
+    assert reasons == {0: {"tool_calls"}, 1: {"tool_calls"}, 2: {"length"}}
+    assert req.groupby("turn")["prompt_tokens"].min().is_monotonic_increasing  # the history grows
+    # each call is sent at least the tool time after the session's previous answer
+    for _, session in req.sort_values("turn").groupby("conversation"):
+        gaps = session["send_time"].to_numpy()[1:] - session["end_time"].to_numpy()[:-1]
+        assert (gaps >= 0.2).all()
+    turns = json.loads((tmp_path / "tools" / "summary.json").read_text())["turns"]
+    hits = [t["cache_hit_rate"] for t in turns]
+    assert [t["turn"] for t in turns] == [0, 1, 2] and hits[0] < 0.2 and min(hits[1:]) > 0.5
+    assert "per turn" in result.stdout
+
+
+def test_images_and_audio_reach_the_server_and_ttft_is_reported_by_media(tmp_path):
+    flags = ["--images", "0,1,3", "--image-size", "64x64,128x32", "--audio-seconds", "0.2"]
+    flags += ["--input-len", "20", "--output-len", "2", "--concurrency", "2", "--requests", "24"]
+    with start_server(tmp_path / "server.log") as server:
+        result = run_ok("--url", server.url, *flags, "--out", str(tmp_path / "media"))
+    req = load_run(tmp_path / "media").requests
+    assert req["error"].eq("").all() and set(req["images"]) == {0, 1, 3}
+    # the server charges 4 tokens for each 64x64 or 128x32 image (32 x 32 patches) and 5 for 0.2 s of audio
+    extra = req["prompt_tokens"] - req["images"] * 4 - 5
+    assert extra.nunique() == 1
+    assert set(req["image_pixels"] // req["images"].clip(lower=1)) <= {0, 4096}
+    media = json.loads((tmp_path / "media" / "summary.json").read_text())["media"]
+    assert sum(m["requests"] for m in media) == 24 and {m["images"] for m in media} == {0, 1, 3}
+    assert "by media" in result.stdout
 
 
 def test_open_loop_requests_never_wait_for_a_socket(mock, tmp_path):

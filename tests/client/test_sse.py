@@ -19,6 +19,7 @@ def test_a_chat_token_is_a_token_without_decoding():
         b'data: {"choices":[{"text":"t","finish_reason":null}]}',  # completions
         b'data: {"choices":[{"delta":{"content":"\\""}}]}',  # an escaped quote is not empty
         b'data: {"choices":[{"delta":{"role":"assistant","content":"hi"}}]}',  # role on every chunk (Ollama)
+        b'data: {"choices":[{"delta":{"content":null,"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}',
     ],
 )
 def test_token_forms(line):
@@ -62,6 +63,12 @@ def test_finish_usage_and_done_are_read_exactly():
     assert last.token and not last.empty and last.finish_reason == "length"
     usage = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}')
     assert (usage.prompt_tokens, usage.completion_tokens, usage.token) == (7, 3, False)
+    assert usage.cached_tokens == -1  # the server did not say
+    cached = parse_data(b'data: {"choices":[],"usage":{"prompt_tokens":7,"prompt_tokens_details":{"cached_tokens":4}}}')
+    assert cached.cached_tokens == 4
+    call = b'{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"q"}}]},"finish_reason":"tool_calls"}'
+    last_call = parse_data(b'data: {"choices":[' + call + b"]}")
+    assert last_call.token and last_call.finish_reason == "tool_calls"
     assert parse_data(b"data: [DONE]\n").done
     assert parse_data(b"data:[DONE]").done
 
@@ -86,6 +93,9 @@ def test_line_kinds():
 def test_event_text_for_conversations():
     assert event_text(b'data: {"choices":[{"delta":{"content":"ab"}}]}') == "ab"
     assert event_text(b'data: {"choices":[{"text":"cd"}]}') == "cd"
+    function = b'{"name":"f","arguments":"{\\"a"}'
+    call = b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":' + function + b"}]}}]}"
+    assert event_text(call) == '{"a'  # a tool call's arguments are its text
 
 
 def test_event_text_of_an_odd_shaped_token_event_is_empty_not_an_exception():

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
+import struct
+import wave
+import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -31,6 +36,12 @@ def server(tmp_path_factory):
 
 def completion(server, **body):
     response = server.post("/v1/completions", {"model": MODEL, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def chat(server, **body):
+    response = server.post("/v1/chat/completions", {"model": MODEL, **body})
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -96,7 +107,12 @@ def test_completion_honours_max_tokens_and_reports_usage(server):
     choice = body["choices"][0]
     assert choice["finish_reason"] == "length"
     assert len(choice["text"]) == 7  # every output token is one printable byte
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    assert body["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 0},  # (5 tokens: not one whole KV block)
+    }
 
 
 def test_min_tokens_pins_the_output_length(server):
@@ -193,7 +209,12 @@ def test_streamed_completion_sends_one_event_per_token_then_usage_and_done(serve
     assert all(isinstance(c["choices"][0]["text"], str) and c["usage"] is None for c in token_chunks)
     assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 5 + ["length"]
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 6,
+        "total_tokens": 11,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     envelopes = {(c["id"], c["object"], c["created"], c["model"]) for c in body}
     assert len(envelopes) == 1 and body[0]["model"] == MODEL
 
@@ -224,6 +245,145 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(server):
     body = chunks(data)
     assert [c["usage"]["completion_tokens"] for c in body] == [1, 2, 3, 4, 4]
     assert body[-1]["choices"] == []
+
+
+def test_usage_says_how_many_prompt_tokens_the_prefix_cache_served(server):
+    prompt = "cache me " * 20  # 180 tokens: 11 whole blocks of 16
+    first = completion(server, prompt=prompt, max_tokens=1)
+    again = completion(server, prompt=prompt + "and more", max_tokens=1)
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 176
+
+
+def png(width: int, height: int, shade: int = 0) -> bytes:
+    """A real PNG (8-bit RGB) of one colour."""
+    rows = (b"\x00" + bytes([shade, 0, 0]) * width) * height
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def jpeg_head(width: int, height: int) -> bytes:
+    """The start of a JPEG: SOI, an APP0 segment, then the frame header that holds the size."""
+    app0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00" + bytes(9)
+    sof0 = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + bytes(3)
+    return b"\xff\xd8" + app0 + sof0 + b"\xff\xd9"
+
+
+def wav(seconds: float, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as clip:
+        clip.setnchannels(1)
+        clip.setsampwidth(2)
+        clip.setframerate(rate)
+        clip.writeframes(bytes(2 * round(seconds * rate)))
+    return buffer.getvalue()
+
+
+def image_part(data: bytes, kind: str = "png") -> dict:
+    return {"type": "image_url", "image_url": {"url": f"data:image/{kind};base64," + base64.b64encode(data).decode()}}
+
+
+def prompt_tokens(server, *parts) -> int:
+    content = [{"type": "text", "text": "look"}, *parts]
+    return chat(server, messages=[{"role": "user", "content": content}], max_tokens=1)["usage"]["prompt_tokens"]
+
+
+def test_images_and_audio_cost_prompt_tokens_by_the_documented_rule(server):
+    text_only = prompt_tokens(server)
+    # one token per 32 x 32 patch, rounded up: 64x64 -> 4, 100x40 -> 4 x 2, a 33x1 JPEG -> 2
+    assert prompt_tokens(server, image_part(png(64, 64))) == text_only + 4
+    assert prompt_tokens(server, image_part(png(100, 40)), image_part(png(64, 64, 9))) == text_only + 8 + 4
+    assert prompt_tokens(server, image_part(jpeg_head(33, 1), "jpeg")) == text_only + 2
+    # 25 tokens per second of audio, rounded up
+    audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav(1.5)).decode(), "format": "wav"}}
+    assert prompt_tokens(server, audio) == text_only + 38
+
+
+def test_the_same_image_again_is_a_prefix_cache_hit_and_another_is_not(server):
+    def cached(part) -> int:
+        messages = [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]
+        return chat(server, messages=messages, max_tokens=1)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    first = image_part(png(320, 320, 1))  # 100 tokens
+    assert cached(first) < 16  # (the template's first tokens may be cached: under one block)
+    assert cached(first) >= 96
+    assert cached(image_part(png(320, 320, 2))) < 16  # another image of the same size: other tokens
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "http://example.com/cat.png"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"GIF89a").decode()}},
+        {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFF0000").decode(), "format": "wav"}},
+        {"type": "input_audio", "input_audio": {"data": "", "format": "mp3"}},
+    ],
+)
+def test_media_the_server_cannot_read_is_a_400(server, part):
+    response = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [part]}]})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "messages"
+
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+def test_a_required_tool_choice_is_answered_with_a_streamed_tool_call(server):
+    data = server.events(
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "find it"}], "tools": TOOLS, "tool_choice": "required"}
+        | {"max_tokens": 5, "ignore_eos": True, "stream_options": {"include_usage": True}},
+    )
+    body = chunks(data)
+    deltas = [c["choices"][0]["delta"] for c in body[:-1]]
+    first = deltas[0]["tool_calls"][0]
+    assert deltas[0]["role"] == "assistant" and deltas[0]["content"] is None
+    assert first["id"].startswith("call_") and first["type"] == "function" and first["function"]["name"] == "search"
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
+    assert len(arguments) == 5 and all("content" not in d for d in deltas[1:])
+    assert body[-2]["choices"][0]["finish_reason"] == "tool_calls" and body[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_a_named_tool_choice_whole_and_a_tool_result_in_the_history(server):
+    named = {"type": "function", "function": {"name": "search"}}
+    history = [
+        {"role": "user", "content": "find it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+    ]
+    body = chat(server, messages=history, tools=TOOLS, tool_choice=named, max_tokens=3, ignore_eos=True)
+    message = body["choices"][0]["message"]
+    assert message["content"] is None and message["tool_calls"][0]["function"]["name"] == "search"
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    text = chat(server, messages=history, tools=TOOLS, tool_choice="auto", max_tokens=3, ignore_eos=True)
+    assert text["choices"][0]["message"]["content"] and text["choices"][0]["finish_reason"] == "length"
+    # the call and the result are part of the prompt: the context grows by them
+    bare = chat(server, messages=history[:1], max_tokens=1)["usage"]["prompt_tokens"]
+    assert text["usage"]["prompt_tokens"] > bare + len(
+        '<tool_call>{"name": "search", "arguments": "{}"}</tool_call>found'
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tools": "search", "tool_choice": "required"},
+        {"tools": [], "tool_choice": "required"},
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}},
+        {"messages": [{"role": "assistant", "tool_calls": "x"}]},
+    ],
+)
+def test_bad_tools_are_400(server, body):
+    request = {"messages": [{"role": "user", "content": "x"}], **body}
+    assert server.post("/v1/chat/completions", request).status_code == 400
 
 
 def test_streaming_errors_before_the_stream_are_plain_http_errors(server):

@@ -10,7 +10,7 @@ from loadlab.workload import WORKLOADS, make_workload
 
 
 def test_every_documented_kind_exists():
-    assert set(WORKLOADS) == {"synthetic", "sharegpt", "shared_prefix", "multiturn"}
+    assert set(WORKLOADS) == {"synthetic", "sharegpt", "shared_prefix", "multiturn", "tools", "trace"}
 
 
 def test_unknown_kind_and_api_are_user_errors():

@@ -62,6 +62,7 @@ def run_sections(data: ReportData) -> list[Section]:
         Section("steps", "Per-step summary", _steps_table(data)),
         Section("load-curve", "Load curve", _load_curve(data)),
         Section("latency", "Latency distributions", _cdfs(data)),
+        *([Section("breakdown", "By turn and by media", _breakdown(data))] if _has_breakdown(data) else []),
         Section("timeline", "Time series", _timeline(data)),
         Section("errors", "Errors", _errors(data)),
         Section("coverage", "Collectors' coverage", _coverage(data)),
@@ -325,6 +326,45 @@ def _timeline(data: ReportData) -> str:
             )
             + "</ul>"
         )
+    return "".join(parts)
+
+
+def _has_breakdown(data: ReportData) -> bool:
+    return bool(data.summary.turns or data.summary.media)
+
+
+def _breakdown(data: ReportData) -> str:
+    """Sessions' turns (TTFT, prefix-cache hits) and requests by the media they carried (TTFT
+    against image count and size, audio length); summary.json's `turns` and `media`."""
+    s = data.summary
+    parts = []
+    if s.turns:
+        headers = ["turn", "requests", "failed", "prompt tokens p50", "TTFT p50 ms", "TTFT p99 ms", "prefix-cache hits"]
+        rows = [
+            [str(t.turn), f"{t.requests:,}", f"{t.failed:,}", _num(t.prompt_tokens_p50, 0)]
+            + [_ms(t.ttft_p50), _ms(t.ttft_p99), "–" if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"]
+            for t in s.turns
+        ]
+        parts.append(
+            _note("Sessions, turn by turn: the prompt grows, a prefix cache should carry it.") + _table(headers, rows)
+        )
+    if s.media:
+        headers = [
+            "images",
+            "megapixels",
+            "audio s",
+            "requests",
+            "failed",
+            "prompt tokens p50",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+        ]
+        rows = [
+            [str(m.images), _num(m.image_pixels / 1e6, 2), _num(m.audio_seconds, 1), f"{m.requests:,}", f"{m.failed:,}"]
+            + [_num(m.prompt_tokens_p50, 0), _ms(m.ttft_p50), _ms(m.ttft_p99)]
+            for m in s.media
+        ]
+        parts.append(_note("TTFT against the images and audio each request carried.") + _table(headers, rows))
     return "".join(parts)
 
 

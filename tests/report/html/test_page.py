@@ -14,7 +14,7 @@ from loadlab.store.reader import load_run
 from loadlab.store.schema import StepInfo
 from tests.support.analysis import write_analysis
 from tests.support.records import T, req
-from tests.support.runs import fill_run, run_of
+from tests.support.runs import fill_run, run_of, write_run
 
 EVIL = '<script>alert(1)</script>"onerror=x'
 
@@ -77,3 +77,21 @@ def test_run_text_is_escaped_in_tables_and_chart_text():
     figures = re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", html, re.S)
     names = [t.get("name", "") for f in figures for t in json.loads(f)]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;\"onerror=x" in names and not any("<" in n for n in names)
+
+
+def test_turns_and_media_get_their_tables_when_the_run_has_them(tmp_path):
+    def sessions(t0: float) -> tuple[list, list]:
+        records = [
+            req(1, t0 + 0.1, [t0 + 0.3], conversation="s", turn=0, prompt_tokens=100, cached_tokens=0),
+            req(2, t0 + 1.0, [t0 + 1.15], conversation="s", turn=1, prompt_tokens=200, cached_tokens=150),
+            req(3, t0 + 1.2, [t0 + 1.9], images=2, image_pixels=2 * 512 * 512, prompt_tokens=530),
+        ]
+        return records, []
+
+    write_run(tmp_path / "run", sessions)
+    html = page_of(tmp_path / "run")
+    breakdown = html[html.index('id="breakdown"') : html.index('id="timeline"')]
+    assert "<td>1</td><td>1</td><td>0</td><td>200</td><td>150</td><td>150</td><td>75%</td>" in breakdown
+    assert "<td>2</td><td>0.52</td><td>0.0</td><td>1</td><td>0</td><td>530</td><td>700</td><td>700</td>" in breakdown
+    fill_run(tmp_path / "plain")
+    assert 'id="breakdown"' not in page_of(tmp_path / "plain")
