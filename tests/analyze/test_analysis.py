@@ -139,6 +139,17 @@ def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
     assert step.confidence == pytest.approx(calm.confidence * 0.8)
 
 
+def test_a_verdict_below_the_stated_confidence_only_for_client_strain_is_decided_by_a_calm_client():
+    records, samples = loaded_run(gauges={"kv_usage": 0.85, "requests_waiting": 2, "requests_running": 4})
+    lagged = samples + [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    calm = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], lagged)).steps[0]
+    assert calm.constraint == step.constraint == "kv_capacity"
+    assert calm.confidence >= CONFIDENT > step.confidence and not calm.would_decide
+    assert step.would_decide.startswith("the same load from a load generator not under strain")
+    assert step.headline.startswith("likely KV capacity binds") and "what would decide: the same load" in step.headline
+
+
 def test_a_queue_before_a_busy_engine_below_its_cap_is_compute_not_scheduling():
     # Prefill-heavy at 3 users: 1.33 waiting, running 0..2 (of a 32-seat cap), KV 3 %, engine
     # busy 100 %.
