@@ -21,9 +21,9 @@ from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
-from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation
+from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation, too_few
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
-from loadlab.analyze.window import Window, steady_window, too_few
+from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
 from loadlab.store.reader import RunData
@@ -182,10 +182,7 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     # compute vs memory bandwidth.
     impossible = frozenset() if any(samples.has(name) for name in GPU_SIGNALS) else frozenset({rules.G, rules.F})
     states, knee = saturation(
-        [
-            StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, len(d.window.completed(d.requests)))
-            for d in data
-        ]
+        [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
     )
     verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
@@ -300,7 +297,7 @@ def _verdict(
         return verdict(
             INSUFFICIENT_DATA, f"no successful request in this step ({what})", missing=[rules.NEEDS[rules.C]]
         )
-    few = too_few(len(d.window.completed(d.requests)))
+    few = too_few(ok)
     if few:
         return verdict(INSUFFICIENT_DATA, few, missing=[rules.NEEDS[rules.C]])
     if not has_server:

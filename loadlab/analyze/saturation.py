@@ -8,8 +8,8 @@ step that still scaled before a flat one is the knee. Overloaded: the server ref
 requests (REFUSED_SHARE), or an open-loop step completes far fewer requests than arrive (its
 queue can only grow). A step with no step before it is judged on the server's queue: requests
 waiting means more load would only wait (past the knee); an empty queue means headroom.
-The knee is the first step at the knee in load order. A step with too few requests in its
-window (window.too_few) is not judged and is not compared with.
+The knee is the first step at the knee in load order. A step with too few successful requests
+(too_few) is not judged and is not compared with.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.window import too_few
 
 UNDER_LOADED, AT_KNEE, PAST_KNEE, OVERLOADED, UNKNOWN = "under_loaded", "at_knee", "past_knee", "overloaded", "unknown"
 KNEE_GAIN = 0.05  # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
@@ -27,6 +26,10 @@ SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this sti
 REFUSED_SHARE = 0.05  # share of requests refused (429), timed out or 5xx: overloaded (judgement)
 OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: the queue grows (judgement)
 QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecessor is past the knee
+# Fewer successful requests in a step and it measured too little to be judged: no verdict, no
+# saturation, neither good nor bad for a sweep, nothing for a capacity plan (judgement: one or
+# two requests say nothing about a load).
+MIN_SUCCEEDED = 5
 
 
 @dataclass
@@ -37,7 +40,7 @@ class StepLoad:
     mode: str
     target: float
     derived: dict[str, Derived]
-    completed: int  # successful requests ended in the step's window (window.too_few)
+    succeeded: int  # the step's successful measured requests (too_few)
 
 
 @dataclass
@@ -56,7 +59,7 @@ def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
     previous: StepLoad | None = None
     for i in order:
         step = steps[i]
-        why = too_few(step.completed)
+        why = too_few(step.succeeded)
         refused = _refused(step)
         if why and refused is None:  # refusals are judged on the requests sent, not those finished
             states[i] = Saturation(UNKNOWN, why)
@@ -71,6 +74,14 @@ def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
             states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales", states[i].versus)
     knee = next((steps[i].index for i in judged if states[i].state == AT_KNEE), None)
     return [states[i] for i in range(len(steps))], knee
+
+
+def too_few(succeeded: int) -> str:
+    """Why a step with `succeeded` successful requests cannot be judged ("" when it can): the one
+    rule of the analyzer, the sweep and the capacity plan."""
+    if succeeded >= MIN_SUCCEEDED:
+        return ""
+    return f"only {succeeded} successful request(s) in the step: at least {MIN_SUCCEEDED} are needed to judge it"
 
 
 def _refused(step: StepLoad) -> Saturation | None:

@@ -21,11 +21,6 @@ import pandas as pd
 from loadlab.analyze.intervals import Bins
 from loadlab.store.schema import StepInfo
 
-# Fewer successful requests ending in a step's window and the step measured too little to be
-# judged: no verdict, no saturation, neither good nor bad for a sweep, nothing for a plan
-# (judgement: one or two long requests say nothing about a load).
-MIN_COMPLETED = 5
-
 
 @dataclass
 class Window:
@@ -49,17 +44,6 @@ class Window:
     def as_bins(self) -> Bins:
         """One interval spanning the window, its end included (for loadlab.analyze.intervals)."""
         return Bins(self.start, np.nextafter(max(self.seconds, 1e-9), np.inf), 1)
-
-
-def too_few(completed: int) -> str:
-    """Why a step with `completed` successful requests in its window cannot be judged ("" when
-    it can): the one rule of the analyzer, the sweep and the capacity plan."""
-    if completed >= MIN_COMPLETED:
-        return ""
-    return (
-        f"only {completed} successful request(s) ended in the step's steady-state window: "
-        f"at least {MIN_COMPLETED} are needed to judge it"
-    )
 
 
 def steady_window(step: StepInfo, requests: pd.DataFrame) -> Window:

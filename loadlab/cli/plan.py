@@ -78,7 +78,7 @@ def curve_points(
     from loadlab.analyze.analysis import analyze_run
     from loadlab.analyze.capacity import CurvePoint
     from loadlab.analyze.measures import measure, statistic
-    from loadlab.analyze.window import too_few
+    from loadlab.analyze.saturation import too_few
     from loadlab.errors import UserError
     from loadlab.store.reader import load_run
 
@@ -92,7 +92,7 @@ def curve_points(
         s = step.summary
         if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
             continue
-        few = too_few(s.completed)
+        few = too_few(s.succeeded)
         if few:
             unjudged.append(f"{s.label} ({few})")
             continue

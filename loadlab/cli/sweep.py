@@ -207,7 +207,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
     table = Table(title="sweep", title_justify="left")
     # Output tokens/s: the successful requests that ended in the step's steady-state window over
     # its length, the same figure as `loadlab summary`, the report and plan (docs/metrics.md).
-    for name in ("step", "s", "in window", "tok/s", "user tok/s p50", "E2E p50 s", "errors", "judged"):
+    for name in ("step", "s", "ok", "tok/s", "user tok/s p50", "E2E p50 s", "errors", "judged"):
         table.add_column(name, justify="left" if name in ("step", "judged") else "right")
     judgements, knee = judge_all(outcome.results, outcome.limits.mode)
     for j in sorted(judgements, key=lambda j: (j.step.target, j.step.index)):
@@ -219,7 +219,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
         table.add_row(
             j.step.label,
             f"{j.step.seconds:g}",
-            str(j.step.completed),
+            str(j.step.succeeded),
             _figure(d.get("output_tokens_per_s"), ".0f"),
             _figure(d.get("tokens_per_s_per_user_p50"), ".1f"),
             _figure(d.get("e2e_p50"), ".2f"),

@@ -7,8 +7,8 @@ MAX_ERROR_RATE of its requests failed, it breached an SLO, or it is past the kne
 analyzer's saturation rule (loadlab/analyze/saturation.py: throughput +<5 % for load +>=25 %, or
 an overloaded queue), all steps judged together in load order as the analyzer judges them.
 
-A step with too few successful requests in its window (loadlab/analyze/window.py, the analyzer's
-rule) is neither good nor bad: the sweep runs the same load again for twice as long, up to
+A step with too few successful requests (saturation.too_few, the analyzer's rule) is neither
+good nor bad: the sweep runs the same load again for twice as long, up to
 MAX_STRETCH x the step duration, then stops saying why. The sweep also stops at `--max` and
 after `max_steps` steps (reruns included), so it always ends by itself.
 """
@@ -26,8 +26,8 @@ from loadlab.analyze.saturation import (
     Saturation,
     StepLoad,
     saturation,
+    too_few,
 )
-from loadlab.analyze.window import too_few
 
 MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
@@ -64,7 +64,7 @@ class StepResult:
     error_rate: float = 0.0
     slo_failures: list[str] = field(default_factory=list)  # the SLO checks the step failed
     client_limited: str = ""  # why the load generator limited the step ("" = it did not)
-    completed: int = 0  # successful requests that ended in the step's window (window.too_few)
+    succeeded: int = 0  # the step's successful requests (saturation.too_few)
     seconds: float = 0.0  # how long the step was run
 
 
@@ -103,7 +103,7 @@ def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judg
         return Judgement(
             step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} (> {MAX_ERROR_RATE:.0%})"
         )
-    few = too_few(step.completed)
+    few = too_few(step.succeeded)
     if few and state.state != OVERLOADED:
         return Judgement(step, "", f"not judged: {few}", measured=False, saturation=state.state)
     if step.slo_failures:
@@ -191,4 +191,4 @@ def _between(good: float, bad: float, mode: str, resolution: float) -> float | N
 
 def _load(step: StepResult, mode: str) -> StepLoad:
     derived = {name: Derived(value, "", [], "sweep") for name, value in step.derived.items()}
-    return StepLoad(step.index, mode, step.target, derived, step.completed)
+    return StepLoad(step.index, mode, step.target, derived, step.succeeded)

@@ -111,7 +111,7 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
         0.0 if math.isnan(error_rate) else error_rate,
         failures,
         "; ".join(client.reasons) if limited else "",
-        step.summary.completed,
+        step.summary.succeeded,
         plan.seconds,
     )
 
@@ -125,7 +125,7 @@ def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, resu
             "label": j.step.label,
             "target": j.step.target,
             "seconds": j.step.seconds,
-            "completed": j.step.completed,
+            "succeeded": j.step.succeeded,
             "judged": j.measured,
             "bad": j.bad,
             "saturation": j.saturation,

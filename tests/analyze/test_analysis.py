@@ -84,9 +84,8 @@ def test_no_server_metrics_is_insufficient_data_naming_the_collectors():
 
 def test_one_request_is_insufficient_data():
     analysis = analyze_run(run_of([req(0, T, [T + 0.1, T + 0.2])], [closed(1, T, T + 1)]))
-    # one request: its step's window (first to last send) is an instant, and nothing ends in it
     assert analysis.steps[0].constraint == "insufficient_data"
-    assert "only 0 successful request(s) ended in the step's steady-state window" in analysis.steps[0].headline
+    assert "only 1 successful request(s) in the step: at least 5" in analysis.steps[0].headline
     assert analysis.overall.constraint == "insufficient_data"
 
 

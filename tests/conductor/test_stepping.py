@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadlab.analyze.window import MIN_COMPLETED
+from loadlab.analyze.saturation import MIN_SUCCEEDED
 from loadlab.conductor.stepping import (
     CLIENT,
     ERRORS,
@@ -22,7 +22,7 @@ LIMITS = SweepLimits(mode="closed", start=1, max_load=512, max_steps=12, step_se
 
 
 def step(
-    index: int, target: float, tps: float, e2e: float = 1.0, completed: int = 50, seconds: float = 10, **kw: object
+    index: int, target: float, tps: float, e2e: float = 1.0, succeeded: int = 50, seconds: float = 10, **kw: object
 ) -> StepResult:
     derived = {
         "output_tokens_per_s": tps,
@@ -31,7 +31,7 @@ def step(
         "completed_per_s": target / e2e,
         "waiting_mean": 0.0,
     }
-    return StepResult(index, f"concurrency={target:g}", target, derived, completed=completed, seconds=seconds, **kw)
+    return StepResult(index, f"concurrency={target:g}", target, derived, succeeded=succeeded, seconds=seconds, **kw)
 
 
 def sweep(server, limits: SweepLimits = LIMITS) -> tuple[list[float], object]:
@@ -93,20 +93,20 @@ def test_steps_are_judged_together_in_load_order_whatever_order_they_ran_in():
     assert knee is not None and knee.step.target == 12
 
 
-def slow_endpoint(completed_per_s: float):
-    """Requests too slow for the step: `completed_per_s` x seconds finish in a step's window."""
-    return lambda c, seconds: {"tps": 10 * c, "completed": int(completed_per_s * seconds)}
+def slow_endpoint(succeeded_per_s: float):
+    """Requests too slow for the step: `succeeded_per_s` x seconds succeed in a step."""
+    return lambda c, seconds: {"tps": 10 * c, "succeeded": int(succeeded_per_s * seconds)}
 
 
 def test_a_step_with_too_few_requests_is_neither_good_nor_bad_and_is_run_again_longer():
     results, decision = sweep_steps(slow_endpoint(0.3), SweepLimits("closed", 1, 2, 12, step_seconds=10))
-    # 10 s: 3 requests in the window (< MIN_COMPLETED): not judged; 20 s: 6, judged; the next load
+    # 10 s: 3 successful requests (< MIN_SUCCEEDED): not judged; 20 s: 6, judged; the next load
     # starts at --step-duration again and is lengthened the same way.
     assert [(r.target, r.seconds) for r in results] == [(1, 10), (1, 20), (2, 10), (2, 20)]
     judgements, _ = judge_all(results, "closed")
     assert [j.measured for j in judgements] == [False, True, False, True]
     assert all(j.bad == "" for j in judgements)
-    assert f"at least {MIN_COMPLETED} are needed" in judgements[0].reason
+    assert f"at least {MIN_SUCCEEDED} are needed" in judgements[0].reason
     assert decision.stop == MAX_LOAD and decision.good.target == 2
 
 
