@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 from loadlab.analyze import rules
-from loadlab.analyze.advice import advice_for, server_kind
+from loadlab.analyze.advice import VLLM, advice_for, server_kind
 from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
-from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation
+from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation, too_few
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
@@ -41,9 +41,12 @@ REQUEST_COLUMNS = (
     "tpot",
     "out_tokens",
 )
-MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 STRAIN_CONFIDENCE = 0.8  # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
+# Below this confidence a verdict says what is likely, what else it could be and what would
+# decide, instead of naming the constraint as a fact (judgement: a class scored on half its
+# evidence, or on all of it half-heartedly, is a lead, not a finding).
+CONFIDENT = 0.6
 GPU_SIGNALS = (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.GPU_TENSOR_ACTIVE)
 NAMES = {
     CLIENT: "the load generator",
@@ -96,6 +99,9 @@ class StepVerdict:
     derived: dict[str, Derived]
     # A client-limited step: what the server-side evidence alone would name (not trusted).
     server_side: RunnerUp | None = None
+    # Below CONFIDENT: the next most likely constraint and the one measurement that would decide.
+    could_be: str = ""
+    would_decide: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -174,11 +180,9 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     # MFU/MBU (which need the GPU's peak figures) cannot exist; the step-time fit carries
     # compute vs memory bandwidth.
     impossible = frozenset() if any(samples.has(name) for name in GPU_SIGNALS) else frozenset({rules.G, rules.F})
-    # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
-    by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
-    sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
-    state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
-    states = [state_of[d.step.index] for d in data]
+    states, knee = saturation(
+        [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
+    )
     verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
     cut_off = run.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
@@ -292,12 +296,9 @@ def _verdict(
         return verdict(
             INSUFFICIENT_DATA, f"no successful request in this step ({what})", missing=[rules.NEEDS[rules.C]]
         )
-    if ok < MIN_OK_REQUESTS:
-        return verdict(
-            INSUFFICIENT_DATA,
-            f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
-            missing=[rules.NEEDS[rules.C]],
-        )
+    few = too_few(ok)
+    if few:
+        return verdict(INSUFFICIENT_DATA, few, missing=[rules.NEEDS[rules.C]])
     if not has_server:
         return verdict(
             INSUFFICIENT_DATA,
@@ -318,11 +319,47 @@ def _verdict(
         if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN
         else None
     )
-    chosen = verdict(best.constraint, _headline(best, state), best, runner_up)
+    chosen = verdict(best.constraint, "", best, runner_up)
     if client.warnings:  # the load was delivered, but the client's timings are less sure
         chosen.confidence *= STRAIN_CONFIDENCE
+    if chosen.confidence < CONFIDENT:
+        # Below it only because of the client's strain: a client at ease would decide.
+        strained = bool(client.warnings) and best.confidence >= CONFIDENT
+        chosen.could_be, chosen.would_decide = _alternative(best, second, kind, strained)
+    chosen.headline = _headline(best, state, chosen)
+    if client.warnings:
         chosen.headline += f" (client under strain: {'; '.join(client.warnings)})"
     return chosen
+
+
+def _alternative(best: ClassScore, second: ClassScore | None, kind: str, strained: bool) -> tuple[str, str]:
+    """For a verdict of low confidence: what else it could be and the one measurement that would
+    decide. The measurement: a client not under strain when strain alone lowered the confidence;
+    else the first collector the named class is missing that this server can have (vLLM's work
+    estimates only on vLLM), else the runner-up's, else more of the same evidence. The
+    alternative: the runner-up when any of its evidence points to it, else the class that
+    measurement would also score."""
+    unavailable = {rules.NEEDS[rules.F]} if kind != VLLM else set()
+    candidates = [
+        line
+        for line in best.missing + (second.missing if second else [])
+        if not line.startswith("(hint)") and line not in unavailable
+    ]
+    if strained:
+        decide = "the same load from a load generator not under strain (--processes N, or a quieter host)"
+    elif candidates:
+        decide = candidates[0]
+    else:
+        decide = "longer steps at loads on both sides of this one (the same evidence, measured more)"
+    if second is not None and second.score > 0:
+        return NAMES[second.constraint], decide
+    needs = next((key for key, line in rules.NEEDS.items() if line == decide), None)
+    also = (
+        NAMES[r.constraint]
+        for r in rules.RULES
+        if r.constraint not in (best.constraint, CLIENT) and any(t.needs == needs for t in r.terms)
+    )
+    return next(also, "another constraint"), decide
 
 
 def _clock_advice(d: StepData) -> list[str]:
@@ -337,12 +374,29 @@ def _clock_advice(d: StepData) -> list[str]:
     ]
 
 
-def _headline(best: ClassScore, state: Saturation) -> str:
+def _headline(best: ClassScore, state: Saturation, chosen: StepVerdict) -> str:
     name = NAMES[best.constraint]
     top = "; ".join(e.text for e in best.evidence if e.direction == "for")
     if state.state == "under_loaded":
-        return f"{name} sets per-token latency; headroom: {state.reason}"
-    return f"{name} binds ({state.state.replace('_', ' ')}): {top}"
+        claim, evidence = f"{name} sets per-token latency", f"headroom: {state.reason}"
+    else:
+        claim, evidence = f"{name} binds ({state.state.replace('_', ' ')})", top
+    sep = "; " if state.state == "under_loaded" else ": "
+    return f"{_likely(chosen)}{claim}{sep}{evidence}{_doubt(chosen)}"
+
+
+def _likely(verdict: StepVerdict) -> str:
+    return "likely " if verdict.would_decide else ""
+
+
+def _doubt(verdict: StepVerdict) -> str:
+    """What a verdict below CONFIDENT adds: its confidence, what else it could be, what would decide."""
+    if not verdict.would_decide:
+        return ""
+    return (
+        f" (confidence {verdict.confidence:.2f} < {CONFIDENT}; it could also be {verdict.could_be}; "
+        f"what would decide: {verdict.would_decide})"
+    )
 
 
 def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None) -> list[Evidence]:
@@ -375,12 +429,14 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
     focus = by_index.get(knee) if knee is not None else None
     focus = focus or (saturated[0] if saturated else judged[-1])
     last = judged[-1]
+    name = _likely(focus) + NAMES[focus.constraint]
     if focus.saturation == "under_loaded":
-        headline = f"under-loaded up to {last.label}: {NAMES[focus.constraint]} sets per-token latency; headroom left"
+        headline = f"under-loaded up to {last.label}: {name} sets per-token latency; headroom left"
     elif knee is not None and focus.index == knee:
-        headline = f"{NAMES[focus.constraint]} binds at {focus.label} (the knee)"
+        headline = f"{name} binds at {focus.label} (the knee)"
     else:
-        headline = f"{NAMES[focus.constraint]} binds at {focus.label} ({focus.saturation.replace('_', ' ')})"
+        headline = f"{name} binds at {focus.label} ({focus.saturation.replace('_', ' ')})"
+    headline += _doubt(focus)
     return Overall(focus.constraint, last.saturation, knee, False, focus.confidence, headline, focus.advice, kind, fit)
 
 

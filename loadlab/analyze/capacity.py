@@ -20,11 +20,12 @@ from operator import attrgetter
 
 from loadlab.metrics.slo import Objective
 
-MEASURED, INTERPOLATED, ABOVE, BELOW = (
+MEASURED, INTERPOLATED, ABOVE, BELOW, KNEE = (
     "measured",
     "interpolated",
     "above the measured range",
     "below the measured range",
+    "the knee",
 )
 _EPS = 1e-9
 _FIXED_POINT_ROUNDS = 100
@@ -136,10 +137,15 @@ def streams_per(points: list[CurvePoint], users: int, think_time: float, replica
 
 
 def plan_capacity(
-    points: list[CurvePoint], users: int, think_time: float, objectives: tuple[Objective, ...]
+    points: list[CurvePoint],
+    users: int,
+    think_time: float,
+    objectives: tuple[Objective, ...],
+    knee: float | None = None,
 ) -> CapacityPlan:
     """The capacity plan for `users` users with mean think time `think_time` (see the module's
-    docstring). Without objectives a replica's capacity is the step of highest throughput."""
+    docstring). Without objectives a replica's capacity is the knee's concurrency (the analyzer's
+    saturation rule, given by the caller), else the step of highest throughput."""
     points = sorted(points, key=lambda p: p.concurrency)
     if not points:
         raise ValueError("no closed-loop step to plan from")
@@ -147,6 +153,8 @@ def plan_capacity(
     if limits:
         tightest = min(limits, key=lambda lim: -math.inf if math.isnan(lim.concurrency) else lim.concurrency)
         capacity, how = tightest.concurrency, tightest.how
+    elif knee is not None:
+        capacity, how = knee, KNEE
     else:
         best = max(points, key=lambda p: p.output_tps)
         capacity, how = best.concurrency, MEASURED

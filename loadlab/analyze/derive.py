@@ -83,7 +83,7 @@ def derive(data: StepData) -> dict[str, Derived]:
 
 def _client_side(d: StepData) -> None:
     w, req = d.window, d.requests
-    ok = req[req["ok"] & w.contains(req["end_time"])]
+    ok = w.completed(req)  # the summary's rates count these same requests over the same window
     seconds = w.seconds
     requests = ["client.requests"]
     if seconds > 0:

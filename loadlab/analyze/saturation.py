@@ -1,12 +1,15 @@
-"""Is the server saturated at each step's load? Under-loaded, at the knee, past it, overloaded.
+"""Is the server saturated at each step's load? Under-loaded, at the knee, past it, overloaded;
+and where is the knee. The one rule the analyzer, the sweep, the report and `loadlab plan` use.
 
-Across steps (ordered by load, as a run's steps are): throughput that grows at least half as fast
+Across steps (ordered by load, whatever order they ran in): throughput that grows at least half as fast
 as the offered load still scales (under-loaded); one that grows less than KNEE_GAIN while the
 load grew by KNEE_LOAD_GROWTH or more is flat (past the knee); in between, at the knee. The last
 step that still scaled before a flat one is the knee. Overloaded: the server refuses or times out
 requests (REFUSED_SHARE), or an open-loop step completes far fewer requests than arrive (its
 queue can only grow). A step with no step before it is judged on the server's queue: requests
 waiting means more load would only wait (past the knee); an empty queue means headroom.
+The knee is the first step at the knee in load order. A step with too few successful requests
+(too_few) is not judged and is not compared with.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this sti
 REFUSED_SHARE = 0.05  # share of requests refused (429), timed out or 5xx: overloaded (judgement)
 OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: the queue grows (judgement)
 QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecessor is past the knee
+# Fewer successful requests in a step and it measured too little to be judged: no verdict, no
+# saturation, neither good nor bad for a sweep, nothing for a capacity plan (judgement: one or
+# two requests say nothing about a load).
+MIN_SUCCEEDED = 5
 
 
 @dataclass
@@ -33,34 +40,58 @@ class StepLoad:
     mode: str
     target: float
     derived: dict[str, Derived]
+    succeeded: int  # the step's successful measured requests (too_few)
 
 
 @dataclass
 class Saturation:
     state: str
     reason: str
+    versus: int | None = None  # the index of the step of lower load it was compared with
 
 
 def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
-    """Each step's saturation (in the order given) and the knee step's index (None: no knee seen)."""
-    states = []
+    """Each step's saturation (in the order given, judged in load order: a sweep's bisected step
+    sits between the loads around it) and the knee step's index (None: no knee seen)."""
+    order = sorted(range(len(steps)), key=lambda i: (steps[i].mode, steps[i].target, steps[i].index))
+    states: dict[int, Saturation] = {}
+    judged: list[int] = []  # positions of the judged steps, in load order
     previous: StepLoad | None = None
-    for step in steps:
-        states.append(_judge(step, previous))
+    for i in order:
+        step = steps[i]
+        why = too_few(step.succeeded)
+        refused = _refused(step)
+        if why and refused is None:  # refusals are judged on the requests sent, not those finished
+            states[i] = Saturation(UNKNOWN, why)
+            continue
+        states[i] = refused or _judge(step, previous)
+        judged.append(i)
         if _value(step, "output_tokens_per_s") > 0:
             previous = step
     # The last step that still scaled before a flat one is the knee.
-    for i in range(len(steps) - 1):
-        if states[i].state == UNDER_LOADED and states[i + 1].state in (PAST_KNEE, OVERLOADED):
-            states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales")
-    knee = next((s.index for s, st in zip(steps, states, strict=True) if st.state == AT_KNEE), None)
-    return states, knee
+    for i, after in zip(judged, judged[1:], strict=False):
+        if states[i].state == UNDER_LOADED and states[after].state in (PAST_KNEE, OVERLOADED):
+            states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales", states[i].versus)
+    knee = next((steps[i].index for i in judged if states[i].state == AT_KNEE), None)
+    return [states[i] for i in range(len(steps))], knee
 
 
-def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
+def too_few(succeeded: int) -> str:
+    """Why a step with `succeeded` successful requests cannot be judged ("" when it can): the one
+    rule of the analyzer, the sweep and the capacity plan."""
+    if succeeded >= MIN_SUCCEEDED:
+        return ""
+    return f"only {succeeded} successful request(s) in the step: at least {MIN_SUCCEEDED} are needed to judge it"
+
+
+def _refused(step: StepLoad) -> Saturation | None:
     refused = _value(step, "refused_share")
     if refused >= REFUSED_SHARE:
         return Saturation(OVERLOADED, f"{refused:.0%} of requests refused, timed out or failed on the server")
+    return None
+
+
+def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
     completed = _value(step, "completed_per_s")
     if step.mode == "open" and step.target > 0 and completed < OPEN_LOOP_COMPLETION * step.target:
         return Saturation(OVERLOADED, f"completes {completed:.2f} req/s of {step.target:g} arriving: the queue grows")
@@ -69,12 +100,14 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
         gain = _value(step, "output_tokens_per_s") / _value(previous, "output_tokens_per_s") - 1
         if math.isfinite(gain):
             text = f"throughput {gain:+.0%} for load {load_growth:+.0%}"
+            versus = previous.index
             if gain >= SCALING_EFFICIENCY * load_growth:
-                return Saturation(UNDER_LOADED, text + ": still scaling")
+                return Saturation(UNDER_LOADED, text + ": still scaling", versus)
             if gain < KNEE_GAIN and load_growth >= KNEE_LOAD_GROWTH:
                 latency = _value(step, "e2e_p50") / _value(previous, "e2e_p50") - 1
-                return Saturation(PAST_KNEE, text + (f", latency {latency:+.0%}" if math.isfinite(latency) else ""))
-            return Saturation(AT_KNEE, text + ": scaling less than the load")
+                latency_text = f", latency {latency:+.0%}" if math.isfinite(latency) else ""
+                return Saturation(PAST_KNEE, text + latency_text, versus)
+            return Saturation(AT_KNEE, text + ": scaling less than the load", versus)
     waiting = _value(step, "waiting_mean")
     if waiting >= QUEUE_WAITING:
         return Saturation(PAST_KNEE, f"{waiting:.1f} requests waiting on average: more load would only wait")

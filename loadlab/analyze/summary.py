@@ -7,7 +7,11 @@ Definitions (kept in docs/metrics.md, the per-request formulas in loadlab/metric
 - E2E: last event − start. ITL: every gap between consecutive content events of all requests.
 - TPOT: (E2E − TTFT) / (output tokens − 1) per request; per-user speed: output tokens / (E2E − TTFT).
 - Output tokens: usage.completion_tokens, the client's own count when the server gave none.
-Latencies are reported over successful, non-warm-up requests; rates over the step's window.
+Latencies are reported over successful, non-warm-up requests. Rates (requests/s, output
+tokens/s, goodput) count the successful requests that ended in the step's steady-state window
+(loadlab/analyze/window.py) over its length: the figure the analyzer's knee rule, the sweep and
+the report all show. Counting every request of the step over the step's seconds would add the
+requests that finished in the drain after the step's end without their seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pandas as pd
 
 from loadlab.analyze.breakdown import MediaSummary, TurnSummary, media_summaries, turn_summaries
 from loadlab.analyze.tokens import TokenTimes
+from loadlab.analyze.window import steady_window
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
 from loadlab.metrics.requests import (
     bunched_share,
@@ -81,16 +86,16 @@ class StepSummary:
     target: float  # users (closed) or requests/s (open); NaN for overall of several steps
     start_time: float
     end_time: float
-    window: float  # seconds the rates are computed over (warm-up excluded)
+    window: float  # seconds from the step's start (warm-up excluded) to its end
     sent: int  # non-warm-up requests: succeeded + failed + aborted
     succeeded: int
     failed: int  # failed requests, aborted ones not included
     aborted: int  # still in flight when the run was stopped: not the server's failure
     warmup: int  # warm-up requests, stored but excluded from everything here
     errors: dict[str, int]  # failed requests by ErrorCategory value (aborted not included)
-    requests_per_s: float  # succeeded / window
+    requests_per_s: float  # `completed` / `rate_window`
     output_tokens: int  # of succeeded requests
-    output_tokens_per_s: float
+    output_tokens_per_s: float  # of the `completed` requests / `rate_window`
     ttft: Distribution  # from scheduled time (open loop) or send time (closed loop)
     ttft_from_send: Distribution
     itl: Distribution  # the gaps between reads: bunched gaps (0, events read together) left out
@@ -102,11 +107,13 @@ class StepSummary:
     achieved_ratio: float  # achieved / target
     tokens: TokenCheck
     client: ClientCheck
-    goodput: float | None = None  # requests/s meeting every SLO (None: no SLO given)
+    goodput: float | None = None  # requests/s meeting every SLO (None: no SLO given), as requests_per_s
     slo_met: int | None = None
     # The share of gaps between token events that were bunched (events that arrived in one read),
     # left out of `itl`; NaN without gaps.
     itl_bunched: float = math.nan
+    completed: int = 0  # successful requests that ended in the steady-state window(s)
+    rate_window: float = math.nan  # seconds of the steady-state window(s) the rates are over
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepSummary:
@@ -202,9 +209,12 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     think_time = bool(run.meta.config.get("think_time"))
 
     step_summaries = []
+    rated: list[pd.Index] = []
     for step in steps:
         in_step = requests[requests["step"] == step.index]
         window = _window(step, in_step)
+        steady = steady_window(step, in_step[~in_step["warmup"]])
+        rated.append(steady.completed(in_step[~in_step["warmup"]]).index)
         step_summaries.append(
             _summarize(
                 in_step,
@@ -216,6 +226,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
                 window,
                 slo,
                 _client_check(in_step, step, window, client_samples, think_time),
+                (rated[-1], steady.seconds),
                 step.ramp_end,
             )
         )
@@ -235,6 +246,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
         overall_window,
         slo,
         _merge_checks(step_summaries),
+        (pd.Index([]).append(rated) if rated else pd.Index([]), sum(s.rate_window for s in step_summaries)),
         steps[0].ramp_end if single else math.nan,
     )
     if not single:
@@ -331,16 +343,21 @@ def _summarize(
     window: tuple[float, float, float],
     slo: Slo | None,
     client: ClientCheck,
+    rates: tuple[pd.Index, float],
     ramp_end: float = math.nan,
 ) -> StepSummary:
+    """`rates`: the rows of the successful requests the rates count (ended in the steady-state
+    window) and the seconds of that window."""
     start, end, seconds = window
     measured = df[~df["warmup"]]
     ok = measured[measured["ok"]]
     aborted = measured["error"] == ErrorCategory.ABORTED.value
     failed = measured[~measured["ok"] & ~aborted]
+    rated, rate_seconds = rates
+    completed = ok.loc[ok.index.intersection(rated)]
 
     def per_s(n: float) -> float:
-        return n / seconds if seconds > 0 else math.nan
+        return n / rate_seconds if rate_seconds > 0 else math.nan
 
     gaps = tokens.gaps_of(ok.index)
     output_tokens = int(ok["out_tokens"].sum())
@@ -359,9 +376,9 @@ def _summarize(
         aborted=int(aborted.sum()),
         warmup=int(df["warmup"].sum()),
         errors={str(k): int(v) for k, v in failed["error"].value_counts().sort_index().items()},
-        requests_per_s=per_s(len(ok)),
+        requests_per_s=per_s(len(completed)),
         output_tokens=output_tokens,
-        output_tokens_per_s=per_s(output_tokens),
+        output_tokens_per_s=per_s(int(completed["out_tokens"].sum())),
         ttft=Distribution.of(ok["ttft"].to_numpy(), "s"),
         ttft_from_send=Distribution.of(ok["ttft_from_send"].to_numpy(), "s"),
         itl=Distribution.of(read_gaps(gaps), "s"),
@@ -374,10 +391,13 @@ def _summarize(
         tokens=_token_check(ok),
         client=client,
         itl_bunched=bunched_share(gaps),
+        completed=len(completed),
+        rate_window=rate_seconds,
     )
     if slo is not None:
-        summary.slo_met = int(_meets(ok, tokens, slo).sum())
-        summary.goodput = per_s(summary.slo_met)
+        meets = _meets(ok, tokens, slo)
+        summary.slo_met = int(meets.sum())
+        summary.goodput = per_s(int(meets[completed.index].sum()))
     return summary
 
 

@@ -36,6 +36,11 @@ class Window:
         t = np.asarray(times, dtype=float)
         return (t >= self.start) & (t <= self.end)
 
+    def completed(self, requests: pd.DataFrame) -> pd.DataFrame:
+        """The successful requests (column `ok`) that ended inside the window: what a step's
+        throughput, its latencies and the judgement of the step rest on."""
+        return requests[requests["ok"].astype(bool) & self.contains(requests["end_time"])]
+
     def as_bins(self) -> Bins:
         """One interval spanning the window, its end included (for loadlab.analyze.intervals)."""
         return Bins(self.start, np.nextafter(max(self.seconds, 1e-9), np.inf), 1)

@@ -62,27 +62,38 @@ def plan(
         say("note", note)
     for text in skipped:
         say("note", f"SLO item '{text}' is not a per-step statistic the curve can hold; not planned on")
-    points = curve_points(folder, objectives, spec)
-    result = plan_capacity(points, users, think, objectives)
+    points, knee = curve_points(folder, objectives, spec)
+    result = plan_capacity(points, users, think, objectives, knee)
     console = table_console()
     console.print(_curve_table(points, objectives))
     console.print(plan_sentence(result, points), highlight=False, markup=False)
 
 
-def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None) -> list[CurvePoint]:
+def curve_points(
+    folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None
+) -> tuple[list[CurvePoint], float | None]:
     """The measured curve of the run's closed-loop steps (one point per concurrency, the later
-    step when one was run twice); UserError when there is none to plan from."""
+    step when one was run twice; a step too short to judge, by the analyzer's rule, is left out
+    with a note) and the knee's concurrency by the analyzer's rule (None: none seen); UserError
+    when there is nothing to plan from."""
+    from loadlab.analyze.analysis import analyze_run
     from loadlab.analyze.capacity import CurvePoint
     from loadlab.analyze.measures import measure, statistic
+    from loadlab.analyze.saturation import too_few
     from loadlab.cli.output import read_run, say
     from loadlab.errors import UserError
 
     run = read_run(folder)
     values = measure(run, spec.per_request if spec else None)
     by_load: dict[float, CurvePoint] = {}
+    unjudged: list[str] = []
     for step in values.steps:
         s = step.summary
         if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
+            continue
+        few = too_few(s.succeeded)
+        if few:
+            unjudged.append(f"{s.label} ({few})")
             continue
         by_load[s.target] = CurvePoint(
             concurrency=s.target,
@@ -99,11 +110,21 @@ def curve_points(folder: Path, objectives: tuple[Objective, ...], spec: SloSpec 
             "generator's, not the server's",
         )
     if not by_load:
+        if unjudged:
+            raise UserError(
+                f"{folder}: no closed-loop step measured enough to plan from ({unjudged[0]}): "
+                "sweep again with a longer --step-duration"
+            )
         raise UserError(
             f"{folder} has no closed-loop step with a successful request: plan reads a "
             "concurrency sweep (loadlab sweep --url ...)"
         )
-    return [by_load[k] for k in sorted(by_load)]
+    if unjudged:
+        say("note", f"not planned on: {'; '.join(unjudged)}")
+    analysis = analyze_run(run)
+    knee = next((s for s in analysis.steps if s.index == analysis.overall.knee_step), None)
+    closed_knee = knee.target if knee is not None and knee.mode == "closed" and knee.target in by_load else None
+    return [by_load[k] for k in sorted(by_load)], closed_knee
 
 
 def _usable(objectives: tuple[Objective, ...]) -> tuple[tuple[Objective, ...], list[str]]:
@@ -127,6 +148,8 @@ def _curve_table(points: list[CurvePoint], objectives: tuple[Objective, ...]) ->
 
 def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
     """The plan in plain words, saying where a value was interpolated or is out of range."""
+    from loadlab.analyze.capacity import KNEE
+
     lo, hi = plan.measured_range
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
     lines = [
@@ -145,10 +168,12 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
         f"{last.concurrency:g}{' as batches grew' if trend == 'fell' else ''}."
     )
     if not plan.limits:
-        lines.append(
-            f"No per-step SLO to plan on: one replica's capacity is taken where throughput peaked, "
-            f"{plan.capacity:g} streams."
+        where = (
+            "at the knee (where throughput stops growing with the load, the analyzer's rule)"
+            if plan.capacity_how == KNEE
+            else "where throughput peaked (no knee among the measured steps)"
         )
+        lines.append(f"No per-step SLO to plan on: one replica's capacity is taken {where}, {plan.capacity:g} streams.")
     elif plan.replicas is None:
         breached = [lim.objective for lim in plan.limits if math.isnan(lim.concurrency)]
         lines.append(

@@ -16,6 +16,7 @@ import typer
 from loadlab.client.discovery import API_KEY_ENV
 
 if TYPE_CHECKING:
+    from loadlab.conductor.stepping import Judgement
     from loadlab.conductor.sweep import SweepOutcome
     from loadlab.metrics.slo import SloSpec
 
@@ -182,8 +183,8 @@ def start_sweep(
     folder, console = prepare_run(cfg, out, api_key, int(top) if mode == "closed" else 0, command)
     from loadlab.conductor.sweep import run_sweep
 
-    limits = SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps)
-    return run_sweep(cfg, folder, console, limits, spec, step_duration)
+    limits = SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps, step_seconds=step_duration)
+    return run_sweep(cfg, folder, console, limits, spec)
 
 
 def goodput_note(spec: SloSpec | None) -> str:
@@ -197,29 +198,40 @@ def goodput_note(spec: SloSpec | None) -> str:
 
 
 def print_sweep(outcome: SweepOutcome) -> None:
-    """The sweep's steps as judged (load order) and the line saying why it stopped."""
+    """The sweep's steps as judged (load order), the line saying why it stopped and the knee by
+    the analyzer's rule (the one its verdict and the report name)."""
     from rich.table import Table
 
     from loadlab.conductor.stepping import judge_all
     from loadlab.report.console import table_console
 
     table = Table(title="sweep", title_justify="left")
-    for name in ("step", "tok/s", "user tok/s p50", "E2E p50 s", "errors", "judged"):
+    # Output tokens/s: the successful requests that ended in the step's steady-state window over
+    # its length, the same figure as `loadlab summary`, the report and plan (docs/metrics.md).
+    for name in ("step", "s", "ok", "tok/s", "user tok/s p50", "E2E p50 s", "errors", "judged"):
         table.add_column(name, justify="left" if name in ("step", "judged") else "right")
-    for j in sorted(judge_all(outcome.results, outcome.limits.mode), key=lambda j: j.step.target):
+    judgements, knee = judge_all(outcome.results, outcome.limits.mode)
+    for j in sorted(judgements, key=lambda j: (j.step.target, j.step.index)):
         d = j.step.derived
+        if not j.measured:
+            verdict = f"[yellow]{j.reason}[/yellow]"
+        else:
+            verdict = f"[red]{j.bad}[/red]: {j.reason}" if j.bad else f"good: {j.reason}"
         table.add_row(
             j.step.label,
-            f"{d.get('output_tokens_per_s', math.nan):.0f}",
-            f"{d.get('tokens_per_s_per_user_p50', math.nan):.1f}",
-            f"{d.get('e2e_p50', math.nan):.2f}",
+            f"{j.step.seconds:g}",
+            str(j.step.succeeded),
+            _figure(d.get("output_tokens_per_s"), ".0f"),
+            _figure(d.get("tokens_per_s_per_user_p50"), ".1f"),
+            _figure(d.get("e2e_p50"), ".2f"),
             f"{j.step.error_rate:.1%}",
-            f"[red]{j.bad}[/red]: {j.reason}" if j.bad else f"good: {j.reason}",
+            verdict + (" [bold](the knee)[/bold]" if j is knee else ""),
         )
     console = table_console()
     console.print(table)
     decision = outcome.decision
     console.print(f"sweep stopped ({decision.stop}): {decision.reason}", highlight=False, markup=False)
+    console.print(knee_line(decision.knee), highlight=False, markup=False)
     if decision.good is not None:
         console.print(
             f"highest good load: {decision.good.label}; plan capacity with `loadlab plan {outcome.folder} --users N`",
@@ -227,6 +239,17 @@ def print_sweep(outcome: SweepOutcome) -> None:
             markup=False,
         )
     print(f"run folder: {outcome.folder}", file=sys.stderr)
+
+
+def knee_line(knee: Judgement | None) -> str:
+    """Where the knee is, by the analyzer's saturation rule (docs/diagnosis.md)."""
+    if knee is None:
+        return "knee: none seen among the steps measured"
+    return f"knee: {knee.step.label} ({knee.reason})"
+
+
+def _figure(value: float | None, spec: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,31 +1,44 @@
 """How `loadlab sweep` raises the load, as a pure function of the steps measured so far.
 
 Double the load from the start value (concurrency 1, or a low rate) until a step goes bad, then
-bisect between the last good and the first bad step until they are close. A step is bad, in this
-order: the load generator limited it (the figures are not the server's), more than
+bisect between the highest good step and the lowest bad one until they are close. A step is bad,
+in this order: the load generator limited it (the figures are not the server's), more than
 MAX_ERROR_RATE of its requests failed, it breached an SLO, or it is past the knee by the
 analyzer's saturation rule (loadlab/analyze/saturation.py: throughput +<5 % for load +>=25 %, or
-an overloaded queue), judged against the highest good step below it. The sweep also stops at
-`--max` and after `max_steps` steps, so it always ends by itself.
+an overloaded queue), all steps judged together in load order as the analyzer judges them.
+
+A step with too few successful requests (saturation.too_few, the analyzer's rule) is neither
+good nor bad: the sweep runs the same load again for twice as long, up to
+MAX_STRETCH x the step duration, then stops saying why. The sweep also stops at `--max` and
+after `max_steps` steps (reruns included), so it always ends by itself.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.saturation import KNEE_LOAD_GROWTH, OVERLOADED, PAST_KNEE, StepLoad, saturation
+from loadlab.analyze.saturation import (
+    KNEE_LOAD_GROWTH,
+    OVERLOADED,
+    PAST_KNEE,
+    Saturation,
+    StepLoad,
+    saturation,
+    too_few,
+)
 
 MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
 # ... or, for the knee, within the load growth the saturation rule needs to call a step flat:
 # a step closer to the last good one could never be judged past the knee.
 DEFAULT_MAX_STEPS = 12
+MAX_STRETCH = 4  # a step too short to judge is rerun longer, up to this many times --step-duration
 
 # Why a step is bad, or why the sweep stopped (Decision.stop).
 CLIENT, ERRORS, SLO, KNEE = "client-limited", "errors", "slo", "knee"
-MAX_LOAD, MAX_STEPS, RUN_STOPPED = "max", "max-steps", "run-stopped"
+MAX_LOAD, MAX_STEPS, RUN_STOPPED, TOO_FEW = "max", "max-steps", "run-stopped", "too-few-requests"
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class SweepLimits:
     start: float = 1.0
     max_load: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
+    step_seconds: float = 20.0  # --step-duration: a rerun of a step too short to judge lasts longer
 
 
 @dataclass
@@ -50,15 +64,20 @@ class StepResult:
     error_rate: float = 0.0
     slo_failures: list[str] = field(default_factory=list)  # the SLO checks the step failed
     client_limited: str = ""  # why the load generator limited the step ("" = it did not)
+    succeeded: int = 0  # the step's successful requests (saturation.too_few)
+    seconds: float = 0.0  # how long the step was run
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """A step's verdict for the sweep: `bad` is "" for a good step, else CLIENT/ERRORS/SLO/KNEE."""
+    """A step's verdict for the sweep: `bad` is "" for a good step, else CLIENT/ERRORS/SLO/KNEE;
+    a step that measured too little (`measured` False) is neither."""
 
     step: StepResult
     bad: str
     reason: str
+    measured: bool = True
+    saturation: str = ""  # the analyzer's saturation state of the step
 
 
 @dataclass(frozen=True)
@@ -71,56 +90,75 @@ class Decision:
     reason: str = ""
     good: StepResult | None = None
     bad: Judgement | None = None
+    seconds: float | None = None  # the next step's length when not --step-duration (a rerun)
+    knee: Judgement | None = None  # the knee step by the analyzer's rule (None: none seen)
 
 
-def judge(step: StepResult, below: StepResult | None, mode: str) -> Judgement:
-    """Whether `step` is good, judged on its own and against `below`, the highest good step of
-    lower load (None for the first)."""
+def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judgement:
+    """Whether `step` is good, given its saturation among all steps (the analyzer's rule);
+    `label_of` names the steps by index."""
     if step.client_limited:
         return Judgement(step, CLIENT, f"the load generator limited {step.label} ({step.client_limited})")
     if step.error_rate > MAX_ERROR_RATE:
         return Judgement(
             step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} (> {MAX_ERROR_RATE:.0%})"
         )
+    few = too_few(step.succeeded)
+    if few and state.state != OVERLOADED:
+        return Judgement(step, "", f"not judged: {few}", measured=False, saturation=state.state)
     if step.slo_failures:
         return Judgement(step, SLO, f"SLO breached at {step.label}: {'; '.join(step.slo_failures)}")
-    loads = [_load(s, mode) for s in (below, step) if s is not None]
-    states, _ = saturation(loads)
-    state = states[-1]
     if state.state in (PAST_KNEE, OVERLOADED):
-        versus = f" vs {below.label}" if below is not None else ""
-        return Judgement(step, KNEE, f"past the knee at {step.label}{versus}: {state.reason}")
-    return Judgement(step, "", state.reason)
+        versus = f" vs {label_of[state.versus]}" if state.versus is not None else ""
+        return Judgement(step, KNEE, f"past the knee at {step.label}{versus}: {state.reason}", saturation=state.state)
+    return Judgement(step, "", state.reason, saturation=state.state)
 
 
-def judge_all(results: list[StepResult], mode: str) -> list[Judgement]:
-    """Each step judged in the order run, against the highest good step of lower load before it."""
-    judgements: list[Judgement] = []
-    for step in results:
-        below = max(
-            (j.step for j in judgements if not j.bad and j.step.target < step.target),
-            key=lambda s: s.target,
-            default=None,
-        )
-        judgements.append(judge(step, below, mode))
-    return judgements
+def judge_all(results: list[StepResult], mode: str) -> tuple[list[Judgement], Judgement | None]:
+    """Each step judged (in the order run), all steps' saturation taken together in load order as
+    the analyzer takes them; and the knee step by the same rule (None: none seen)."""
+    states, knee = saturation([_load(s, mode) for s in results])
+    label_of = {s.index: s.label for s in results}
+    judgements = [judge(step, state, label_of) for step, state in zip(results, states, strict=True)]
+    return judgements, next((j for j in judgements if j.step.index == knee), None)
 
 
 def next_step(results: list[StepResult], limits: SweepLimits) -> Decision:
     """The sweep's next load, or why it stops (see the module's docstring)."""
     if not results:
         return Decision(min(limits.start, limits.max_load))
-    judgements = judge_all(results, limits.mode)
-    good = max((j.step for j in judgements if not j.bad), key=lambda s: s.target, default=None)
-    bad = min((j for j in judgements if j.bad), key=lambda j: j.step.target, default=None)
-    if bad is None:
-        top = max(r.target for r in results)
+    judgements, knee = judge_all(results, limits.mode)
+    return replace(_next(judgements, limits), knee=knee)
+
+
+def _next(judgements: list[Judgement], limits: SweepLimits) -> Decision:
+    last = judgements[-1]
+    measured = [j for j in judgements if j.measured]
+    bad = min((j for j in measured if j.bad), key=lambda j: j.step.target, default=None)
+    below = [j.step for j in measured if not j.bad and (bad is None or j.step.target < bad.step.target)]
+    good = max(below, key=lambda s: s.target, default=None)
+    seconds: float | None = None
+    if not last.measured:
+        longer = 2 * last.step.seconds
+        if longer > MAX_STRETCH * limits.step_seconds + 1e-9:
+            where = f"; highest good load: {good.label}" if good else ""
+            return Decision(
+                None,
+                TOO_FEW,
+                f"{last.step.label} in {last.step.seconds:g} s: {last.reason.removeprefix('not judged: ')}; "
+                f"the requests take too long for steps of up to {MAX_STRETCH} x --step-duration: "
+                f"rerun with a longer --step-duration{where}",
+                good,
+                bad,
+            )
+        target, seconds = last.step.target, longer
+    elif bad is None:
+        top = max(j.step.target for j in measured)
         if top >= limits.max_load:
             return Decision(
                 None,
                 MAX_LOAD,
-                f"reached --max {limits.max_load:g} without a knee, SLO breach "
-                f"or errors: the server scales at least this far",
+                f"reached --max {limits.max_load:g}: no step past the knee, no SLO breach, no errors",
                 good,
             )
         target = _doubled(top, limits)
@@ -132,10 +170,10 @@ def next_step(results: list[StepResult], limits: SweepLimits) -> Decision:
         if between is None:
             return Decision(None, bad.bad, f"{bad.reason}; highest good load: {good.label}", good, bad)
         target = between
-    if len(results) >= limits.max_steps:
+    if len(judgements) >= limits.max_steps:
         where = f"; highest good load: {good.label}" if good else ""
         return Decision(None, MAX_STEPS, f"step limit ({limits.max_steps}) reached{where}", good, bad)
-    return Decision(target)
+    return Decision(target, seconds=seconds)
 
 
 def _doubled(top: float, limits: SweepLimits) -> float:
@@ -153,4 +191,4 @@ def _between(good: float, bad: float, mode: str, resolution: float) -> float | N
 
 def _load(step: StepResult, mode: str) -> StepLoad:
     derived = {name: Derived(value, "", [], "sweep") for name, value in step.derived.items()}
-    return StepLoad(step.index, mode, step.target, derived)
+    return StepLoad(step.index, mode, step.target, derived, step.succeeded)

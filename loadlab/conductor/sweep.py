@@ -39,7 +39,7 @@ class SweepOutcome:
 
 
 def run_sweep(
-    config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None, step_seconds: float
+    config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None
 ) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
     conductor = Conductor(config, folder, console, limits.mode)
@@ -47,7 +47,7 @@ def run_sweep(
     decision = next_step(results, limits)
     try:
         while decision.next_target is not None:
-            plan = step_plan(len(results), decision.next_target, limits.mode, step_seconds)
+            plan = step_plan(len(results), decision.next_target, limits.mode, decision.seconds or limits.step_seconds)
             if not (conductor.run_step(plan) and conductor.pause()):
                 why = conductor.breach.reason if conductor.breach else "the run folder could not be written"
                 decision = Decision(None, RUN_STOPPED, f"the run stopped itself at {plan.label}: {why}")
@@ -112,22 +112,36 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
         0.0 if math.isnan(error_rate) else error_rate,
         failures,
         "; ".join(client.reasons) if limited else "",
+        step.summary.succeeded,
+        plan.seconds,
     )
 
 
 def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, results: list[StepResult]) -> None:
-    """sweep.json: the limits, each step's judgement and why the sweep stopped."""
+    """sweep.json: the limits, each step's judgement, the knee and why the sweep stopped."""
+    judgements, _ = judge_all(results, limits.mode)
     steps = [
-        {"index": j.step.index, "label": j.step.label, "target": j.step.target, "bad": j.bad, "reason": j.reason}
-        for j in judge_all(results, limits.mode)
+        {
+            "index": j.step.index,
+            "label": j.step.label,
+            "target": j.step.target,
+            "seconds": j.step.seconds,
+            "succeeded": j.step.succeeded,
+            "judged": j.measured,
+            "bad": j.bad,
+            "saturation": j.saturation,
+            "reason": j.reason,
+        }
+        for j in judgements
     ]
     data = {
-        "format": 1,
+        "format": 2,
         "limits": asdict(limits),
         "stop": decision.stop,
         "reason": decision.reason,
         "good_step": decision.good.index if decision.good else None,
         "bad_step": decision.bad.step.index if decision.bad else None,
+        "knee_step": decision.knee.step.index if decision.knee else None,
         "steps": steps,
     }
     write_json_atomic(folder / SWEEP_JSON, data)

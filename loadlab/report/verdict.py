@@ -150,7 +150,10 @@ def verdict_line(step: StepVerdict) -> str:
         if e.constraint == step.constraint and e.name in _SHORT
     )
     what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"
-    return f"{name} {what}" + (f": {figures}" if figures else "")
+    line = f"{name} {what}" + (f": {figures}" if figures else "")
+    if step.would_decide:  # below the analyzer's CONFIDENT: a lead, said as one
+        line = f"Likely: {line} (confidence {step.confidence:.2f}; or {step.could_be})"
+    return line
 
 
 def _short(value: float, unit: str) -> str:

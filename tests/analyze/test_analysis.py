@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from loadlab.analyze.analysis import analyze_run, write_analysis
+from loadlab.analyze.analysis import CONFIDENT, analyze_run, write_analysis
 from loadlab.analyze.measures import measure
+from loadlab.analyze.rules import NEEDS, W
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.cli.plan import curve_points
 from loadlab.gate.checks import INVALID, PASS, gate_run
@@ -20,7 +21,7 @@ from loadlab.metrics.slo import parse_slo
 from loadlab.report.console import print_summary
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
-from loadlab.report.verdict import print_analysis
+from loadlab.report.verdict import print_analysis, verdict_line
 from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
@@ -48,6 +49,32 @@ def test_an_empty_kv_cache_with_a_queue_is_scheduling():
     assert analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0].constraint == "scheduling"
 
 
+def test_a_verdict_below_the_stated_confidence_says_what_is_likely_what_else_and_what_would_decide():
+    # A server that exports only its queue gauges (as vLLM on a CPU): the decode share alone
+    # points to memory bandwidth, on 40 % of the evidence the class could have had.
+    records, samples = loaded_run(gauges={"requests_running": 4, "requests_waiting": 0})
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
+    assert step.constraint == "memory_bandwidth" and step.confidence < CONFIDENT
+    # The step-time fit is what separates bandwidth from compute: that is what would decide.
+    assert (step.could_be, step.would_decide) == ("compute", NEEDS[W])
+    for headline in (step.headline, analysis.overall.headline):
+        assert "likely memory bandwidth sets per-token latency" in headline
+        assert f"confidence {step.confidence:.2f} < {CONFIDENT}; it could also be compute" in headline
+        assert f"what would decide: {NEEDS[W]}" in headline
+    assert verdict_line(step).startswith("Likely: Memory bandwidth sets per-token latency")
+
+
+def test_a_verdict_at_the_stated_confidence_names_its_constraint_plainly():
+    records, samples = loaded_run(gauges=KV_BOUND, counters={"preemptions": 0.0})
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
+    assert step.confidence >= CONFIDENT and (step.could_be, step.would_decide) == ("", "")
+    assert step.headline.startswith("KV capacity binds (past knee): ") and "likely" not in step.headline
+    assert analysis.overall.headline == "KV capacity binds at concurrency=4 (past knee)"
+    assert verdict_line(step).startswith("KV capacity binds: KV 97 %")
+
+
 def test_no_server_metrics_is_insufficient_data_naming_the_collectors():
     records, _ = loaded_run()
     step = analyze_run(run_of(records, [closed(4, T, T + 20)])).steps[0]
@@ -57,7 +84,8 @@ def test_no_server_metrics_is_insufficient_data_naming_the_collectors():
 
 def test_one_request_is_insufficient_data():
     analysis = analyze_run(run_of([req(0, T, [T + 0.1, T + 0.2])], [closed(1, T, T + 1)]))
-    assert analysis.steps[0].constraint == "insufficient_data" and "only 1 successful" in analysis.steps[0].headline
+    assert analysis.steps[0].constraint == "insufficient_data"
+    assert "only 1 successful request(s) in the step: at least 5" in analysis.steps[0].headline
     assert analysis.overall.constraint == "insufficient_data"
 
 
@@ -108,6 +136,17 @@ def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
     assert step.constraint == "kv_capacity" and step.derived["achieved_concurrency_ratio"].value > 0.95
     assert "client under strain: client event-loop lag p99 50.0 ms (> 10 ms)" in step.headline
     assert step.confidence == pytest.approx(calm.confidence * 0.8)
+
+
+def test_a_verdict_below_the_stated_confidence_only_for_client_strain_is_decided_by_a_calm_client():
+    records, samples = loaded_run(gauges={"kv_usage": 0.85, "requests_waiting": 2, "requests_running": 4})
+    lagged = samples + [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    calm = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], lagged)).steps[0]
+    assert calm.constraint == step.constraint == "kv_capacity"
+    assert calm.confidence >= CONFIDENT > step.confidence and not calm.would_decide
+    assert step.would_decide.startswith("the same load from a load generator not under strain")
+    assert step.headline.startswith("likely KV capacity binds") and "what would decide: the same load" in step.headline
 
 
 def test_a_queue_before_a_busy_engine_below_its_cap_is_compute_not_scheduling():
@@ -295,16 +334,16 @@ def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
     assert any("GPU clocks were slowed" in a for a in step.advice)
 
 
-def test_per_user_speed_is_one_figure_in_summary_analysis_gate_and_plan(tmp_path):
+def test_per_user_speed_and_throughput_are_one_figure_each_in_summary_analysis_gate_and_plan(tmp_path):
     # One user alone for 5 s of fast answers (10 tokens over 0.1 s: 100 tok/s), then two users
     # with slow ones (10 tokens over 0.9 s: 11.1 tok/s). The step's successful requests (the
-    # summary's) are mostly fast, p50 100; the steady window (from two in flight to the last
+    # summary's) are mostly fast (10 of 18), p50 100; the steady window (from two in flight to the last
     # send, which the analyzer once took its figure over) holds only slow ones, p50 11.1.
     def content(t0: float) -> tuple[list, list]:
         fast = [req(k, t0 + 0.5 * k, list(t0 + 0.5 * k + np.linspace(0.1, 0.2, 10))) for k in range(10)]
         slow = [
             req(100 + 2 * k + u, t0 + 5 + k, list(t0 + 5 + k + np.linspace(0.1, 1.0, 10)))
-            for k in range(3)
+            for k in range(4)
             for u in range(2)
         ]
         return fast + slow, []
@@ -319,7 +358,15 @@ def test_per_user_speed_is_one_figure_in_summary_analysis_gate_and_plan(tmp_path
     assert summary == pytest.approx(100, rel=1e-3)
     assert analysis["tokens_per_s_per_user_p50"]["value"] == summary  # also sweep's table
     assert measure(run).steps[0].value("tps_user", "p50") == summary  # the gate's tps_user_p50
-    assert curve_points(folder, (), None)[0].user_tps == summary  # loadlab plan's curve
+    points, _ = curve_points(folder, (), None)
+    assert points[0].user_tps == summary  # loadlab plan's curve
+    # Throughput too: the requests that ended in the steady-state window (the slow ones ending
+    # at 6, 7 and 8 s, 10 tokens each, over 5..8 s), not every request over the step.
+    step = json.loads((folder / SUMMARY_JSON).read_text())["steps"][0]
+    assert step["output_tokens_per_s"] == pytest.approx(6 * 10 / 3)
+    assert analysis["output_tokens_per_s"]["value"] == pytest.approx(step["output_tokens_per_s"])  # sweep's table
+    assert measure(run).steps[0].value("output_tps") == step["output_tokens_per_s"]  # the gate, the report
+    assert points[0].output_tps == step["output_tokens_per_s"]  # loadlab plan
     # (Half the users in flight for the first half: the gate's client check is beside the point.)
     assert gate_run(folder, parse_slo("tps_user_p50=99,client_limited=any")).exit_code == 0
     assert gate_run(folder, parse_slo("tps_user_p50=101,client_limited=any")).exit_code == 1

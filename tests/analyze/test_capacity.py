@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from loadlab.analyze.capacity import ABOVE, INTERPOLATED, MEASURED, CurvePoint, busy_share, plan_capacity, read_curve
+from loadlab.analyze.capacity import (
+    ABOVE,
+    INTERPOLATED,
+    KNEE,
+    MEASURED,
+    CurvePoint,
+    busy_share,
+    plan_capacity,
+    read_curve,
+)
 from loadlab.metrics.slo import parse_slo
 
 # concurrency, output tok/s, per-user tok/s p50, E2E mean: per-user speed falls as batches grow.
@@ -78,6 +87,13 @@ def test_an_slo_met_at_every_step_is_a_lower_bound_at_the_top():
     assert plan.capacity == 16 and plan.limits[0].how == MEASURED and plan.replicas == 3
 
 
-def test_without_slo_the_capacity_is_the_step_of_highest_throughput():
+def test_without_slo_or_knee_the_capacity_is_the_step_of_highest_throughput():
     plan = plan_capacity(curve(()), users=16, think_time=0.0, objectives=())
     assert plan.capacity == 16 and plan.replicas == 1 and plan.user_tps.value == 25
+
+
+def test_without_slo_the_capacity_is_the_knee_the_analyzer_names():
+    # 8 -> 16 users: +25 % throughput for +100 % load: the knee is 8 (saturation.py); past it,
+    # more streams on one replica mostly wait, so 16 users need two replicas of 8.
+    plan = plan_capacity(curve(()), users=16, think_time=0.0, objectives=(), knee=8)
+    assert (plan.capacity, plan.capacity_how, plan.replicas) == (8, KNEE, 2) and plan.user_tps.value == 40

@@ -19,10 +19,11 @@ def test_values_of_the_hand_built_run() -> None:
     assert step.value("itl", "mean") == pytest.approx((0.1 + 0.2 + 0.1 + 0.3) / 4)
     assert step.value("itl", "p100") == pytest.approx(0.3)
     assert step.value("tps_user", "min") == pytest.approx(5.0)
-    assert step.value("output_tps") == pytest.approx(0.7) and step.value("rps") == pytest.approx(0.3)
+    # the summary's rates: r0 and r1 ended in the 3 s steady-state window (test_summary.py)
+    assert step.value("output_tps") == pytest.approx(2.0) and step.value("rps") == pytest.approx(2 / 3)
     assert step.value("error_rate") == pytest.approx(1 / 4)  # one timeout of four sent
     assert step.value("goodput", share=True) == pytest.approx(1 / 4)  # r1 alone has TTFT <= 150 ms
-    assert step.value("goodput") == pytest.approx(0.1)  # per second of the 10 s step
+    assert step.value("goodput") == pytest.approx(1 / 3)  # per second of the 3 s window, as rps
     assert list(step.itl_owner) == [0, 0, 0, 1]  # gaps know their request
 
 

@@ -34,7 +34,11 @@ def test_latencies_throughput_and_counts_of_a_closed_loop_step() -> None:
     assert (s.e2e.min, s.e2e.max, s.e2e.p50) == pytest.approx((0.3, 0.6, 0.5))
     assert s.user_tokens_per_s.count == 2 and s.user_tokens_per_s.p50 == pytest.approx(7.5)
     assert s.output_tokens == 4 + 2 + 1
-    assert s.requests_per_s == pytest.approx(0.3) and s.output_tokens_per_s == pytest.approx(0.7)
+    # Rates count the successful requests that ended in the steady-state window (in flight never
+    # reaches 2 users: first send 1000 to last send 1003, 3 s): r0 and r1, 4 + 2 tokens. r3
+    # ends after the window (in the drain): counting it over the step's seconds inflates them.
+    assert (s.completed, s.rate_window) == (2, 3)
+    assert s.requests_per_s == pytest.approx(2 / 3) and s.output_tokens_per_s == pytest.approx(6 / 3)
     # Little's law over finished requests (failed included): (0.6 + 0.5 + 1.0 + 0.3) / 10 s
     assert s.achieved == pytest.approx(0.24) and s.achieved_ratio == pytest.approx(0.12)
     assert (s.tokens.usage_missing, s.tokens.usage_mismatch) == (1, 1)
@@ -146,10 +150,12 @@ def test_aborted_requests_are_not_failures() -> None:
 
 def test_goodput_counts_requests_meeting_every_slo() -> None:
     run = hand_built()
-    assert summarize(run, Slo(ttft_ms=150)).steps[0].slo_met == 1  # r1
+    fast = summarize(run, Slo(ttft_ms=150)).steps[0]
+    assert fast.slo_met == 1 and fast.goodput == pytest.approx(1 / 3)  # r1, over the 3 s window as requests/s
     assert summarize(run, Slo(itl_ms=250)).steps[0].slo_met == 2  # r0, r3 (no gap)
     both = summarize(run, Slo(ttft_ms=350, itl_ms=250, e2e_ms=550)).steps[0]
-    assert both.slo_met == 1 and both.goodput == pytest.approx(0.1)  # r3 only
+    # r3 only, which ended after the steady-state window: goodput counts what requests/s counts
+    assert both.slo_met == 1 and both.goodput == 0
     assert summarize(run, Slo(tpot_ms=200)).steps[0].slo_met == 2  # r0, r3
 
 
@@ -160,7 +166,9 @@ def test_overall_adds_up_the_steps_and_names_them_in_client_reasons() -> None:
     o = summary.overall
     assert (o.index, o.label, o.mode) == (-1, "overall", "mixed")
     assert o.sent == 60 and o.window == 20 and math.isnan(o.achieved)
-    assert o.requests_per_s == pytest.approx(3.0)
+    assert o.completed == sum(s.completed for s in summary.steps) > 0
+    assert o.rate_window == sum(s.rate_window for s in summary.steps)
+    assert o.requests_per_s == pytest.approx(o.completed / o.rate_window)
     assert summary.client.limited and summary.client.reasons[0].startswith("rate=5: ")
     assert summary.coverage == [Coverage("server", True, ok_samples=7)]
 

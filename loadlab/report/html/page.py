@@ -251,10 +251,14 @@ def _steps_table(data: ReportData) -> str:
         "goodput req/s",
         "client-limited",
     ]
+    overall = (data.analysis or {}).get("overall")
+    knee = overall.get("knee_step") if isinstance(overall, dict) else None
     rows = []
     for s in steps:
         v = verdicts.get(s.index, {})
         words = [f'<span class="word">{esc(v.get(k, "–"))}</span>' for k in ("saturation", "constraint")]
+        if s.index == knee:  # one knee, the analyzer's, though later steps may scale less than their load too
+            words[0] += ' <span class="word">(the knee)</span>'
         rows.append(
             [
                 esc(s.label),
