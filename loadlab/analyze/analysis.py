@@ -22,6 +22,7 @@ from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
 from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation
+from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
@@ -182,7 +183,8 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     states = [state_of[d.step.index] for d in data]
     verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
-    notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
+    notes = list(run.meta.warnings) + list(run.warnings) + server_notes(run, steps, run.requests)
+    notes += _cut_notes(run, data, cut_off)
     return Analysis(
         path=str(run.path),
         generated_at=time.time(),
