@@ -2,10 +2,14 @@
 
 Engines name the endpoint differently: vLLM `POST /reset_prefix_cache` (served only with
 VLLM_SERVER_DEV_MODE=1), SGLang `POST /flush_cache`, the reference server as vLLM. Each path is
-tried in turn on the server behind the API URL; a 404 or 405 means "not this engine's".
+tried in turn on the server behind the API URL; a 404 or 405 means "not this engine's". vLLM
+resets only while no request holds KV blocks (it answers `{"success": false}` otherwise), so
+`loadlab run` lets the previous step's requests finish before it resets.
 """
 
 from __future__ import annotations
+
+import json
 
 from loadlab.store.meta import CacheReset
 from loadlab.urls import parse_http_url
@@ -33,8 +37,8 @@ def reset_prefix_cache(url: str, api_key: str = "", timeout: float = 30.0) -> Ca
         if authorization:
             request.add_header("Authorization", authorization)
         try:
-            with urllib.request.urlopen(request, timeout=timeout):
-                return CacheReset(True, path)
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                body = response.read()
         except urllib.error.HTTPError as e:
             if e.code in (404, 405):
                 tried.append(f"{path}: HTTP {e.code}")
@@ -42,4 +46,16 @@ def reset_prefix_cache(url: str, api_key: str = "", timeout: float = 30.0) -> Ca
             return CacheReset(False, path, f"POST {path} answered HTTP {e.code}")
         except OSError as e:  # refused, unreachable, timed out
             return CacheReset(False, path, f"POST {path} failed: {getattr(e, 'reason', None) or e}")
+        if _refused(body):
+            return CacheReset(False, path, f"POST {path} answered success=false (KV blocks still held by requests)")
+        return CacheReset(True, path)
     return CacheReset(False, "", "; ".join(tried))
+
+
+def _refused(body: bytes) -> bool:
+    """vLLM answers 200 with {"success": false} when blocks are still held; others send no body."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("success") is False

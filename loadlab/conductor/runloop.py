@@ -349,6 +349,10 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
     try:
         for plan in plans:
+            # An engine resets its cache only while no request holds KV (vLLM refuses otherwise):
+            # the previous step's requests finish first, so each step starts cold and idle.
+            if plan.index and config.reset_prefix_cache and not conductor.pause():
+                break
             if not conductor.run_step(plan):
                 break
     except KeyboardInterrupt:
