@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadlab.analyze import rules
+from loadlab.analyze import blackbox, rules
 from loadlab.analyze.advice import advice_for, server_kind
 from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
@@ -41,6 +41,8 @@ REQUEST_COLUMNS = (
     "e2e",
     "tpot",
     "out_tokens",
+    "input_tokens",
+    "prompt_tokens",
 )
 ANALYSIS_JSON = "analysis.json"
 MIN_OK_REQUESTS = 5  # fewer successful requests in a step: no verdict (judgement)
@@ -55,6 +57,7 @@ NAMES = {
     rules.SCHEDULING: "scheduling (admission)",
     rules.NETWORK: "network (collectives)",
     INSUFFICIENT_DATA: "insufficient data",
+    **blackbox.NAMES,
 }
 # Server-side signals: without any of them (and no GPU samples) no server verdict is possible.
 SERVER_SIGNALS = (
@@ -98,6 +101,8 @@ class StepVerdict:
     derived: dict[str, Derived]
     # A client-limited step: what the server-side evidence alone would name (not trusted).
     server_side: RunnerUp | None = None
+    # Without server metrics: what the client's curves alone say (loadlab.analyze.blackbox).
+    blackbox: blackbox.BlackBox | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -181,7 +186,11 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
     state_of = {d.step.index: state for d, state in zip(by_load, sorted_states, strict=True)}
     states = [state_of[d.step.index] for d in data]
-    verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
+    boxes = {} if has_server else blackbox.judge_steps(data)
+    verdicts = [
+        _verdict(d, state, kind, has_server, impossible, boxes.get(d.step.index))
+        for d, state in zip(data, states, strict=True)
+    ]
     cut_off = run.meta.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
     notes = list(run.meta.warnings) + list(run.warnings) + server_notes(run, steps, run.requests)
     notes += _cut_notes(run, data, cut_off)
@@ -240,6 +249,7 @@ def _verdict(
     kind: str,
     has_server: bool,
     impossible: frozenset[str] = frozenset(),
+    box: blackbox.BlackBox | None = None,
 ) -> StepVerdict:
     scores = score_all(d.derived, impossible)
     ok = int(d.requests["ok"].sum())
@@ -301,6 +311,8 @@ def _verdict(
             f"only {ok} successful request(s): at least {MIN_OK_REQUESTS} are needed",
             missing=[rules.NEEDS[rules.C]],
         )
+    if not has_server and box is not None:
+        return _blackbox_verdict(verdict, box, kind)
     if not has_server:
         return verdict(
             INSUFFICIENT_DATA,
@@ -325,6 +337,20 @@ def _verdict(
     if client.warnings:  # the load was delivered, but the client's timings are less sure
         chosen.confidence *= STRAIN_CONFIDENCE
         chosen.headline += f" (client under strain: {'; '.join(client.warnings)})"
+    return chosen
+
+
+def _blackbox_verdict(verdict: Any, box: blackbox.BlackBox, kind: str) -> StepVerdict:
+    """The client's curves' verdict: a pattern and the classes it cannot separate, at a lower
+    confidence, saying which collector would decide; insufficient data without a pattern."""
+    if not box.pattern:
+        chosen = verdict(INSUFFICIENT_DATA, box.headline, missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]])
+    else:
+        chosen = verdict(box.pattern, box.headline, missing=[box.decide])
+        chosen.confidence = chosen.score = box.confidence
+        chosen.advice = [box.decide] + [line for c in box.candidates for line in advice_for(c, kind, False)]
+    chosen.evidence = box.evidence + chosen.evidence
+    chosen.blackbox = box
     return chosen
 
 

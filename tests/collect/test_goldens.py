@@ -141,6 +141,14 @@ EXPECTED = {
             }
         ),
     ),
+    "vllm-0.32-spec-decode.txt": Golden(
+        {
+            at("spec_drafts"): 300,
+            at("spec_draft_tokens"): 900,
+            at("spec_accepted_tokens"): 610,
+            at("spec_accepted_per_position", position="2"): 130,
+        }
+    ),
 }
 
 
