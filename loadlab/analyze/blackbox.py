@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pandas as pd
 
 from loadlab.analyze.derive import StepData
 from loadlab.analyze.rules import COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING, Evidence
@@ -57,7 +58,7 @@ TTFT_GROWTH = 2.0  # TTFT p50 at least this many times the lowest load's: it gre
 TPOT_FLAT = 1.3  # TPOT p50 at most this many times the lowest load's: it stayed flat (judgement)
 TPOT_GROWTH = 1.5  # TPOT p50 at least this many times the lowest load's: contention (judgement)
 QUEUE_OVER_CONTENTION = 2.0  # TTFT grew this many times more than TPOT: queueing dominates (judgement)
-PREFILL_CORRELATION = 0.6  # TTFT against prompt tokens, Pearson r at the lowest load (judgement)
+PREFILL_CORRELATION = 0.5  # TTFT against prompt tokens, rank (Spearman) r at the lowest load (judgement)
 PREFILL_SPREAD = 1.5  # TTFT at the longest prompts / at the shortest, at least (judgement)
 MIN_PROMPT_CV = 0.2  # prompt lengths must vary this much (coefficient of variation) to judge prefill
 NO_PATTERN_DECIDE = (
@@ -118,8 +119,8 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
         strength = min(1.0, math.log(ttft) / math.log(4 * TTFT_GROWTH))
         return _found(
             QUEUEING,
-            f"{NAMES[QUEUEING]}: TTFT x{ttft:.1f} since {against} while TPOT x{tpot:.2f}: "
-            "requests wait to start, then run as fast as before",
+            f"{NAMES[QUEUEING]}: TTFT x{ttft:.1f} since {against} while TPOT x{tpot:.2f}: requests wait to "
+            + ("start, then run as fast as before" if tpot <= TPOT_FLAT else "start far more than they slow down"),
             strength,
             against,
             evidence,
@@ -170,11 +171,12 @@ def _prefill(d: StepData, evidence: list[Evidence]) -> BlackBox | None:
     prompts, ttft = prompts[keep], ttft[keep]
     if len(prompts) < MIN_REQUESTS or prompts.std() / prompts.mean() < MIN_PROMPT_CV:
         return None
-    r = float(np.corrcoef(prompts, ttft)[0, 1])
+    # Rank correlation: one stalled request on a busy host must not hide the trend.
+    r = float(np.corrcoef(pd.Series(prompts).rank(), pd.Series(ttft).rank())[0, 1])
     short, long = np.quantile(prompts, 0.25), np.quantile(prompts, 0.75)
     spread = float(np.median(ttft[prompts >= long]) / np.median(ttft[prompts <= short]))
     evidence.append(
-        _row(PREFILL_COST, "ttft_prompt_correlation", r, "r", PREFILL_CORRELATION, "TTFT against prompt tokens, r")
+        _row(PREFILL_COST, "ttft_prompt_correlation", r, "r", PREFILL_CORRELATION, "TTFT against prompt tokens, rank r")
     )
     if r < PREFILL_CORRELATION or not spread >= PREFILL_SPREAD:
         return None
