@@ -88,6 +88,7 @@ class RunConfig:
     gpu_interval: float = 0.25
     nccl_inspector_dir: str = ""
     server_pid: int = 0  # sample this process's CPU when on the same host
+    reset_prefix_cache: bool = False  # empty the server's prefix cache before each step
     # SLOs in docs/slo.md's inline syntax ("" = none); a scenario's [slo] table is turned into it.
     # Per-request objectives define the summary's goodput; `loadlab run` gates the run on them all.
     slo: str = ""

@@ -87,3 +87,6 @@ class Engine(Protocol):
 
     def add_requests(self, prompts: list[tuple[str, list[int]]], params: SamplingParams) -> Sequence[TokenStream]:
         """Queue (request id, prompt ids) pairs all or none; raises QueueFull, EngineDead or ValueError."""
+
+    async def reset_prefix_cache(self) -> None:
+        """Forget the prefix cache before the next step (POST /reset_prefix_cache); raises EngineDead."""

@@ -15,13 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from loadlab.analyze import rules
+from loadlab.analyze import blackbox, rules
 from loadlab.analyze.advice import VLLM, advice_for, server_kind
 from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
 from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation, too_few
+from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
@@ -40,6 +41,8 @@ REQUEST_COLUMNS = (
     "e2e",
     "tpot",
     "out_tokens",
+    "input_tokens",
+    "prompt_tokens",
 )
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 STRAIN_CONFIDENCE = 0.8  # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)
@@ -56,6 +59,7 @@ NAMES = {
     rules.SCHEDULING: "scheduling (admission)",
     rules.NETWORK: "network (collectives)",
     INSUFFICIENT_DATA: "insufficient data",
+    **blackbox.NAMES,
 }
 # Server-side signals: without any of them (and no GPU samples) no server verdict is possible.
 SERVER_SIGNALS = (
@@ -102,6 +106,8 @@ class StepVerdict:
     # Below CONFIDENT: the next most likely constraint and the one measurement that would decide.
     could_be: str = ""
     would_decide: str = ""
+    # Without server metrics: what the client's curves alone say (loadlab.analyze.blackbox).
+    blackbox: blackbox.BlackBox | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -183,9 +189,14 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     states, knee = saturation(
         [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
     )
-    verdicts = [_verdict(d, state, kind, has_server, impossible) for d, state in zip(data, states, strict=True)]
+    boxes = {} if has_server else blackbox.judge_steps(data)
+    verdicts = [
+        _verdict(d, state, kind, has_server, impossible, boxes.get(d.step.index))
+        for d, state in zip(data, states, strict=True)
+    ]
     cut_off = run.cut_off or run.meta.status in (INTERRUPTED, STOPPED, FAILED)
-    notes = list(run.meta.warnings) + list(run.warnings) + _cut_notes(run, data, cut_off)
+    notes = list(run.meta.warnings) + list(run.warnings) + server_notes(run, steps, run.requests)
+    notes += _cut_notes(run, data, cut_off)
     return Analysis(
         path=str(run.path),
         generated_at=time.time(),
@@ -241,6 +252,7 @@ def _verdict(
     kind: str,
     has_server: bool,
     impossible: frozenset[str] = frozenset(),
+    box: blackbox.BlackBox | None = None,
 ) -> StepVerdict:
     scores = score_all(d.derived, impossible)
     ok = int(d.requests["ok"].sum())
@@ -299,6 +311,8 @@ def _verdict(
     few = too_few(ok)
     if few:
         return verdict(INSUFFICIENT_DATA, few, missing=[rules.NEEDS[rules.C]])
+    if not has_server and box is not None:
+        return _blackbox_verdict(verdict, box, kind)
     if not has_server:
         return verdict(
             INSUFFICIENT_DATA,
@@ -360,6 +374,20 @@ def _alternative(best: ClassScore, second: ClassScore | None, kind: str, straine
         if r.constraint not in (best.constraint, CLIENT) and any(t.needs == needs for t in r.terms)
     )
     return next(also, "another constraint"), decide
+
+
+def _blackbox_verdict(verdict: Any, box: blackbox.BlackBox, kind: str) -> StepVerdict:
+    """The client's curves' verdict: a pattern and the classes it cannot separate, at a lower
+    confidence, saying which collector would decide; insufficient data without a pattern."""
+    if not box.pattern:
+        chosen = verdict(INSUFFICIENT_DATA, box.headline, missing=[rules.NEEDS[rules.S], rules.NEEDS[rules.G]])
+    else:
+        chosen = verdict(box.pattern, box.headline, missing=[box.decide])
+        chosen.confidence = chosen.score = box.confidence
+        chosen.advice = [box.decide] + [line for c in box.candidates for line in advice_for(c, kind, False)]
+    chosen.evidence = box.evidence + chosen.evidence
+    chosen.blackbox = box
+    return chosen
 
 
 def _clock_advice(d: StepData) -> list[str]:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.breakdown import MediaSummary, TurnSummary, media_summaries, turn_summaries
+from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.analyze.window import steady_window
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
@@ -255,6 +256,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     warnings = list(run.meta.warnings) + list(run.warnings)
     if len(measured) == 0:
         warnings.append("no measured requests (all warm-up, or none recorded)")
+    warnings += server_notes(run, steps, run.requests)
     return RunSummary(
         path=str(run.path),
         status=run.meta.status,

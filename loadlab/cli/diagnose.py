@@ -36,6 +36,11 @@ def diagnose(
     input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
     output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
     processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
+    no_server_metrics: bool = typer.Option(
+        False,
+        "--no-server-metrics",
+        help="Do not scrape the server: the verdict comes from the client's curves alone (docs/diagnosis.md).",
+    ),
     api_key: str | None = typer.Option(
         None,
         "--api-key",
@@ -71,7 +76,7 @@ def diagnose(
         timeout=None,
         processes=processes,
         server_metrics=None,
-        no_server_metrics=False,
+        no_server_metrics=no_server_metrics,
         no_gpu=False,
         api_key=api_key,
         command="diagnose",

@@ -155,6 +155,11 @@ def run(
         help="Server /metrics URL or path (default <url>/metrics).",
     ),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
+    reset_prefix_cache: bool = typer.Option(
+        False,
+        "--reset-prefix-cache",
+        help="Empty the server's prefix cache before each step (vLLM, SGLang, the reference server).",
+    ),
     prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus server URL to query during the run."),
     selector: str | None = typer.Option(None, "--selector", help="Prometheus label selector, e.g. job=\"vllm\"."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
@@ -247,6 +252,8 @@ def run(
     )
     if no_server_metrics:
         cfg.server_metrics = None
+    if reset_prefix_cache:
+        cfg.reset_prefix_cache = True
     if no_gpu:
         cfg.gpu = False
     folder, console = prepare_run(cfg, out, api_key, max(cfg.concurrency, default=0), "run")

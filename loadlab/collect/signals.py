@@ -36,6 +36,23 @@ COLLECTIVE_TIME = "collective_time"  # histogram, seconds of collectives per ste
 ESTIMATED_FLOPS = "estimated_flops"  # counter: FLOPs
 ESTIMATED_READ_BYTES = "estimated_read_bytes"  # counter: bytes read from device memory
 ESTIMATED_WRITE_BYTES = "estimated_write_bytes"  # counter: bytes written to device memory
+REQUESTS_WAITING_BY_REASON = "requests_waiting_by_reason"  # gauge, label `reason` (capacity | deferred)
+REQUESTS_IN_FLIGHT = "requests_in_flight"  # gauge: at a front end, queued and running together
+PROMPT_TOKENS_CACHED = "prompt_tokens_cached"  # counter: prompt tokens served from the prefix cache
+PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # gauge 0..1, for engines that export only a rate
+PREFILL_COMPUTED_TOKENS = "prefill_computed_tokens"  # histogram: prompt tokens a request computed (cache excluded)
+STAGE_TIME = "stage_time"  # histogram, seconds, label `stage`: one stage of a request's life
+BATCH_SIZE_MEAN = "batch_size_mean"  # gauge: mean sequences per engine step since start
+GENERATION_THROUGHPUT = "generation_throughput"  # gauge: the engine's own tokens/s figure
+PROMPT_THROUGHPUT = "prompt_throughput"  # gauge: the engine's own prefill tokens/s figure
+ENGINE_STEPS = "engine_steps"  # counter: engine steps (llama_decode calls)
+KV_BLOCK_LIFETIME = "kv_block_lifetime"  # histogram, seconds: a KV block from allocation to eviction
+KV_BLOCK_IDLE_BEFORE_EVICT = "kv_block_idle_before_evict"  # histogram, seconds
+KV_BLOCK_REUSE_GAP = "kv_block_reuse_gap"  # histogram, seconds between reuses of a block
+SPEC_DRAFTS = "spec_drafts"  # counter: speculative verification steps
+SPEC_DRAFT_TOKENS = "spec_draft_tokens"  # counter: draft tokens proposed
+SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"  # counter: draft tokens accepted
+SPEC_ACCEPTED_PER_POSITION = "spec_accepted_per_position"  # counter, label `position`
 
 # GPU signals, ratios 0..1. The NVML collector (loadlab.collect.gpu, `GpuReading`) owns their
 # full list; these are the ones DCGM exporter series map onto, named as NVML's.
@@ -85,6 +102,17 @@ VLLM = _table(
         "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
         "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
         "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
+        "vllm:num_requests_waiting_by_reason": REQUESTS_WAITING_BY_REASON,
+        "vllm:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
+        "vllm:request_prefill_kv_computed_tokens": PREFILL_COMPUTED_TOKENS,
+        # Only with --kv-cache-metrics: sampled blocks, recorded at eviction.
+        "vllm:kv_block_lifetime_seconds": KV_BLOCK_LIFETIME,
+        "vllm:kv_block_idle_before_evict_seconds": KV_BLOCK_IDLE_BEFORE_EVICT,
+        "vllm:kv_block_reuse_gap_seconds": KV_BLOCK_REUSE_GAP,
+        "vllm:spec_decode_num_drafts": SPEC_DRAFTS,
+        "vllm:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+        "vllm:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
+        "vllm:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
     }
 )
 
@@ -101,6 +129,30 @@ SGLANG = _table(
         "sglang:inter_token_latency_seconds": ITL,
         "sglang:e2e_request_latency_seconds": E2E,
         "sglang:queue_time_seconds": QUEUE_TIME,
+        "sglang:per_stage_req_latency_seconds": STAGE_TIME,
+        "sglang:cached_tokens": PROMPT_TOKENS_CACHED,  # label cache_source (device, host, storage_*)
+        "sglang:cache_hit_rate": PREFIX_CACHE_HIT_RATE,
+        "sglang:gen_throughput": GENERATION_THROUGHPUT,
+    }
+)
+
+# llama.cpp's server (`--metrics`). Its prompt-token counter excludes cached tokens; it has no KV
+# gauge and no latency histograms; the busy-slot figure is an average since start.
+LLAMACPP = _table(
+    {
+        "llamacpp:requests_processing": REQUESTS_RUNNING,
+        "llamacpp:requests_deferred": REQUESTS_WAITING,
+        "llamacpp:prompt_tokens": PROMPT_TOKENS,
+        "llamacpp:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
+        "llamacpp:tokens_predicted": GENERATION_TOKENS,
+        "llamacpp:n_decode": ENGINE_STEPS,
+        "llamacpp:n_busy_slots_per_decode": BATCH_SIZE_MEAN,
+        "llamacpp:prompt_tokens_seconds": PROMPT_THROUGHPUT,
+        "llamacpp:predicted_tokens_seconds": GENERATION_THROUGHPUT,
+        "llamacpp:spec_decode_num_drafts": SPEC_DRAFTS,
+        "llamacpp:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+        "llamacpp:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
+        "llamacpp:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
     }
 )
 
@@ -126,8 +178,32 @@ _TRTLLM = {
     "e2e_request_latency_seconds": E2E,
     "request_queue_time_seconds": QUEUE_TIME,
     "iteration_latency_seconds": STEP_TIME,
+    "request_prefill_time_seconds": PREFILL_TIME,
+    "request_decode_time_seconds": DECODE_TIME,
+    "prompt_tokens": PROMPT_TOKENS,
+    "generation_tokens": GENERATION_TOKENS,
+    "prompt_cached_tokens": PROMPT_TOKENS_CACHED,
+    "kv_cache_hit_rate": PREFIX_CACHE_HIT_RATE,
+    "spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+    "spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
 }
 TRTLLM = _table({f"trtllm{sep}{name}": signal for name, signal in _TRTLLM.items() for sep in ("_", ":")})
+
+# NVIDIA Dynamo's HTTP front end (its engines' own pages are scraped apart). "Queued" lasts until
+# a request's first token, prefill included; "in flight" counts queued and running together
+# (`inflight_requests` was renamed `active_requests`).
+DYNAMO = _table(
+    {
+        "dynamo_frontend_queued_requests": REQUESTS_WAITING,
+        "dynamo_frontend_inflight_requests": REQUESTS_IN_FLIGHT,
+        "dynamo_frontend_active_requests": REQUESTS_IN_FLIGHT,
+        "dynamo_frontend_time_to_first_token_seconds": TTFT,
+        "dynamo_frontend_inter_token_latency_seconds": ITL,
+        "dynamo_frontend_request_duration_seconds": E2E,
+        "dynamo_frontend_output_tokens": GENERATION_TOKENS,
+        "dynamo_frontend_model_max_num_seqs": RUNNING_CAP,
+    }
+)
 
 # The bundled reference server speaks vLLM's names (tokens per step too) plus these engine-internal histograms.
 REFERENCE = _table(
@@ -161,6 +237,8 @@ SERVER_FAMILIES: dict[str, dict[str, SignalMapping]] = {
     "sglang": SGLANG,
     "tgi": TGI,
     "trtllm": TRTLLM,
+    "llamacpp": LLAMACPP,
+    "dynamo": DYNAMO,
     "reference": REFERENCE,
 }
 ALL_MAPPINGS: dict[str, SignalMapping] = {
@@ -186,3 +264,41 @@ def canonical_name(sample_name: str) -> SignalMapping:
                 scale = 1.0 if canonical_suffix == "_count" else mapping.scale
                 return SignalMapping(mapping.signal + canonical_suffix, scale)
     return SignalMapping(sample_name)
+
+
+# Families every Prometheus client library adds: never an engine's own signal.
+RUNTIME_FAMILIES = ("python_", "process_", "go_", "promhttp_", "http_", "tokio_")
+# The canonical signals an engine's page can land on (GPU exporters excluded).
+ENGINE_SIGNALS = frozenset(m.signal for table in SERVER_FAMILIES.values() for m in table.values())
+
+
+def family_of(sample_name: str) -> str:
+    """The metric family a stored raw sample name belongs to: without `_bucket`, `_sum`,
+    `_count`, `_total` or `_created`."""
+    for suffix in ("_bucket", "_sum", "_count", "_total", "_created"):
+        if sample_name.endswith(suffix):
+            return sample_name[: -len(suffix)]
+    return sample_name
+
+
+def unused_families(signal_names: list[str]) -> list[str] | None:
+    """The engine families of one server's samples when none maps onto a canonical signal
+    (sorted, runtime families left out); None when at least one does, so the maps were used."""
+    if any(family_of(name) in ENGINE_SIGNALS for name in signal_names):
+        return None
+    families = {family_of(name) for name in signal_names}
+    return sorted(f for f in families if not f.startswith(RUNTIME_FAMILIES))
+
+
+def unused_families_line(signal_names: list[str], shown: int = 5) -> str | None:
+    """One line naming what a server's metrics page held that loadlab does not map, or None."""
+    families = unused_families(signal_names)
+    if families is None:
+        return None
+    if not families:
+        return "server metrics: only runtime families (python_*, process_*, ...), no engine signal loadlab maps"
+    more = f" and {len(families) - shown} more" if len(families) > shown else ""
+    return (
+        f"server metrics: {len(families)} families loadlab does not map ({', '.join(families[:shown])}{more}): "
+        "not used; the verdict rests on the client's curves"
+    )

@@ -57,6 +57,7 @@ MIN_WINDOW_S = 5.0  # a step younger than this has no verdict yet
 SAMPLE_MARGIN_S = 10.0  # samples kept before the window: a counter's increase needs the scrape before it
 MAX_RECORDS = 50_000  # the buffers' bounds whatever the rate (older entries go first)
 MAX_SAMPLES = 200_000
+BASELINE_RECORDS = 200  # per earlier step: the lower load a black-box verdict sets the window against
 UNAVAILABLE = "verdict: unavailable"
 SampleRow = tuple[float, str, str, str, float]  # a row of the samples table (SAMPLE_SCHEMA's order)
 MAX_UNSENT = 16 << 20  # bytes waiting for the judge process: more and it is given up as stuck
@@ -75,11 +76,16 @@ class LiveWindow:
         self.seconds = seconds
         self._records: deque[RequestRecord] = deque(maxlen=MAX_RECORDS)
         self._samples: deque[SampleRow] = deque(maxlen=MAX_SAMPLES)
+        # Each step's last records and its StepInfo (once judged): without server metrics a window
+        # is read against the lowest load before it (loadlab.analyze.blackbox).
+        self._by_step: dict[int, deque[RequestRecord]] = {}
+        self._steps: dict[int, StepInfo] = {}
 
     def add_record(self, record: RequestRecord) -> None:
         """Keep one finished request (warm-up ones are left out, as in the analysis)."""
         if not record.warmup:
             self._records.append(record)
+            self._by_step.setdefault(record.step, deque(maxlen=BASELINE_RECORDS)).append(record)
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         """Keep a batch of samples (any source), as rows of the samples table: their labels are
@@ -110,7 +116,31 @@ class LiveWindow:
         else:  # the window's arrivals
             chosen = [r for r in records if start <= r.send_time <= end]
         samples = [s for s in self._samples if start - SAMPLE_MARGIN_S <= s[0] <= end]
-        return LiveRun(StepInfo(step.index, step.label, step.mode, step.target, start, end), chosen, samples)
+        self._steps[step.index] = step
+        return LiveRun(
+            StepInfo(step.index, step.label, step.mode, step.target, start, end), chosen, samples, self._baseline(step)
+        )
+
+    def _baseline(self, step: StepInfo) -> tuple[StepInfo, list[RequestRecord]] | None:
+        """The lowest earlier load of the step's mode, with its last records; None without one."""
+        lower = [
+            s
+            for s in self._steps.values()
+            if s.mode == step.mode and s.index != step.index and s.target < step.target and self._by_step.get(s.index)
+        ]
+        if not lower:
+            return None
+        base = min(lower, key=lambda s: (s.target, s.index))
+        records = list(self._by_step[base.index])
+        span = StepInfo(
+            base.index,
+            base.label,
+            base.mode,
+            base.target,
+            min(r.send_time for r in records),
+            max(r.end_time for r in records),
+        )
+        return span, records
 
 
 @dataclass(frozen=True)
@@ -120,21 +150,35 @@ class LiveRun:
     step: StepInfo
     records: list[RequestRecord]
     samples: list[SampleRow]
+    baseline: tuple[StepInfo, list[RequestRecord]] | None = None  # a lower load's last records
 
     def judge(self, config: dict) -> StepVerdict:
-        """The analyzer's verdict of this window."""
+        """The analyzer's verdict of this window. Without a server or GPU sample in it, the
+        window is set against the baseline step's records (the black-box verdict reads curves
+        across steps); otherwise it is judged alone, as `analyze_run` over the window."""
         step = self.step
+        if self.baseline is not None and all(s[1] == "client" for s in self.samples):
+            base, records = self.baseline
+            run = self._run(config, [base, step], records + self.records)
+            return analyze_run(run).steps[-1]
+        run = self._run(config, [step], self.records)
+        seconds = step.end_time - step.start_time
+        window = Window(step.start_time, step.end_time, seconds, f"the last {seconds:.0f} s (live)")
+        return analyze_run(run, window).steps[0]
+
+    def _run(self, config: dict, steps: list[StepInfo], records: list[RequestRecord]) -> RunData:
+        step = steps[-1]
         meta = RunMeta(
             status=FINISHED,
             config=config,
             versions={},
             host={},
             anchor=ClockAnchor(step.start_time, 0.0),
-            started_at=step.start_time,
+            started_at=steps[0].start_time,
             ended_at=step.end_time,
-            steps=[step],
+            steps=steps,
         )
-        requests = requests_table(self.records).to_pandas()
+        requests = requests_table(records).to_pandas()
         requests["token_times"] = None  # as load_run(without=("token_times",)): the analysis needs no token times
         columns = (
             dict(zip(SAMPLE_SCHEMA.names, zip(*self.samples, strict=True), strict=True))
@@ -142,10 +186,7 @@ class LiveRun:
             else {name: [] for name in SAMPLE_SCHEMA.names}
         )
         samples = pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA).to_pandas()
-        run = RunData(Path("live"), meta, requests, samples)
-        seconds = step.end_time - step.start_time
-        window = Window(step.start_time, step.end_time, seconds, f"the last {seconds:.0f} s (live)")
-        return analyze_run(run, window).steps[0]
+        return RunData(Path("live"), meta, requests, samples)
 
 
 @dataclass(frozen=True)

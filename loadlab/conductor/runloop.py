@@ -36,6 +36,7 @@ import gevent
 from rich.console import Console
 
 from loadlab.analyze.summary import write_summary
+from loadlab.client.cache_reset import NO_RESET_HINT, reset_prefix_cache
 from loadlab.client.context import ClientContext, add_loadlab_events, context_of, set_context
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import in_flight_total, publish_context, ready_total, worker_id
@@ -59,6 +60,7 @@ from loadlab.workload.trace import TraceWorkload, replays_trace
 
 DEFAULT_STEP_SECONDS = 60.0
 READY_WAIT_S = 10.0  # a step waits at most this long for its users' connections
+RESET_TIMEOUT_S = 30.0  # a prefix-cache reset waits at most this long (it waits for the engine's step)
 _TICK_S = 0.25  # how often the loop checks stop conditions and redraws
 _SPAWN_RATE = 10_000.0  # users per second: all at once (the ramp-up spreads their first requests)
 
@@ -266,6 +268,8 @@ class Conductor:
     def _begin(self, plan: StepPlan) -> None:
         """Start the step's users; its clock starts once their connections are open."""
         env, ctx = self.env, context_of(self.env)
+        if self.config.reset_prefix_cache:
+            self._reset_prefix_cache(plan)
         if plan.mode == "closed":
             users = int(plan.target)
             new_users, self._users = max(0, users - self._users), users
@@ -297,6 +301,16 @@ class Conductor:
             # One scheduler per process; it keeps running across steps.
             self._users = ctx.worker_count
             self.runner.start(ctx.worker_count, spawn_rate=_SPAWN_RATE)
+
+    def _reset_prefix_cache(self, plan: StepPlan) -> None:
+        """Empty the server's prefix cache for this step, recorded in run.json; the first failure
+        is also a warning (a server without a reset fails alike at every step)."""
+        self.show("resetting the prefix cache")
+        reset = reset_prefix_cache(self.config.url, self.config.api_key, min(self.config.timeout, RESET_TIMEOUT_S))
+        reset.step, reset.time = plan.index, now()
+        self.writer.add_cache_reset(reset)
+        if not reset.ok and all(r.ok for r in self.writer.meta.cache_resets[:-1]):
+            self.writer.add_warning(NO_RESET_HINT if not reset.path else f"prefix-cache reset failed: {reset.detail}")
 
     def _wait_until_ready(self, users: int) -> None:
         """Until every user has its connection open (at most READY_WAIT_S: a user that cannot
@@ -350,6 +364,10 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
     try:
         for plan in plans:
+            # An engine resets its cache only while no request holds KV (vLLM refuses otherwise):
+            # the previous step's requests finish first, so each step starts cold and idle.
+            if plan.index and config.reset_prefix_cache and not conductor.pause():
+                break
             if not conductor.run_step(plan):
                 break
     except KeyboardInterrupt:

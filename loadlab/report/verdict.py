@@ -138,6 +138,8 @@ def verdict_line(step: StepVerdict) -> str:
     name = name[0].upper() + name[1:]
     if step.constraint == INSUFFICIENT_DATA:
         return f"{name}: {step.headline}"
+    if step.blackbox is not None:  # the client's curves alone: the headline carries their figures
+        return f"{step.headline} (no server metrics; confidence {step.confidence:.2f})"
     if step.constraint == CLIENT:
         line = f"{name} limits this window: " + ", ".join(
             e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for"

@@ -18,6 +18,18 @@ DEGRADED = "degraded"  # ran to its end, but a load-generator process died on th
 
 
 @dataclass
+class CacheReset:
+    """One reset of the server's prefix cache (`--reset-prefix-cache`): the path that answered
+    2xx, or why none did; the step it was made for and when (run.json's `cache_resets`)."""
+
+    ok: bool
+    path: str = ""
+    detail: str = ""
+    step: int = -1
+    time: float = math.nan
+
+
+@dataclass
 class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
@@ -33,6 +45,7 @@ class RunMeta:
     coverage: list[Coverage] = field(default_factory=list)
     reason: str = ""  # why it stopped or failed, or missed its error budget
     warnings: list[str] = field(default_factory=list)  # what went wrong while measuring, one line each
+    cache_resets: list[CacheReset] = field(default_factory=list)  # --reset-prefix-cache, one per step
     format: str = FORMAT
 
     @property
@@ -57,6 +70,7 @@ class RunMeta:
                 "coverage": [asdict(c) for c in self.coverage],
                 "reason": self.reason,
                 "warnings": self.warnings,
+                "cache_resets": [asdict(r) for r in self.cache_resets],
             }
         )
 
@@ -82,6 +96,9 @@ class RunMeta:
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
             reason=d.get("reason") or "",
             warnings=[str(w) for w in d.get("warnings") or []],
+            cache_resets=[
+                CacheReset(**{**r, "time": float_or_nan(r.get("time"))}) for r in d.get("cache_resets") or []
+            ],
         )
 
 

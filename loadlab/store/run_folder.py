@@ -33,7 +33,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.offload import off_the_event_loop
-from loadlab.store.meta import FAILED, FINISHED, RUNNING, RunMeta, write_json_atomic
+from loadlab.store.meta import FAILED, FINISHED, RUNNING, CacheReset, RunMeta, write_json_atomic
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
@@ -115,6 +115,12 @@ class RunWriter:
         """Keep a load-generator process's clock anchor beside the run's own."""
         with self._lock:
             self.meta.worker_anchors[worker] = anchor
+            self._write_meta()
+
+    def add_cache_reset(self, reset: CacheReset) -> None:
+        """Record a reset of the server's prefix cache (run.json's `cache_resets`)."""
+        with self._lock:
+            self.meta.cache_resets.append(replace(reset))
             self._write_meta()
 
     def add_warning(self, text: str) -> None:

@@ -17,7 +17,7 @@ from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, ConnectionGua
 from reference_server.api.errors import APIError, bad_request
 from reference_server.api.generation import respond
 from reference_server.api.requests import ServedModel, parse_chat, parse_completion, parse_detokenize, parse_tokenize
-from reference_server.interface import Engine
+from reference_server.interface import Engine, EngineDead
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def build_app(
             web.get("/metrics", routes.metrics),
             web.post("/tokenize", routes.tokenize),
             web.post("/detokenize", routes.detokenize),
+            web.post("/reset_prefix_cache", routes.reset_prefix_cache),
         ]
     )
     return app
@@ -93,6 +94,14 @@ class _Routes:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.engine.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        # As vLLM's endpoint of the same name: 200 with an empty body once the cache is empty.
+        try:
+            await self.engine.reset_prefix_cache()
+        except EngineDead:
+            raise APIError(503, "The engine has stopped.", code="engine_dead") from None
+        return web.Response(status=200)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         tokens = parse_tokenize(await self._json(request), self.model)

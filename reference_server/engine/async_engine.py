@@ -67,6 +67,7 @@ class AsyncEngine:
         self._lock = threading.Condition()
         self._inbox: list[Sequence] = []  # accepted, not yet handed to the core
         self._aborts: set[str] = set()
+        self._cache_resets: list[asyncio.Future[None]] = []  # asked for, done before the next step
         self._streams: dict[str, RequestStream] = {}  # every unfinished request
         self._num_waiting = 0  # inbox + the core's waiting queue, for QueueFull
         self._stopping = False
@@ -153,6 +154,17 @@ class AsyncEngine:
             self._lock.notify()
         return streams
 
+    async def reset_prefix_cache(self) -> None:
+        """Forget the prefix cache; returns once the loop thread has (between two steps)."""
+        if not self.healthy:
+            raise EngineDead("the engine loop is not running")
+        assert self._loop is not None
+        done: asyncio.Future[None] = self._loop.create_future()
+        with self._lock:
+            self._cache_resets.append(done)
+            self._lock.notify()
+        await done
+
     def abort(self, request_id: str) -> None:
         """End a request early; its KV blocks are freed before the next step runs."""
         with self._lock:
@@ -187,6 +199,13 @@ class AsyncEngine:
                 return False
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
+            resets, self._cache_resets = self._cache_resets, []
+        if resets:
+            # The loop thread owns the block manager: the reset happens here, between two steps.
+            core.blocks.reset_prefix_cache()
+            assert self._loop is not None
+            for done in resets:
+                self._loop.call_soon_threadsafe(done.set_result, None)
         for seq in new:
             core.add(seq)
         outputs = [out for request_id in aborts if (out := core.abort(request_id)) is not None]
@@ -198,7 +217,7 @@ class AsyncEngine:
             self._deliver(outputs)
         if not result.num_scheduled:
             with self._lock:
-                if not self._inbox and not self._aborts and not self._stopping:
+                if not self._inbox and not self._aborts and not self._cache_resets and not self._stopping:
                     self._lock.wait(STATIC_POLL if core.num_waiting else IDLE_WAIT)
         return True
 
@@ -231,9 +250,12 @@ class AsyncEngine:
                 items = [(s, EngineDead(f"engine loop died: {self._dead!r}")) for s in self._streams.values()]
             self._inbox = []
             self._streams.clear()
+            resets, self._cache_resets = self._cache_resets, []
         try:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_put_all, items)
+            for done in resets:
+                self._loop.call_soon_threadsafe(done.set_exception, EngineDead("the engine has stopped"))
         except RuntimeError:  # the event loop is already closed
             pass
         core.shutdown()

@@ -41,6 +41,9 @@ class BlockManager(Protocol):
     def free(self, seq: Sequence) -> None:
         """Return seq's blocks."""
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block, so that no later request reuses KV computed before now."""
+
 
 def block_hash(previous: bytes, tokens: list[int]) -> bytes:
     """The identity of a full block: its tokens and the hash of the block before it (so its whole prefix)."""
@@ -128,6 +131,11 @@ class PagedBlocks:
                     self._free[block] = None
         seq.block_table = []
 
+    def reset_prefix_cache(self) -> None:
+        # Held blocks keep their KV for their own sequences; they are just no longer shared.
+        self._cached.clear()
+        self._hash = [None] * self.total
+
     def _take(self, block: int) -> None:
         if self._refs[block] == 0:
             del self._free[block]
@@ -172,6 +180,9 @@ class ContiguousBlocks:
             seq.block_table = list(range(first, first + self.blocks_per_slab))
 
     def cache_blocks(self, seq: Sequence, start: int, end: int) -> None:
+        pass
+
+    def reset_prefix_cache(self) -> None:
         pass
 
     def free(self, seq: Sequence) -> None:

@@ -107,3 +107,17 @@ def test_an_empty_run_is_insufficient_data_not_a_traceback(tmp_path):
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "insufficient" in result.stdout and "no request was sent" in result.stdout
     assert analysis_of(tmp_path)["overall"]["constraint"] == "insufficient_data"
+
+
+def test_no_server_metrics_judges_from_the_client_alone_and_leaves_analysis_json(kv_bound):
+    before = (kv_bound.folder / "analysis.json").read_bytes()
+    result = loadlab("analyze", str(kv_bound.folder), "--no-server-metrics", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    step = json.loads(result.stdout)["steps"][0]
+    # One step of one load: the client's curves have no lower load to set it against.
+    # (On a busy host the client check may name the load generator first: then no black box.)
+    assert step["constraint"] == "client" or (
+        step["constraint"] == "insufficient_data" and "no curve" in step["blackbox"]["headline"]
+    )
+    assert step["derived"].get("kv_usage_p90") is None  # the server's samples were left out
+    assert (kv_bound.folder / "analysis.json").read_bytes() == before

@@ -23,7 +23,7 @@ from loadlab.conductor.liveverdict import (
     write_message,
 )
 from loadlab.store.schema import StepInfo
-from tests.support.records import T, closed
+from tests.support.records import T, closed, paced
 from tests.support.runs import loaded_run, run_of
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 22, "requests_running": 4}
@@ -201,3 +201,16 @@ def test_a_costly_verdict_comes_less_often(monkeypatch):
         assert live.updates == 1 and live.cpu_s / 0.001 > 1.0
     finally:
         live.close()
+
+
+def test_without_server_metrics_the_window_is_read_against_the_lowest_load_before_it():
+    window = LiveWindow()
+    low, high = StepInfo(0, "concurrency=1", "closed", 1, T, T + 10), StepInfo(1, "concurrency=8", "closed", 8, T + 10)
+    for r in paced(0, T, 0.05, 0.02):
+        window.add_record(r)
+    assert answer(window, low, T + 10, {}).constraint == "insufficient_data"  # no lower load: no curve
+    for r in paced(1, T + 10, 0.6, 0.021):
+        window.add_record(r)
+    reply = answer(window, high, T + 21, {})
+    assert reply.constraint == "queueing", reply
+    assert "admission cap or KV capacity" in reply.line and "no server metrics" in reply.line

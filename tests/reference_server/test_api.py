@@ -86,6 +86,30 @@ def test_a_missing_or_wrong_api_key_is_401(server, authorization):
         assert_error(response, 401)
 
 
+def test_reset_prefix_cache_empties_the_cache_so_a_repeat_is_computed_again(server):
+    prompt = "a long shared prompt, long enough to fill several KV blocks of the cache " * 3
+
+    def hits() -> float:
+        text = server.get("/metrics").text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:prefix_cache_hits"))
+
+    completion(server, prompt=prompt, max_tokens=1)
+    before = hits()
+    completion(server, prompt=prompt, max_tokens=1)
+    assert hits() > before  # the repeat reused the cached prefix
+    reset = server.post("/reset_prefix_cache", {})
+    assert reset.status_code == 200 and reset.content == b""
+    before = hits()
+    completion(server, prompt=prompt, max_tokens=1)
+    assert hits() == before  # nothing left to reuse
+    completion(server, prompt=prompt, max_tokens=1)
+    assert hits() > before  # and caching goes on as before
+
+
+def test_reset_prefix_cache_needs_the_api_key(server):
+    assert_error(server.post("/reset_prefix_cache", {}, headers={"Authorization": ""}), 401)
+
+
 def test_tokenize_and_detokenize_round_trip(server):
     text = "héllo wörld"
     tokens = server.post("/tokenize", {"prompt": text}).json()

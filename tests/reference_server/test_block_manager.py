@@ -45,3 +45,16 @@ def test_contiguous_slabs_reserve_a_slab_and_fits_fewer_sequences() -> None:
     assert bm.num_free == 4 and bm.can_allocate(seqs[2], 1, [])
     bm.allocate(seqs[2], 1, [])
     assert seqs[2].block_table == [0, 1, 2, 3]
+
+
+def test_a_reset_prefix_cache_forgets_cached_blocks_but_not_held_ones() -> None:
+    bm = PagedBlocks(num_blocks=8, block_size=4)
+    a = seq(9)  # two full blocks before the last token
+    bm.allocate(a, 9, [])
+    bm.cache_blocks(a, 0, 9)
+    assert len(bm.cached_prefix(seq(9))) == 2
+    bm.reset_prefix_cache()
+    assert bm.cached_prefix(seq(9)) == []
+    assert len(a.block_table) == 3  # the running sequence keeps its KV
+    bm.free(a)
+    assert bm.num_free == bm.total

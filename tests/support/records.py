@@ -61,3 +61,13 @@ def record(i: int, t: float, **kw: Any) -> RequestRecord:
 def four_users_back_to_back() -> list[RequestRecord]:
     """4 users x 10 requests of 1 s each: 4 requests always in flight over 10 s."""
     return [req(u * 10 + k, T + k, [T + k + 0.5, T + k + 1.0]) for u in range(4) for k in range(10)]
+
+
+def paced(step: int, start: float, ttft: float, gap: float, n: int = 12, prompt: int = 64) -> list[RequestRecord]:
+    """`n` requests of 10 tokens, one every 0.8 s from `start`, each with this TTFT and token gap."""
+    out = []
+    for i in range(n):
+        send = start + 0.8 * i
+        tokens = [send + ttft + gap * k for k in range(10)]
+        out.append(req(step * 1000 + i, send, tokens, step=step, prompt_tokens=prompt, input_tokens=prompt))
+    return out
