@@ -26,6 +26,9 @@ from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_D
 
 CLIENT, KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "client", "kv_capacity", "memory_bandwidth", "compute"
 SCHEDULING, NETWORK, INSUFFICIENT_DATA = "scheduling", "network", "insufficient_data"
+# The classes that can set per-token latency: the only ones an under-loaded step may name (a queue
+# or a full KV pool cannot bind where the server still has headroom).
+PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK)
 RUNNER_UP_WITHIN = 0.15  # report the second class when its confidence is this close
 MIN_SCORE = 0.5  # the best class must score at least this to be named
 MIN_COVERAGE = 0.15  # ... with at least this share of its evidence measured

@@ -23,6 +23,8 @@ SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this sti
 REFUSED_SHARE = 0.05  # share of requests refused (429), timed out or 5xx: overloaded (judgement)
 OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: the queue grows (judgement)
 QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecessor is past the knee
+AT_CAP = 0.85  # running / its cap at or above this: pinned at the cap (the scheduling rule's threshold)
+KV_FULL = 0.8  # KV usage p90 at or above this: the pool admits no more (the kv_capacity rule's)
 
 
 @dataclass
@@ -84,5 +86,26 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
 
 
 def _value(step: StepLoad, name: str) -> float:
-    d = step.derived.get(name)
+    return _derived(step.derived, name)
+
+
+def saturated_at_delivered_load(derived: dict[str, Derived]) -> str:
+    """Why the server was past its knee at the load it was given, from its own metrics alone
+    ("" when they do not show it): a queue while it runs at its cap or with its KV pool full.
+    A load generator that fell short delivered less, so this cannot be its doing."""
+    waiting = _derived(derived, "waiting_mean")
+    if not waiting >= QUEUE_WAITING:
+        return ""
+    at_cap, kv = _derived(derived, "running_at_cap"), _derived(derived, "kv_usage_p90")
+    if kv >= KV_FULL:
+        full = f"KV cache {kv:.0%} full"
+    elif at_cap >= AT_CAP:
+        full = f"running at {at_cap:.0%} of its cap"
+    else:
+        return ""
+    return f"{full} with {waiting:.1f} requests waiting at the load delivered: more load would only wait"
+
+
+def _derived(derived: dict[str, Derived], name: str) -> float:
+    d = derived.get(name)
     return d.value if d is not None else math.nan

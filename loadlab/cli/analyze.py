@@ -11,30 +11,45 @@ import typer
 
 if TYPE_CHECKING:
     from loadlab.analyze.analysis import Analysis
+    from loadlab.analyze.peaks import Peaks
 
 
 def analyze(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
     as_json: bool = typer.Option(False, "--json", help="Print the analysis as JSON (the content of analysis.json)."),
+    peak_tflops: float | None = typer.Option(
+        None, "--peak-tflops", help="A CPU server's peak TFLOP/s for vLLM's work estimates (with --peak-gbps)."
+    ),
+    peak_gbps: float | None = typer.Option(
+        None, "--peak-gbps", help="Its peak memory bandwidth in GB/s (without both: calibrated on this host)."
+    ),
 ) -> None:
     """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.
 
     Rewrites RUN/analysis.json (docs/run-folder.md); exit code 2 with one line when RUN is not a
     run folder.
     """
+    from loadlab.analyze.peaks import given
+    from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
 
-    analysis = analyze_folder(folder)
+    device = None
+    if peak_tflops is not None or peak_gbps is not None:
+        if not (peak_tflops and peak_gbps and peak_tflops > 0 and peak_gbps > 0):
+            raise UserError("--peak-tflops and --peak-gbps go together, each a positive number")
+        device = given(peak_tflops, peak_gbps)
+    analysis = analyze_folder(folder, device)
     if as_json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
         print_analysis(analysis, table_console())
 
 
-def analyze_folder(folder: Path) -> Analysis:
+def analyze_folder(folder: Path, device: Peaks | None = None) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
-    write analysis.json; a folder that cannot be written to only costs a warning line."""
+    write analysis.json; a folder that cannot be written to only costs a warning line. `device`:
+    a CPU server's peaks (None: calibrated here where the run needs them)."""
     from loadlab.analyze.analysis import analyze_run, write_analysis
     from loadlab.store.reader import load_run
 
@@ -42,10 +57,10 @@ def analyze_folder(folder: Path) -> Analysis:
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     try:
-        return write_analysis(run)
+        return write_analysis(run, device)
     except OSError as e:
         print(f"warning: analysis.json not written ({type(e).__name__}: {e})", file=sys.stderr)
-        return analyze_run(run)
+        return analyze_run(run, device=device)
 
 
 def register(app: typer.Typer) -> None:

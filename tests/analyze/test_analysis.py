@@ -91,13 +91,91 @@ def test_a_run_without_any_request_is_insufficient_data():
     assert analysis.steps[0].headline == "no request was sent in this step"
 
 
-def test_a_client_limited_step_is_client_and_nothing_else_is_trusted():
-    records, samples = loaded_run(users=2, gauges=KV_BOUND)  # 2 of 4 users kept in flight
+def test_a_client_limited_step_before_a_server_with_headroom_is_client_and_nothing_else_is_trusted():
+    # 2 of 4 users kept in flight; the server's KV pool full but nothing waits: the shortfall
+    # could hide how it behaves under the load asked for.
+    records, samples = loaded_run(users=2, gauges={"kv_usage": 0.97, "requests_waiting": 0, "requests_running": 2})
     samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
-    assert step.constraint == "client" and step.server_side.constraint == "kv_capacity"
+    assert step.constraint == "client" and "nothing else is trusted" in step.headline
+    # Under-loaded: the server-side reading names only what sets per-token latency, never KV capacity.
+    assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
     assert analysis.overall.client_limited and analysis.overall.constraint == "client"
+
+
+def test_a_server_past_its_knee_at_the_delivered_load_keeps_its_verdict_with_the_shortfall_beside_it():
+    # 2 of 4 users kept in flight, yet the KV pool is full and 12 requests wait: more load would
+    # only have waited longer, so the KV verdict stands.
+    records, samples = loaded_run(users=2, gauges=KV_BOUND)
+    samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
+    assert step.constraint == "kv_capacity" and step.saturation == "past_knee"
+    assert step.client_shortfall.startswith("the load generator fell short (achieved concurrency 2.")
+    assert step.client_shortfall in step.headline and "nothing else is trusted" not in step.headline
+    assert "KV cache 97% full with 12.0 requests waiting" in step.saturation_reason
+    # The summary's check found the load short: the overall flag (the gate's) agrees with it.
+    assert analysis.overall.client_limited and analysis.overall.constraint == "kv_capacity"
+    assert "fell short at" in analysis.overall.headline
+
+
+def _client_figures(cpu: float, lag: float, host_busy: float, seconds: int = 20) -> list[Sample]:
+    """The self-check's samples of one load-generator process on a 2-core host: its CPU and the
+    host's busy cores every second, its event-loop lag every 100 ms."""
+    out = []
+    for t in range(seconds):
+        out += [
+            Sample(T + t, "client", "client_cpu", cpu, {"worker": "w"}),
+            Sample(T + t, "client", "client_host_cpu", host_busy, {"worker": "w", "cores": "2"}),
+        ]
+        out += [Sample(T + t + i / 10, "client", "client_loop_lag", lag, {"worker": "w"}) for i in range(10)]
+    return out
+
+
+def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_starved_client_beside_it():
+    # Recorded on vLLM 0.32 CPU with --max-num-seqs 4 under 16 users on 2 cores: running pinned at
+    # the cap, 12 waiting, KV 0 %; the client used 0.07 cores with event-loop lag p99 1.2 s and kept
+    # 12 of 16 users in flight while vLLM's threads held both cores.
+    records, samples = loaded_run(users=12, gauges={"kv_usage": 0.0, "requests_waiting": 12, "requests_running": 4})
+    run = run_of(
+        records,
+        [closed(16, T, T + 20)],
+        samples + _client_figures(0.07, 1.2, 1.95),
+        config={"url": "http://127.0.0.1:8000"},
+    )
+    step = analyze_run(run).steps[0]
+    assert step.constraint == "scheduling" and step.saturation == "past_knee"
+    assert "running at 100% of its cap with 12.0 requests waiting" in step.saturation_reason
+    assert step.client_shortfall and "nothing else is trusted" not in step.headline
+    advice = " ".join(step.advice)
+    assert "raise the cap on running sequences" in advice  # the server's advice first
+    assert "starved, not overloaded" in advice and "the server on the same host" in advice
+    assert "`taskset -c 1 loadlab run ...`" in advice and "more processes will not help" in advice
+
+
+def test_strain_as_large_as_1500_users_from_one_process_with_any_shortfall_is_client_limited():
+    # Recorded against `loadlab mock` (1 ms per token): loop lag p99 182 ms, 89 % of the users in
+    # flight (above the 80 % line), the process near a core; the mock's KV gauge high, nothing
+    # waiting. The verdict read "KV capacity sets per-token latency".
+    records, samples = loaded_run(users=89, gauges={"kv_usage": 0.9, "requests_waiting": 0, "requests_running": 89})
+    step = analyze_run(run_of(records, [closed(100, T, T + 20)], samples + _client_figures(0.97, 0.182, 1.3))).steps[0]
+    assert step.constraint == "client" and "nothing else is trusted" in step.headline
+    assert "event-loop lag p99 182 ms (>= 100 ms) with 89% of the load delivered" in step.headline
+    assert step.derived["achieved_concurrency_ratio"].value == pytest.approx(0.89, abs=0.01)
+    assert any("own work" in line and "--processes 2" in line for line in step.advice)
+    assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
+
+
+def test_an_under_loaded_step_never_names_kv_capacity_or_scheduling():
+    # KV usage high (healthy on an engine that pre-allocates), less than one request waiting:
+    # under-loaded, so what it names must be able to set per-token latency.
+    for gauges in ({"kv_usage": 0.97, "requests_waiting": 0.4}, {"kv_usage": 0.0, "requests_waiting": 0.6}):
+        records, samples = loaded_run(gauges={**gauges, "requests_running": 4})
+        step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+        assert step.saturation == "under_loaded"
+        assert step.constraint in ("memory_bandwidth", "compute", "network", "insufficient_data")
+        assert "KV capacity" not in step.headline and "scheduling" not in step.headline
 
 
 def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
