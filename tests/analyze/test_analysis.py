@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from rich.console import Console
 
 from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
 from loadlab.analyze.measures import measure
+from loadlab.analyze.peaks import given
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.cli.plan import curve_points
 from loadlab.gate.checks import INVALID, PASS, gate_run
@@ -24,7 +26,7 @@ from loadlab.report.verdict import print_analysis
 from loadlab.store.reader import SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
-from tests.support.runs import loaded_run, run_of, write_run
+from tests.support.runs import DECODE_HEAVY, PREFILL_HEAVY, loaded_run, run_of, vllm_samples, write_run
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4}
 
@@ -434,3 +436,26 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     page = render_page("r", run_sections(build_report_data(run)))
     assert ("The load generator may have limited" in page) is limited
     assert "<b>client-limited</b> " + ("yes" if limited else "no") in page and "Client under strain" in page
+
+
+@pytest.mark.parametrize(
+    ("stretches", "ttft", "flops", "expect"),
+    [(DECODE_HEAVY, 0.02, 3.3e9, "memory_bandwidth"), (PREFILL_HEAVY, 0.15, 27e9, "compute")],
+)
+def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretches, ttft, flops, expect):
+    # No step-time histogram: the phase-time fit, and --enable-mfu-metrics estimates set against
+    # a CPU's peaks (0.1 TFLOP/s, 10 GB/s: a ridge of 10 FLOP/byte).
+    samples = vllm_samples(
+        [replace(s, flops=flops, read_bytes=0.9e9 if expect != "compute" else 0.1e9) for s in stretches]
+    )
+    records = []
+    for i, s in enumerate(stretches):
+        records += loaded_run(users=int(s.running), ttft=ttft, e2e=ttft + 0.16 if expect == "compute" else 1.0,
+                              step=i, start=s.start)[0]  # fmt: skip
+    steps = [closed(s.running, s.start, s.start + 20, index=i) for i, s in enumerate(stretches)]
+    analysis = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
+    assert [s.constraint for s in analysis.steps] == [expect, expect]
+    derived = analysis.steps[1].derived
+    assert (derived["intensity_over_ridge"].value < 1) is (expect == "memory_bandwidth")
+    assert "against a ridge of 10 (given: 0.1 TFLOP/s, 10 GB/s)" in derived["intensity_over_ridge"].note
+    assert derived["step_time_fixed_share"].note.startswith("fit: itl + prefill time")
