@@ -246,8 +246,9 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) ->
         est = [sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES, sig.ESTIMATED_WRITE_BYTES]
         d.put("achieved_tflops_per_gpu", rates.flops_per_s / 1e12, "TFLOP/s", est[:1], "server_metrics")
         d.put("achieved_gbps_per_gpu", rates.bytes_per_s / 1e9, "GB/s", est[1:], "server_metrics")
-        d.put("mfu", rates.mfu, "fraction", est[:1] + ["peaks: " + (rates.gpu or "none")], "server_metrics")
-        d.put("mbu", rates.mbu, "fraction", est[1:] + ["peaks: " + (rates.gpu or "none")], "server_metrics")
+        if not rates.cpu:  # a Python engine on a CPU spends most of a step beside the device's work
+            d.put("mfu", rates.mfu, "fraction", est[:1] + ["gpu spec " + rates.gpu], "server_metrics")
+            d.put("mbu", rates.mbu, "fraction", est[1:] + ["gpu spec " + rates.gpu], "server_metrics")
         d.put("arithmetic_intensity", rates.intensity, "FLOP/byte", est, "server_metrics")
         d.put(
             "intensity_over_ridge",

@@ -57,11 +57,12 @@ def server_is_local(url: str, samples: pd.DataFrame) -> bool | None:
     return True if any(netloc.startswith(prefix) for prefix in LOOPBACK) else None
 
 
-def host_load(samples: pd.DataFrame, start: float, end: float, server_local: bool | None) -> HostLoad | None:
-    """Mean busy cores of the load generator's host over [start, end] (the largest of the
-    processes' readings where several sampled it); None without a sample that names its cores."""
+def host_load(samples: pd.DataFrame, server_local: bool | None) -> HostLoad | None:
+    """Mean busy cores of the load generator's host over the samples given (a step's: the
+    largest of the processes' readings where several sampled it); None without a sample that
+    names its cores."""
     for signal in HOST_SIGNALS:
-        df = samples[(samples["signal"] == signal) & (samples["time"] >= start) & (samples["time"] <= end)]
+        df = samples[samples["signal"] == signal]
         if not len(df):
             continue
         cores = {t: int((json.loads(t) if t else {}).get("cores", 0)) for t in df["labels"].unique()}

@@ -1,25 +1,29 @@
 """The device's peak FLOP/s and memory bandwidth, for a roofline: its ridge point in FLOPs per byte.
 
 A GPU's come from its data sheet (loadlab.analyze.roofline.GPU_SPECS). A CPU has no such table
-that fits every part and every load, so its figures are given (`loadlab analyze --peak-tflops
---peak-gbps`) or measured here by a short calibration: the best of a few float32 matrix products
-(every core, through numpy's BLAS) and the best of a few copies of an array larger than any
-cache. Measured on the machine that analyzes, which is the server's machine when the analysis
-runs at the end of `loadlab run` next to a CPU server; elsewhere give the figures.
+that fits every part, so its figures are given (`loadlab analyze --peak-tflops --peak-gbps`) or
+measured here by a short calibration: the best of a few float32 matrix products (numpy's BLAS)
+and of a few copies of an array larger than the caches, each timed in CPU seconds, not wall
+seconds, so that other work on a busy host does not count as slowness: FLOPs per CPU-second
+times the cores, and one core's copy bandwidth (a lower bound of the socket's on a large
+host, where the ridge then reads high: give the figures there). Measured on the machine that
+analyzes, which is the server's when the analysis runs at the end of `loadlab run` beside a CPU
+server; elsewhere give the figures.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-MATMUL_N = 512  # float32 matrices of 1 MB: a product of 268 MFLOP (judgement)
+MATMUL_N = 1024  # float32 matrices of 4 MB: 2.1 GFLOP a product, large enough for BLAS's best (judgement)
 COPY_BYTES = 64 << 20  # larger than the caches of the CPUs we run on (judgement)
-REPEATS = 5  # best of: one slow run on a shared host must not lower the peak
+REPEATS = 3  # best of: one disturbed run on a shared host must not lower the peak
 
 
 @dataclass(frozen=True)
@@ -43,22 +47,28 @@ def given(tflops: float, gbps: float) -> Peaks:
 
 @functools.cache
 def calibrate() -> Peaks:
-    """This host's peaks, measured once per process (about half a second)."""
+    """This host's peaks, measured once per process (about 0.3 CPU-seconds)."""
     rng = np.random.default_rng(0)
     a = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
     b = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
-    flops = 2 * MATMUL_N**3 / _best(lambda: a @ b)
+    cores = os.cpu_count() or 1
+    flops = cores * 2 * MATMUL_N**3 / _best(lambda: a @ b)
     src = np.ones(COPY_BYTES // 4, dtype=np.float32)
     dst = np.empty_like(src)
     bandwidth = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src))  # read once, written once
-    return Peaks(flops, bandwidth, f"calibrated on this host: {flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s")
+    return Peaks(
+        flops,
+        bandwidth,
+        f"calibrated on this host: {flops / 1e9:.0f} GFLOP/s on {cores} cores, {bandwidth / 1e9:.1f} GB/s",
+    )
 
 
 def _best(work: Callable[[], object]) -> float:
+    """The shortest CPU time (all threads) of a few runs of `work`."""
     work()  # warm: first-touch page faults and BLAS thread start-up are not the device's speed
     times = []
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         work()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        times.append(time.process_time() - t0)
+    return max(min(times), 1e-9)

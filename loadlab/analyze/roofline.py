@@ -236,7 +236,8 @@ class WorkRates:
     mfu: float  # NaN without a known GPU
     mbu: float
     intensity: float  # FLOPs per byte
-    ridge: float  # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
+    ridge: float  # the device's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, no CPU peaks)
+    cpu: bool = False  # the peaks are a CPU's: MFU and MBU would measure the engine's overheads, not the device
 
 
 def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None) -> WorkRates | None:
@@ -252,7 +253,8 @@ def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None
     flops_per_s, bytes_per_s = flops / window.seconds, moved / window.seconds
     gpu = gpu_model(samples)
     spec = next((v for k, v in GPU_SPECS.items() if k in gpu.upper()), None)
-    if spec is None and device is not None and not _has_gpu(samples):
+    cpu = spec is None and device is not None and not _has_gpu(samples)
+    if cpu and device is not None:
         spec, gpu = (device.flops, device.bandwidth), device.source
     peak_flops, peak_bytes = spec if spec else (math.nan, math.nan)
     return WorkRates(
@@ -263,6 +265,7 @@ def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None
         mbu=bytes_per_s / peak_bytes,
         intensity=flops / moved if moved > 0 else math.nan,
         ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan),
+        cpu=cpu,
     )
 
 

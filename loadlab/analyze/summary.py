@@ -35,6 +35,7 @@ MIN_RATE_RATIO = 0.9  # open loop: achieved request rate / requested rate
 MIN_CONCURRENCY_RATIO = 0.8  # closed loop: achieved concurrency (Little's law) / users
 MAX_FAILED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a failing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
+RATE_SIGNALS = ("client_cpu", "client_run_wait", *clientcause.HOST_SIGNALS)
 # Strain this large leaves the client's timings untrusted: with any shortfall of the load, the step
 # is client-limited (1500 users from one process: lag p99 182 ms, 89 % of them in flight). Judgement.
 SEVERE_LOOP_LAG = 0.1  # s, event-loop lag p99
@@ -419,6 +420,17 @@ def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return client
 
 
+def _covering(samples: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """The rate samples (CPU and waiting shares: each covers the time since the one before it)
+    over [start, end]: those taken inside it, and each series' first one after it, which covers
+    the window's last stretch. A starved process samples late: its only reading of a short step
+    may come after the step."""
+    rate = samples[samples["signal"].isin(RATE_SIGNALS)]
+    inside = rate[(rate["time"] >= start) & (rate["time"] <= end)]
+    after = rate[rate["time"] > end].sort_values("time").groupby(["signal", "labels"]).head(1)
+    return pd.concat([inside, after])
+
+
 def _client_check(
     in_step: pd.DataFrame,
     step: StepInfo,
@@ -440,10 +452,11 @@ def _client_check(
             (check.reasons if effect else check.warnings).append(text)
 
     in_window = client_samples[(client_samples["time"] >= start) & (client_samples["time"] <= end)]
-    host = clientcause.host_load(in_window, start, end, server_local)
+    rates = _covering(client_samples, start, end)
+    host = clientcause.host_load(rates, server_local)
     if host is not None:
         check.values["host_busy_ratio"] = host.busy_ratio
-    cpu = in_window[in_window["signal"] == "client_cpu"]
+    cpu = rates[rates["signal"] == "client_cpu"]
     if len(cpu):
         per_worker = cpu.groupby("worker")["value"].apply(lambda v: percentile(v.to_numpy(), 90))
         worst = str(per_worker.idxmax())
@@ -455,7 +468,7 @@ def _client_check(
             f"(> {CLIENT_CPU_P90_MAX}): the client is under strain",
             effect=False,
         )
-    waited = in_window[in_window["signal"] == "client_run_wait"]
+    waited = rates[rates["signal"] == "client_run_wait"]
     if len(waited):  # the worst process's mean share of time runnable but kept off a CPU
         check.values["client_run_wait_ratio"] = float(waited.groupby("worker")["value"].mean().max())
     lag = in_window[in_window["signal"] == "client_loop_lag"]["value"].to_numpy()

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,6 +26,8 @@ from loadlab.analyze.clientcause import (
     host_load,
     server_is_local,
 )
+from loadlab.store.reader import SUMMARY_JSON
+from tests.support.procs import BIN, CpuHogs, Proc, free_port, niced_on
 
 VLLM_STARVED = {"client_cpu_p90": 0.07, "client_loop_lag_p99": 1.2, "achieved_concurrency_ratio": 0.79}
 MANY_USERS = {"client_cpu_p90": 0.97, "client_loop_lag_p99": 0.182, "achieved_concurrency_ratio": 0.89}
@@ -92,10 +97,10 @@ def test_host_load_takes_the_busiest_reading_and_needs_the_core_count():
         + [(t, "client", "client_host_cpu", 1.0, {"worker": "b", "cores": "2"}) for t in range(5)]
         + [(t, "host", "host_cpu", 1.9, {}) for t in range(5)]  # an older run's: no core count
     )
-    load = host_load(samples, 0, 10, server_local=None)
+    load = host_load(samples, server_local=None)
     assert load is not None and load.busy_cores == pytest.approx(1.9) and load.cores == 2 and load.saturated
-    assert host_load(samples[samples["source"] == "host"], 0, 10, None) is None
-    assert host_load(samples, 20, 30, None) is None  # none in the window
+    assert host_load(samples[samples["source"] == "host"], None) is None
+    assert host_load(samples.iloc[:0], None) is None
 
 
 def test_the_server_is_local_when_its_process_was_sampled_or_its_url_is_loopback():
@@ -106,3 +111,55 @@ def test_the_server_is_local_when_its_process_was_sampled_or_its_url_is_loopback
     assert server_is_local("http://localhost:8000/v1", empty) is True
     assert server_is_local("https://api.example.com", empty) is None
     assert math.isnan(HostLoad(1.0, 0, None).busy_ratio)
+
+
+def test_a_load_generator_starved_of_its_core_is_told_from_one_doing_too_much(tmp_path):
+    """For real: `loadlab run` at nice 19 pinned to core 0 against `loadlab mock`; once its step
+    has begun, two spinning processes take core 0 for the step's length (its start-up and its end,
+    which need CPU too, run free: the test stays bounded on a busy host). Its users are not kept
+    in flight, yet it barely runs: starved, told so, and given the cores to pin."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    out = tmp_path / "run"
+    args = ["run", "--url", url, "--concurrency", "64", "--step-duration", str(STEP_S), "--output-len", "16"]
+    with Proc([str(BIN / "loadlab"), "mock", "--port", str(port), "--itl", "0.001"], ready_url=f"{url}/health"):
+        with subprocess.Popen(
+            [str(BIN / "loadlab"), *args, "--no-gpu", "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=niced_on((0,)),
+        ) as run:
+            try:
+                _wait_for_step(out / "run.json", run, timeout=120)
+                with CpuHogs(2, cpus=(0,)):
+                    time.sleep(STEP_S)
+                _, stderr = run.communicate(timeout=180)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    client = json.loads((out / SUMMARY_JSON).read_text())["steps"][0]["client"]
+    figures = client["values"]
+    assert client["limited"], figures
+    assert figures["client_cpu_p90"] < 0.6 and figures["client_loop_lag_p99"] > 0.1, figures
+    assert client["cause"] == "starved", figures
+    assert "more processes will not help" in client["advice"][0] and "taskset -c" in client["advice"][1]
+    step = json.loads((out / "analysis.json").read_text())["steps"][0]
+    assert step["constraint"] == "client" and step["advice"] == client["advice"]
+
+
+STEP_S = 8
+
+
+def _wait_for_step(run_json: Path, run: subprocess.Popen, timeout: float) -> None:
+    """Until run.json lists the first step (the users are starting)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert run.poll() is None, "loadlab run ended before its step began"
+        try:
+            if json.loads(run_json.read_text()).get("steps"):
+                return
+        except (OSError, ValueError):  # not written yet
+            pass
+        time.sleep(0.05)
+    raise TimeoutError("no step began")
