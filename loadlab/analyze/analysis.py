@@ -190,10 +190,10 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
         _add_roofline(d, fit, device)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
-    # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters
-    # cannot exist, nor MFU/MBU unless the engine estimated its work (then against the CPU's
-    # peaks); the step-time fit carries compute vs memory bandwidth.
-    impossible = frozenset() if on_gpu else frozenset({rules.G} | (set() if estimates else {rules.F}))
+    # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters and
+    # MFU/MBU cannot exist (a CPU's are not scored); the step-time fit and, where the engine
+    # estimates its work, the intensity against the CPU's ridge carry compute vs memory bandwidth.
+    impossible = frozenset() if on_gpu else frozenset({rules.G, rules.F} | (set() if estimates else {rules.R}))
     # By load, not by run order: a sweep's bisected step (4, then 3) is judged against the load below it.
     by_load = sorted(data, key=lambda d: (d.step.mode, d.step.target, d.step.index))
     sorted_states, knee = saturation([StepLoad(d.step.index, d.step.mode, d.step.target, d.derived) for d in by_load])
@@ -294,7 +294,7 @@ def _verdict(
             runner_up=runner_up,
             headline=headline,
             evidence=evidence,
-            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
+            advice=advice_for(constraint, kind, "arithmetic_intensity" in d.derived) + _clock_advice(d),
             missing=missing if missing is not None else (chosen.missing if chosen else []),
             derived=d.derived,
         )

@@ -60,7 +60,7 @@ class Rule:
     terms: tuple[Term, ...]
 
 
-S, G, C, W, F = "server", "gpu", "client", "steps", "mfu"
+S, G, C, W, F, R = "server", "gpu", "client", "steps", "mfu", "intensity"
 RULES: tuple[Rule, ...] = (
     Rule(
         CLIENT,
@@ -106,7 +106,7 @@ RULES: tuple[Rule, ...] = (
             Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
             Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
             Term("mbu", ">=", 0.6, 0.1, 1, F),
-            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, F),
+            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, R),
         ),
     ),
     Rule(
@@ -119,7 +119,7 @@ RULES: tuple[Rule, ...] = (
             Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
             Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
             Term("mfu", ">=", 0.5, 0.1, 1, F),
-            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, F),
+            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, R),
         ),
     ),
 )
@@ -133,7 +133,10 @@ NEEDS = {
         "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) "
         "over steps of different load"
     ),
-    F: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (and name the GPU: dcgm-exporter's modelName)",
+    F: "MFU and MBU: vLLM's work estimates (--enable-mfu-metrics) against a named GPU's peaks "
+    "(dcgm-exporter's modelName)",
+    R: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (on a CPU, its peaks: calibrated, or "
+    "loadlab analyze --peak-tflops/--peak-gbps)",
 }
 
 

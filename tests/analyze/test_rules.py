@@ -92,12 +92,24 @@ def test_the_client_terms_give_evidence_and_score_their_strongest_but_decide_not
 
 def test_gpu_terms_that_cannot_exist_leave_coverage_and_stay_a_hint():
     cpu = score_all(
-        derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05), impossible=frozenset({"gpu", "mfu"})
+        derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05),
+        impossible=frozenset({"gpu", "mfu", "intensity"}),
     )["compute"]
     assert cpu.coverage == 1 and cpu.score > 0.9
     assert f"(hint) {NEEDS['gpu']}" in cpu.missing
     gpu = score_all(derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05))["compute"]
     assert gpu.coverage == pytest.approx(3 / 7)
+
+
+def test_on_a_cpu_the_work_estimates_weigh_in_through_the_ridge_alone():
+    # vLLM's CPU build with --enable-mfu-metrics, 900-token prompts: intensity far above the
+    # CPU's ridge; MFU and MBU cannot be scored on a CPU and leave the coverage.
+    quantities = derived(step_time_fixed_share=0.3, decode_share=0.1, queue_share=0.02, intensity_over_ridge=30)
+    compute = score_all(quantities, impossible=frozenset({"gpu", "mfu"}))["compute"]
+    assert compute.coverage == 1 and compute.score > 0.9
+    assert not any("--enable-mfu-metrics" in line and "(hint)" not in line for line in compute.missing)
+    bandwidth = score_all(derived(decode_share=0.9, intensity_over_ridge=0.12), impossible=frozenset({"gpu", "mfu"}))
+    assert bandwidth["memory_bandwidth"].score == 1 and bandwidth["compute"].score == 0
 
 
 def test_the_table_names_every_class_once():
