@@ -57,15 +57,15 @@ def server_is_local(url: str, samples: pd.DataFrame) -> bool | None:
     return True if any(netloc.startswith(prefix) for prefix in LOOPBACK) else None
 
 
-def host_load(samples: pd.DataFrame, server_local: bool | None) -> HostLoad | None:
+def host_load(samples: pd.DataFrame, server_local: bool | None, cores_known: int = 0) -> HostLoad | None:
     """Mean busy cores of the load generator's host over the samples given (a step's: the
-    largest of the processes' readings where several sampled it); None without a sample that
-    names its cores."""
+    largest of the processes' readings where several sampled it); a sample without a `cores`
+    label (runs from before it) counts `cores_known` (run.json's host), None without either."""
     for signal in HOST_SIGNALS:
         df = samples[samples["signal"] == signal]
         if not len(df):
             continue
-        cores = {t: int((json.loads(t) if t else {}).get("cores", 0)) for t in df["labels"].unique()}
+        cores = {t: int((json.loads(t) if t else {}).get("cores", cores_known)) for t in df["labels"].unique()}
         df = df.assign(cores=df["labels"].map(cores))
         df = df[df["cores"] > 0]
         if len(df):

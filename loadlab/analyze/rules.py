@@ -93,6 +93,7 @@ RULES: tuple[Rule, ...] = (
             Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
             Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
             Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
+            Term("capacity_wait_share", ">=", 0.8, 0.1, 1, S, any_of="admission"),
             Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
         ),
     ),

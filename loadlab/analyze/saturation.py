@@ -25,6 +25,8 @@ OPEN_LOOP_COMPLETION = 0.9  # open loop: completed / offered rate below this: th
 QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecessor is past the knee
 AT_CAP = 0.85  # running / its cap at or above this: pinned at the cap (the scheduling rule's threshold)
 KV_FULL = 0.8  # KV usage p90 at or above this: the pool admits no more (the kv_capacity rule's)
+KV_ROOM = 0.6  # ... at or below this: room left, so requests waiting for capacity wait for a seat
+CAPACITY_WAIT = 0.8  # share of the waiting that waits for capacity (vLLM's reason), the scheduling rule's
 
 
 @dataclass
@@ -101,6 +103,8 @@ def saturated_at_delivered_load(derived: dict[str, Derived]) -> str:
         full = f"KV cache {kv:.0%} full"
     elif at_cap >= AT_CAP:
         full = f"running at {at_cap:.0%} of its cap"
+    elif _derived(derived, "capacity_wait_share") >= CAPACITY_WAIT and kv <= KV_ROOM:
+        full = f"waiting for a seat (KV cache {kv:.0%} full): running at its cap"
     else:
         return ""
     return f"{full} with {waiting:.1f} requests waiting at the load delivered: more load would only wait"

@@ -186,6 +186,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))
     server_local = clientcause.server_is_local(str(run.meta.config.get("url", "")), run.samples)
+    cores = int(run.meta.host.get("cpu_count") or 0)
 
     step_summaries = []
     for step in steps:
@@ -201,7 +202,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
                 step.target,
                 window,
                 slo,
-                _client_check(in_step, step, window, client_samples, think_time, server_local),
+                _client_check(in_step, step, window, client_samples, think_time, server_local, cores),
                 step.ramp_end,
             )
         )
@@ -438,6 +439,7 @@ def _client_check(
     client_samples: pd.DataFrame,
     think_time: bool,
     server_local: bool | None = None,
+    cores: int = 0,
 ) -> ClientCheck:
     """Run the self-check over one step's requests and the client samples of its window: the one
     rule of `ClientCheck` (effects limit the step, strain only warns, except strain of
@@ -453,7 +455,7 @@ def _client_check(
 
     in_window = client_samples[(client_samples["time"] >= start) & (client_samples["time"] <= end)]
     rates = _covering(client_samples, start, end)
-    host = clientcause.host_load(rates, server_local)
+    host = clientcause.host_load(rates, server_local, cores)
     if host is not None:
         check.values["host_busy_ratio"] = host.busy_ratio
     cpu = rates[rates["signal"] == "client_cpu"]

@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from loadlab.analyze.analysis import ANALYSIS_JSON, analyze_run, write_analysis
+from loadlab.analyze.derive import WAITING_BY_REASON
 from loadlab.analyze.measures import measure
 from loadlab.analyze.peaks import given
 from loadlab.analyze.summary import RunSummary, write_summary
@@ -136,22 +137,32 @@ def _client_figures(cpu: float, lag: float, host_busy: float, seconds: int = 20)
 
 
 def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_starved_client_beside_it():
-    # Recorded on vLLM 0.32 CPU with --max-num-seqs 4 under 16 users on 2 cores: running pinned at
-    # the cap, 12 waiting, KV 0 %; the client used 0.07 cores with event-loop lag p99 1.2 s and kept
-    # 12 of 16 users in flight while vLLM's threads held both cores.
-    records, samples = loaded_run(users=12, gauges={"kv_usage": 0.0, "requests_waiting": 12, "requests_running": 4})
+    # Recorded on vLLM 0.32 CPU (`loadlab lab --engine vllm`, scheduling: --max-num-seqs 2 under 16
+    # users, 2 cores): 10.2 requests waiting, all for capacity, KV 0.1 %; the starved API server read
+    # 0 running in half its scrapes while 2 ran. The client used 0.07 cores, loop lag p99 706 ms,
+    # 88 % of the users in flight, the host's 2 cores busy. Before: "compute binds", confidence 0.27.
+    extra = []
+    for t in range(21):
+        labels = {"engine": "0"}
+        extra += [
+            Sample(T + t, "server", "requests_running", 2.0 * (t % 2), labels),
+            Sample(T + t, "server", WAITING_BY_REASON, 10.0, {**labels, "reason": "capacity"}),
+            Sample(T + t, "server", WAITING_BY_REASON, 0.0, {**labels, "reason": "deferred"}),
+        ]
+    records, samples = loaded_run(users=14, gauges={"kv_usage": 0.001, "requests_waiting": 10}, extra=extra)
     run = run_of(
         records,
         [closed(16, T, T + 20)],
-        samples + _client_figures(0.07, 1.2, 1.95),
+        samples + _client_figures(0.07, 0.706, 2.0),
         config={"url": "http://127.0.0.1:8000"},
     )
     step = analyze_run(run).steps[0]
     assert step.constraint == "scheduling" and step.saturation == "past_knee"
-    assert "running at 100% of its cap with 12.0 requests waiting" in step.saturation_reason
-    assert step.client_shortfall and "nothing else is trusted" not in step.headline
+    assert "waiting for a seat (KV cache 0% full): running at its cap" in step.saturation_reason
+    assert "event-loop lag p99 706 ms (>= 100 ms) with 88% of the load delivered" in step.client_shortfall
+    assert "nothing else is trusted" not in step.headline
     advice = " ".join(step.advice)
-    assert "raise the cap on running sequences" in advice  # the server's advice first
+    assert "vLLM: raise --max-num-seqs" in advice  # the server's advice first
     assert "starved, not overloaded" in advice and "the server on the same host" in advice
     assert "`taskset -c 1 loadlab run ...`" in advice and "more processes will not help" in advice
 

@@ -100,6 +100,7 @@ def test_host_load_takes_the_busiest_reading_and_needs_the_core_count():
     load = host_load(samples, server_local=None)
     assert load is not None and load.busy_cores == pytest.approx(1.9) and load.cores == 2 and load.saturated
     assert host_load(samples[samples["source"] == "host"], None) is None
+    assert host_load(samples[samples["source"] == "host"], None, cores_known=2).saturated  # run.json's host
     assert host_load(samples.iloc[:0], None) is None
 
 
