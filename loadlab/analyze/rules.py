@@ -5,13 +5,14 @@ around its threshold (0.5 at the threshold, 0 or 1 at `ramp` either side), so a 
 a threshold counts a little, not all or nothing. A class's score is the weighted mean of its
 terms' scores over the terms whose quantity was measured, capped by its `key` terms (a class
 cannot bind without them: no KV pressure, no kv_capacity) and by the strongest of each `any_of`
-group (one of several signs is needed: running pinned at the admission cap, or an idle engine);
-its coverage is the share of its weight that was measured, over the terms that could be
-measured on this server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence =
-score x coverage. `client`'s terms are the client self-check's figures and give its evidence
-rows and score (combine = "any": the strongest term); whether the client limited a step is not
-scored here but is the self-check's one verdict (loadlab.analyze.summary.ClientCheck), which the
-analyzer reads first.
+group (one of several signs is needed: running pinned at the admission cap, an idle engine, or
+the engine's own word that its queue waits for a seat); its coverage is the share of its weight
+that was measured (a group counting once), over the terms that could be measured on this
+server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence = score x coverage.
+`client`'s terms are the client self-check's figures and give its evidence rows and score
+(combine = "any": the strongest term); whether the client limited a step is not scored here but
+is the self-check's one verdict (loadlab.analyze.summary.ClientCheck), which the analyzer reads
+first.
 Every threshold and its source is in docs/diagnosis.md; change both together.
 """
 
@@ -204,15 +205,15 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
                 + (f" ({d.note})" if d.note else ""),
             )
         )
-    total = sum(t.weight for t in possible) or 1.0
-    measured = sum(t.weight for t, _ in scored)
+    total = _weight(possible) or 1.0
+    measured = _weight([t for t, _ in scored])
     if not scored:
         return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
     if rule.combine == "any":
         score = max(s for _, s in scored)
         coverage = 1.0 if score >= 0.5 else measured / total
         return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
-    score = sum(t.weight * s for t, s in scored) / measured
+    score = sum(t.weight * s for t, s in scored) / sum(t.weight for t, _ in scored)
     for t, s in scored:
         if t.key:
             score = min(score, s)
@@ -222,6 +223,16 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
     if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
         coverage /= 2  # the deciding evidence is missing
     return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
+
+
+def _weight(terms: list[Term]) -> float:
+    """The terms' weight for coverage: an any-of group counts once (its heaviest term), as one
+    of its signs is all the class needs (an engine without a step time still shows its cap)."""
+    groups: dict[str, float] = {}
+    for t in terms:
+        if t.any_of:
+            groups[t.any_of] = max(groups.get(t.any_of, 0.0), t.weight)
+    return sum(t.weight for t in terms if not t.any_of) + sum(groups.values())
 
 
 def _unique(lines: list[str]) -> list[str]:

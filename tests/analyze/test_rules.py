@@ -129,3 +129,13 @@ def test_a_kv_cache_that_admission_leaves_partly_free_still_binds_with_a_queue()
     # waits (seen in provoked runs: KV usage 75-100 %).
     scores = score_all(derived(kv_usage_p90=0.875, waiting_mean=14, queue_share=0.9, preemptions_per_min=0))
     assert scores["kv_capacity"].score > 0.7 and scores["scheduling"].score == 0
+
+
+def test_vllm_waiting_for_a_seat_is_scheduling_with_its_admission_sign_counted_once():
+    # The lab's vLLM admission-cap run: 10.2 waiting, all for capacity, KV 0.1 %, a starved API
+    # server reading running at 78 % of the most it saw; no engine step time (engine_busy) exists.
+    seen = dict(waiting_mean=10.2, queue_share=0.88, kv_usage_p90=0.001, preemptions_per_min=0, running_at_cap=0.78)
+    before = score_all(derived(**seen), impossible=frozenset({"gpu"}))["scheduling"]
+    after = score_all(derived(**seen, capacity_wait_share=1.0), impossible=frozenset({"gpu"}))["scheduling"]
+    assert before.score < 0.5 and after.score > 0.8
+    assert after.coverage == 1  # one sign of the admission group is all the class needs
