@@ -29,6 +29,7 @@ from loadlab.analyze.saturation import (
     UNKNOWN,
     Saturation,
     StepLoad,
+    held_at_admission,
     saturated_at_delivered_load,
     saturation,
 )
@@ -308,6 +309,8 @@ def _verdict(
         state = Saturation(PAST_KNEE, saturated)
     if state.state == UNDER_LOADED:  # an idle server's queue and KV pool set no per-token latency
         eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
+    elif held_at_admission(d.derived):  # a queue before free KV at the cap: what binds is admission
+        eligible = [s for s in eligible if s.constraint == rules.SCHEDULING] or eligible
     if saturated and eligible and ok >= MIN_OK_REQUESTS:  # the server's verdict stands
         best = eligible[0]
         shortfall = f"the load generator fell short ({'; '.join(client.reasons)})"

@@ -103,11 +103,20 @@ def saturated_at_delivered_load(derived: dict[str, Derived]) -> str:
         full = f"KV cache {kv:.0%} full"
     elif at_cap >= AT_CAP:
         full = f"running at {at_cap:.0%} of its cap"
-    elif _derived(derived, "capacity_wait_share") >= CAPACITY_WAIT and kv <= KV_ROOM:
+    elif held_at_admission(derived):
         full = f"waiting for a seat (KV cache {kv:.0%} full): running at its cap"
     else:
         return ""
     return f"{full} with {waiting:.1f} requests waiting at the load delivered: more load would only wait"
+
+
+def held_at_admission(derived: dict[str, Derived]) -> bool:
+    """Requests wait while the KV pool has room and the running sit at their cap (the configured
+    one, else the most seen) or, on vLLM, wait for a seat by the engine's own word: the admission
+    cap binds, whatever sets the time of each step."""
+    if not (_derived(derived, "waiting_mean") >= QUEUE_WAITING and _derived(derived, "kv_usage_p90") <= KV_ROOM):
+        return False
+    return _derived(derived, "running_at_cap") >= AT_CAP or _derived(derived, "capacity_wait_share") >= CAPACITY_WAIT
 
 
 def _derived(derived: dict[str, Derived], name: str) -> float:
