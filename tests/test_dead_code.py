@@ -17,8 +17,9 @@ CALLED_BY_NAME = {
     "wait_time",
     "on_start",
     "on_stop",  # Locust's User hooks
-    "filter",
-}  # logging.Filter's hook
+    "filter",  # logging.Filter's hook
+    "process_renderables",  # rich's RenderHook
+}
 
 
 def sources() -> dict[Path, str]:

@@ -15,13 +15,25 @@ from typing import Any
 
 import pandas as pd
 
-from loadlab.analyze import blackbox, rules
+from loadlab.analyze import blackbox, peaks, rules
 from loadlab.analyze.advice import VLLM, advice_for, server_kind
 from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
-from loadlab.analyze.roofline import StepTimeFit, fit_step_time, work_rates
+from loadlab.analyze.peaks import Peaks
+from loadlab.analyze.roofline import StepTimeFit, fit_step_time, has_work_estimates, work_rates
 from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
-from loadlab.analyze.saturation import OVERLOADED, UNKNOWN, Saturation, StepLoad, saturation, too_few
+from loadlab.analyze.saturation import (
+    OVERLOADED,
+    PAST_KNEE,
+    UNDER_LOADED,
+    UNKNOWN,
+    Saturation,
+    StepLoad,
+    held_at_admission,
+    saturated_at_delivered_load,
+    saturation,
+    too_few,
+)
 from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
@@ -108,6 +120,9 @@ class StepVerdict:
     would_decide: str = ""
     # Without server metrics: what the client's curves alone say (loadlab.analyze.blackbox).
     blackbox: blackbox.BlackBox | None = None
+    # The load generator fell short, yet the server was past its knee at the load it did deliver:
+    # the server's verdict stands and this says the shortfall beside it ("" when none).
+    client_shortfall: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -155,19 +170,21 @@ class Analysis:
         )
 
 
-def write_analysis(run: RunData) -> Analysis:
+def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:
     """Analyze a loaded run and write its analysis.json (atomically); returns the analysis.
     The one writer of analysis.json: `loadlab run` at its end and `loadlab analyze`."""
-    analysis = analyze_run(run)
+    analysis = analyze_run(run, device=device)
     write_json_atomic(run.path / ANALYSIS_JSON, analysis.to_dict())
     return analysis
 
 
-def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
+def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None = None) -> Analysis:
     """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed).
 
     `window`: judge every step over it instead of the step's steady state (the live verdict
     judges the last seconds of a run still going, loadlab.conductor.liveverdict).
+    `device`: a CPU server's peak FLOP/s and bandwidth for its work estimates' roofline; None
+    calibrates this host when a run without GPU samples has them.
     """
     steps = steps_of(run)
     summary = summarize(run)
@@ -177,15 +194,19 @@ def analyze_run(run: RunData, window: Window | None = None) -> Analysis:
     samples = SampleIndex(run.samples)
     data = [_step_data(step, measured, samples, summary.steps[i], window) for i, step in enumerate(steps)]
     fit = fit_step_time(samples, [d.window for d in data])
+    on_gpu = any(samples.has(name) for name in GPU_SIGNALS)
+    estimates = has_work_estimates(samples)
+    if device is None and estimates and not on_gpu:
+        device = peaks.calibrate()
     for d in data:
         derive(d)
-        _add_roofline(d, fit)
+        _add_roofline(d, fit, device)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
     # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters and
-    # MFU/MBU (which need the GPU's peak figures) cannot exist; the step-time fit carries
-    # compute vs memory bandwidth.
-    impossible = frozenset() if any(samples.has(name) for name in GPU_SIGNALS) else frozenset({rules.G, rules.F})
+    # MFU/MBU cannot exist (a CPU's are not scored); the step-time fit and, where the engine
+    # estimates its work, the intensity against the CPU's ridge carry compute vs memory bandwidth.
+    impossible = frozenset() if on_gpu else frozenset({rules.G, rules.F} | (set() if estimates else {rules.R}))
     states, knee = saturation(
         [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
     )
@@ -216,7 +237,7 @@ def _step_data(
     )
 
 
-def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
+def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) -> None:
     if fit is not None:
         load_name = {
             sig.TOKENS_PER_STEP: "tokens_per_step_mean",
@@ -230,20 +251,30 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None) -> None:
                 "step_time_fixed_share",
                 fit.fixed_share(load.value),
                 "fraction",
-                [sig.STEP_TIME, fit.x],
+                [*fit.y.split(" + "), fit.x],
                 "server_metrics",
-                note=f"fit: step time {fit.intercept * 1000:.2f} ms + {fit.slope * 1000:.4f} ms x {fit.x}, "
+                note=f"fit: {fit.y.replace('_', ' ')} {fit.intercept * 1000:.2f} ms "
+                f"+ {fit.slope * 1000:.4f} ms x {fit.x}, "
                 f"R² {fit.r2:.2f}, {fit.points} points; slope ± 2 s.e.: {low:.0%}-{high:.0%}",
             )
-    rates = work_rates(d.samples, d.window)
+    rates = work_rates(d.samples, d.window, device)
     if rates is not None:
         est = [sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES, sig.ESTIMATED_WRITE_BYTES]
         d.put("achieved_tflops_per_gpu", rates.flops_per_s / 1e12, "TFLOP/s", est[:1], "server_metrics")
         d.put("achieved_gbps_per_gpu", rates.bytes_per_s / 1e9, "GB/s", est[1:], "server_metrics")
-        d.put("mfu", rates.mfu, "fraction", est[:1] + ["gpu spec " + rates.gpu], "server_metrics")
-        d.put("mbu", rates.mbu, "fraction", est[1:] + ["gpu spec " + rates.gpu], "server_metrics")
+        if not rates.cpu:  # a Python engine on a CPU spends most of a step beside the device's work
+            d.put("mfu", rates.mfu, "fraction", est[:1] + ["gpu spec " + rates.gpu], "server_metrics")
+            d.put("mbu", rates.mbu, "fraction", est[1:] + ["gpu spec " + rates.gpu], "server_metrics")
         d.put("arithmetic_intensity", rates.intensity, "FLOP/byte", est, "server_metrics")
-        d.put("intensity_over_ridge", rates.intensity / rates.ridge, "ratio", est, "server_metrics")
+        d.put(
+            "intensity_over_ridge",
+            rates.intensity / rates.ridge,
+            "ratio",
+            est,
+            "server_metrics",
+            note=f"{rates.intensity:.3g} FLOP/byte against a ridge of {rates.ridge:.3g}"
+            + (f" ({rates.gpu})" if rates.gpu else ""),
+        )
 
 
 def _verdict(
@@ -280,7 +311,7 @@ def _verdict(
             runner_up=runner_up,
             headline=headline,
             evidence=evidence,
-            advice=advice_for(constraint, kind, "mfu" in d.derived or "mbu" in d.derived) + _clock_advice(d),
+            advice=advice_for(constraint, kind, "arithmetic_intensity" in d.derived) + _clock_advice(d),
             missing=missing if missing is not None else (chosen.missing if chosen else []),
             derived=d.derived,
         )
@@ -289,6 +320,25 @@ def _verdict(
     eligible = [s for s in ranked if s.score >= rules.MIN_SCORE and s.coverage >= rules.MIN_COVERAGE]
     # The client first, by the summary's own check: one verdict in summary, gate, report and here.
     client = d.summary.client
+    saturated = saturated_at_delivered_load(d.derived) if has_server and client.limited else ""
+    if saturated:  # a shortfall can only hide saturation, not make it
+        state = Saturation(PAST_KNEE, saturated)
+    if state.state == UNDER_LOADED:  # an idle server's queue and KV pool set no per-token latency
+        eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
+    elif held_at_admission(d.derived):  # a queue before free KV at the cap: what binds is admission
+        eligible = [s for s in eligible if s.constraint == rules.SCHEDULING] or eligible
+    if saturated and eligible and not too_few(ok):  # the server's verdict stands
+        best = eligible[0]
+        shortfall = f"the load generator fell short ({'; '.join(client.reasons)})"
+        stands = verdict(best.constraint, "", best)
+        stands.client_shortfall = shortfall
+        stands.confidence *= STRAIN_CONFIDENCE
+        if stands.confidence < CONFIDENT:
+            second = next((s for s in eligible if s is not best), None)
+            stands.could_be, stands.would_decide = _alternative(best, second, kind, best.confidence >= CONFIDENT)
+        stands.headline = f"{_headline(best, state, stands)}; {shortfall}"
+        stands.advice += client.advice
+        return stands
     if client.limited:
         limited = verdict(
             CLIENT,
@@ -296,6 +346,8 @@ def _verdict(
             scores[CLIENT],
             missing=[],
         )
+        if client.advice:
+            limited.advice = list(client.advice)
         if has_server and eligible:
             limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
             limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
@@ -327,7 +379,9 @@ def _verdict(
             missing=list(dict.fromkeys(missing)),
         )
     best = eligible[0]
-    second = next((s for s in ranked if s is not best), None)
+    # An under-loaded step's alternatives are what can set per-token latency too.
+    rivals = [s for s in ranked if state.state != UNDER_LOADED or s.constraint in rules.PER_TOKEN]
+    second = next((s for s in rivals if s is not best), None)
     runner_up = (
         RunnerUp(second.constraint, second.score, second.confidence)
         if second and best.confidence - second.confidence <= rules.RUNNER_UP_WITHIN
@@ -339,20 +393,23 @@ def _verdict(
     if chosen.confidence < CONFIDENT:
         # Below it only because of the client's strain: a client at ease would decide.
         strained = bool(client.warnings) and best.confidence >= CONFIDENT
-        chosen.could_be, chosen.would_decide = _alternative(best, second, kind, strained)
+        chosen.could_be, chosen.would_decide = _alternative(best, second, kind, strained, state.state == UNDER_LOADED)
     chosen.headline = _headline(best, state, chosen)
     if client.warnings:
         chosen.headline += f" (client under strain: {'; '.join(client.warnings)})"
     return chosen
 
 
-def _alternative(best: ClassScore, second: ClassScore | None, kind: str, strained: bool) -> tuple[str, str]:
+def _alternative(
+    best: ClassScore, second: ClassScore | None, kind: str, strained: bool, per_token: bool = False
+) -> tuple[str, str]:
     """For a verdict of low confidence: what else it could be and the one measurement that would
     decide. The measurement: a client not under strain when strain alone lowered the confidence;
     else the first collector the named class is missing that this server can have (vLLM's work
     estimates only on vLLM), else the runner-up's, else more of the same evidence. The
     alternative: the runner-up when any of its evidence points to it, else the class that
-    measurement would also score."""
+    measurement would also score. `per_token`: only a class that can set per-token latency (an
+    under-loaded step)."""
     unavailable = {rules.NEEDS[rules.F]} if kind != VLLM else set()
     candidates = [
         line
@@ -371,7 +428,9 @@ def _alternative(best: ClassScore, second: ClassScore | None, kind: str, straine
     also = (
         NAMES[r.constraint]
         for r in rules.RULES
-        if r.constraint not in (best.constraint, CLIENT) and any(t.needs == needs for t in r.terms)
+        if r.constraint not in (best.constraint, CLIENT)
+        and (not per_token or r.constraint in rules.PER_TOKEN)
+        and any(t.needs == needs for t in r.terms)
     )
     return next(also, "another constraint"), decide
 
@@ -452,6 +511,7 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
     if not judged:
         reason = steps[0].headline if steps else "no steps"
         return Overall(INSUFFICIENT_DATA, UNKNOWN, knee, False, 0.0, f"insufficient data: {reason}", [], kind, fit)
+    short = [s.label for s in steps if s.client_shortfall]
     by_index = {s.index: s for s in judged}
     saturated = [s for s in judged if s.saturation in ("past_knee", "overloaded")]
     focus = by_index.get(knee) if knee is not None else None
@@ -465,7 +525,11 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
     else:
         headline = f"{name} binds at {focus.label} ({focus.saturation.replace('_', ' ')})"
     headline += _doubt(focus)
-    return Overall(focus.constraint, last.saturation, knee, False, focus.confidence, headline, focus.advice, kind, fit)
+    if short:  # the summary's check found the load short there: the gate and report say so too
+        headline += f"; the load generator fell short at {', '.join(short)} (stated beside the verdict)"
+    return Overall(
+        focus.constraint, last.saturation, knee, bool(short), focus.confidence, headline, focus.advice, kind, fit
+    )
 
 
 def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:

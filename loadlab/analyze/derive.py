@@ -28,6 +28,9 @@ PROCESS_CPU = "process_cpu"
 PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
+# vLLM's waiting requests by reason (raw name, label `reason`): "capacity" = waiting for KV blocks
+# or a seat among the running, "deferred" = held by transient constraints.
+WAITING_BY_REASON, CAPACITY = "vllm:num_requests_waiting_by_reason", "capacity"
 # Which collector a signal family comes from, for the evidence rows.
 CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nccl"
 
@@ -216,6 +219,7 @@ def _server_side(d: StepData) -> None:
     share = collective_share(pd.concat(parts, ignore_index=True), bins)[0]
     d.put("collective_share", share, "fraction", [sig.COLLECTIVE_TIME, sig.STEP_TIME], SERVER)
     d.put("prefix_cache_hit_rate", _prefix_hit_rate(s, d.window), "fraction", ["vllm:prefix_cache_hits"], SERVER)
+    d.put("capacity_wait_share", _capacity_wait_share(s, d.window), "fraction", [WAITING_BY_REASON], SERVER)
 
 
 def _gpu_side(d: StepData) -> None:
@@ -257,6 +261,19 @@ def _slope(s: SampleIndex, window: Window) -> float:
         return math.nan
     t = df.index.to_numpy(float)
     return float(np.polyfit(t - t[0], df.to_numpy(float), 1)[0])
+
+
+def _capacity_wait_share(s: SampleIndex, window: Window) -> float:
+    """Share of the waiting requests (over the window's scrapes) that wait for capacity: KV
+    blocks or a seat among the running. With the KV pool nearly empty, a seat: the admission
+    cap, seen even where the running gauge lags (a starved API server reads 0 running in half
+    its scrapes while two run). NaN without the gauge or without anything waiting."""
+    df = _in_window(s.of(WAITING_BY_REASON), window)
+    if not len(df):
+        return math.nan
+    reason = df["labels"].map({t: json.loads(t).get("reason") for t in df["labels"].unique()})
+    total = float(df["value"].sum())
+    return float(df.loc[(reason == CAPACITY).to_numpy(bool), "value"].sum()) / total if total > 0 else math.nan
 
 
 def _prefix_hit_rate(s: SampleIndex, window: Window) -> float:

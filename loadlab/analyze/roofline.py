@@ -19,8 +19,11 @@ steps span the whole range of tokens per step (docs/diagnosis.md, section 4).
 With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
 bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
 they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
-point (a typical one for a GPU not in the table; none without GPU samples: a CPU's ridge is
-another matter, and there the step-time fit decides).
+point (a typical one for a GPU not in the table). Without GPU samples the device is a CPU: its
+peaks are given or calibrated (loadlab.analyze.peaks), and its ridge is theirs.
+
+Without a step-time histogram (vLLM, SGLang) the line is fitted to the engine's phase timings:
+inter-token gaps against the running batch (decode) and prefill times against prompt tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 
 from loadlab.analyze.histograms import SampleIndex, near
 from loadlab.analyze.intervals import Bins, interval_totals
+from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
 
@@ -68,6 +72,7 @@ class StepTimeFit:
     x_mean: float
     y_mean: float
     slope_se: float
+    y: str = sig.STEP_TIME  # what was timed: the step, or (vLLM) inter-token gaps and prefills
 
     def fixed_share(self, load: float) -> float:
         """The share of a step's time that does not grow with its load, at `load` per step."""
@@ -91,15 +96,14 @@ def _fixed_share(intercept: float, slope: float, load: float) -> float:
 def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | None:
     """Fit mean step time against mean tokens per step (else sequences per step, else running
     requests) over intervals of about SUB_INTERVAL seconds of each window, the decode steps of
-    an interval apart from its others where the engine labels them by phase; None with too few
-    points or no spread in the load."""
+    an interval apart from its others where the engine labels them by phase; without a step-time
+    histogram (vLLM, SGLang), the engine's phase timings instead (`fit_phase_times`). None with
+    too few points or no spread in the load."""
+    if not samples.has(sig.STEP_TIME + "_count"):
+        return fit_phase_times(samples, windows)
     for x_signal in (sig.TOKENS_PER_STEP, sig.BATCH_SIZE, sig.REQUESTS_RUNNING):
         xs, ys = [], []
-        for window in windows:
-            if window.seconds <= 0:
-                continue
-            count = max(1, int(window.seconds // SUB_INTERVAL))
-            bins = Bins(window.start, np.nextafter(window.seconds / count, np.inf), count)
+        for bins in _intervals(windows):
             time_sum = _totals(samples, sig.STEP_TIME + "_sum", bins)
             steps = _totals(samples, sig.STEP_TIME + "_count", bins)
             load, loaded = _load_totals(samples, x_signal, bins)
@@ -111,20 +115,62 @@ def fit_step_time(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | 
             else:
                 xs.append(_per_step(load, loaded))
                 ys.append(_per_step(time_sum, steps))
-        if not xs:
-            return None
-        x, y = np.concatenate(xs), np.concatenate(ys)
-        keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
-        x, y = x[keep], y[keep]
-        if x.size >= MIN_FIT_POINTS and np.ptp(x) > 0.1 * max(float(x.max()), 1e-9):
-            slope, intercept = np.polyfit(x, y, 1)
-            residual = float(((y - (intercept + slope * x)) ** 2).sum())
-            spread = float(((y - y.mean()) ** 2).sum())
-            r2 = 1 - residual / spread if spread > 0 else 1.0
-            slope_se = math.sqrt(residual / (x.size - 2) / float(((x - x.mean()) ** 2).sum()))
-            mean = (float(x.mean()), float(y.mean()))
-            return StepTimeFit(float(intercept), float(slope), r2, int(x.size), x_signal, *mean, slope_se)
+        fit = _fit(xs, ys, x_signal, sig.STEP_TIME)
+        if fit is not None:
+            return fit
     return None
+
+
+def fit_phase_times(samples: SampleIndex, windows: list[Window]) -> StepTimeFit | None:
+    """The step-time line from an engine that times phases, not steps (vLLM). Per interval, two
+    points: its decode steps, the mean inter-token latency (a running request gets one token per
+    step, so a gap is a step) at the mean running batch (one token per sequence); and its
+    prefills, the mean prefill time of a request at its mean prompt tokens (prompt tokens over
+    prefills counted). As with the reference server's phase-labelled steps, decode at a few
+    tokens and prefill at hundreds span the range the line needs. Read at the step's own tokens
+    per step (`iteration_tokens_total`). None without those signals or enough spread."""
+    needed = (sig.ITL + "_count", sig.PREFILL_TIME + "_count", sig.PROMPT_TOKENS, sig.REQUESTS_RUNNING)
+    if not all(samples.has(name) for name in needed):
+        return None
+    xs, ys = [], []
+    running = samples.of(sig.REQUESTS_RUNNING).groupby("time")["value"].sum()
+    for bins in _intervals(windows):
+        batch = _bins_mean(bins, running.index.to_numpy(float), running.to_numpy(float))
+        prefills = _totals(samples, sig.PREFILL_TIME + "_count", bins)
+        xs += [batch, _per_step(_totals(samples, sig.PROMPT_TOKENS, bins), prefills)]
+        ys += [
+            _per_step(_totals(samples, sig.ITL + "_sum", bins), _totals(samples, sig.ITL + "_count", bins)),
+            _per_step(_totals(samples, sig.PREFILL_TIME + "_sum", bins), prefills),
+        ]
+    return _fit(xs, ys, sig.TOKENS_PER_STEP, f"{sig.ITL} + {sig.PREFILL_TIME}")
+
+
+def _intervals(windows: list[Window]) -> list[Bins]:
+    """Each window cut into intervals of about SUB_INTERVAL seconds."""
+    out = []
+    for window in windows:
+        if window.seconds > 0:
+            count = max(1, int(window.seconds // SUB_INTERVAL))
+            out.append(Bins(window.start, np.nextafter(window.seconds / count, np.inf), count))
+    return out
+
+
+def _fit(xs: list[np.ndarray], ys: list[np.ndarray], x_signal: str, y_signal: str) -> StepTimeFit | None:
+    """The least-squares line through the finite points; None with too few or no spread."""
+    if not xs:
+        return None
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
+    x, y = x[keep], y[keep]
+    if x.size < MIN_FIT_POINTS or not np.ptp(x) > 0.1 * max(float(x.max()), 1e-9):
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = float(((y - (intercept + slope * x)) ** 2).sum())
+    spread = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - residual / spread if spread > 0 else 1.0
+    slope_se = math.sqrt(residual / (x.size - 2) / float(((x - x.mean()) ** 2).sum())) if x.size > 2 else math.inf
+    mean = (float(x.mean()), float(y.mean()))
+    return StepTimeFit(float(intercept), float(slope), r2, int(x.size), x_signal, *mean, slope_se, y_signal)
 
 
 def _totals(samples: SampleIndex, signal: str, bins: Bins, phase: str = "") -> np.ndarray:
@@ -186,15 +232,17 @@ class WorkRates:
 
     flops_per_s: float
     bytes_per_s: float
-    gpu: str  # the GPU model found in the samples ("" when none)
+    gpu: str  # the GPU model found in the samples, or where a CPU's peaks came from ("" when none)
     mfu: float  # NaN without a known GPU
     mbu: float
     intensity: float  # FLOPs per byte
-    ridge: float  # the GPU's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, e.g. on CPU)
+    ridge: float  # the device's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, no CPU peaks)
+    cpu: bool = False  # the peaks are a CPU's: MFU and MBU would measure the engine's overheads, not the device
 
 
-def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
-    """Per-GPU FLOP/s and bytes/s from the estimate counters (None without them)."""
+def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None) -> WorkRates | None:
+    """Per-GPU FLOP/s and bytes/s from the estimate counters (None without them); the peaks are
+    the named GPU's data sheet, else `device` (a CPU's, given or calibrated)."""
     bins = window.as_bins()
     flops = _per_series_increase(samples, sig.ESTIMATED_FLOPS, bins)
     read = _per_series_increase(samples, sig.ESTIMATED_READ_BYTES, bins)
@@ -205,6 +253,9 @@ def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
     flops_per_s, bytes_per_s = flops / window.seconds, moved / window.seconds
     gpu = gpu_model(samples)
     spec = next((v for k, v in GPU_SPECS.items() if k in gpu.upper()), None)
+    cpu = spec is None and device is not None and not _has_gpu(samples)
+    if cpu and device is not None:
+        spec, gpu = (device.flops, device.bandwidth), device.source
     peak_flops, peak_bytes = spec if spec else (math.nan, math.nan)
     return WorkRates(
         flops_per_s=flops_per_s,
@@ -214,7 +265,13 @@ def work_rates(samples: SampleIndex, window: Window) -> WorkRates | None:
         mbu=bytes_per_s / peak_bytes,
         intensity=flops / moved if moved > 0 else math.nan,
         ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan),
+        cpu=cpu,
     )
+
+
+def has_work_estimates(samples: SampleIndex) -> bool:
+    """Whether the engine exported its FLOP and byte estimates (vLLM's --enable-mfu-metrics)."""
+    return samples.has(sig.ESTIMATED_FLOPS) and samples.has(sig.ESTIMATED_READ_BYTES)
 
 
 def _has_gpu(samples: SampleIndex) -> bool:

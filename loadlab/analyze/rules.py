@@ -5,13 +5,14 @@ around its threshold (0.5 at the threshold, 0 or 1 at `ramp` either side), so a 
 a threshold counts a little, not all or nothing. A class's score is the weighted mean of its
 terms' scores over the terms whose quantity was measured, capped by its `key` terms (a class
 cannot bind without them: no KV pressure, no kv_capacity) and by the strongest of each `any_of`
-group (one of several signs is needed: running pinned at the admission cap, or an idle engine);
-its coverage is the share of its weight that was measured, over the terms that could be
-measured on this server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence =
-score x coverage. `client`'s terms are the client self-check's figures and give its evidence
-rows and score (combine = "any": the strongest term); whether the client limited a step is not
-scored here but is the self-check's one verdict (loadlab.analyze.summary.ClientCheck), which the
-analyzer reads first.
+group (one of several signs is needed: running pinned at the admission cap, an idle engine, or
+the engine's own word that its queue waits for a seat); its coverage is the share of its weight
+that was measured (a group counting once), over the terms that could be measured on this
+server (`score_all`'s `impossible`: no GPU terms on a CPU server); confidence = score x coverage.
+`client`'s terms are the client self-check's figures and give its evidence rows and score
+(combine = "any": the strongest term); whether the client limited a step is not scored here but
+is the self-check's one verdict (loadlab.analyze.summary.ClientCheck), which the analyzer reads
+first.
 Every threshold and its source is in docs/diagnosis.md; change both together.
 """
 
@@ -26,6 +27,9 @@ from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_D
 
 CLIENT, KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "client", "kv_capacity", "memory_bandwidth", "compute"
 SCHEDULING, NETWORK, INSUFFICIENT_DATA = "scheduling", "network", "insufficient_data"
+# The classes that can set per-token latency: the only ones an under-loaded step may name (a queue
+# or a full KV pool cannot bind where the server still has headroom).
+PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK)
 RUNNER_UP_WITHIN = 0.15  # report the second class when its confidence is this close
 MIN_SCORE = 0.5  # the best class must score at least this to be named
 MIN_COVERAGE = 0.15  # ... with at least this share of its evidence measured
@@ -57,7 +61,7 @@ class Rule:
     terms: tuple[Term, ...]
 
 
-S, G, C, W, F = "server", "gpu", "client", "steps", "mfu"
+S, G, C, W, F, R = "server", "gpu", "client", "steps", "mfu", "intensity"
 RULES: tuple[Rule, ...] = (
     Rule(
         CLIENT,
@@ -90,6 +94,7 @@ RULES: tuple[Rule, ...] = (
             Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
             Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
             Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
+            Term("capacity_wait_share", ">=", 0.8, 0.1, 1, S, any_of="admission"),
             Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
         ),
     ),
@@ -103,7 +108,7 @@ RULES: tuple[Rule, ...] = (
             Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
             Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
             Term("mbu", ">=", 0.6, 0.1, 1, F),
-            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, F),
+            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, R),
         ),
     ),
     Rule(
@@ -116,7 +121,7 @@ RULES: tuple[Rule, ...] = (
             Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
             Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
             Term("mfu", ">=", 0.5, 0.1, 1, F),
-            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, F),
+            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, R),
         ),
     ),
 )
@@ -130,7 +135,10 @@ NEEDS = {
         "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) "
         "over steps of different load"
     ),
-    F: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (and name the GPU: dcgm-exporter's modelName)",
+    F: "MFU and MBU: vLLM's work estimates (--enable-mfu-metrics) against a named GPU's peaks "
+    "(dcgm-exporter's modelName)",
+    R: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (on a CPU, its peaks: calibrated, or "
+    "loadlab analyze --peak-tflops/--peak-gbps)",
 }
 
 
@@ -197,15 +205,15 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
                 + (f" ({d.note})" if d.note else ""),
             )
         )
-    total = sum(t.weight for t in possible) or 1.0
-    measured = sum(t.weight for t, _ in scored)
+    total = _weight(possible) or 1.0
+    measured = _weight([t for t, _ in scored])
     if not scored:
         return ClassScore(rule.constraint, 0.0, 0.0, evidence, _unique(missing))
     if rule.combine == "any":
         score = max(s for _, s in scored)
         coverage = 1.0 if score >= 0.5 else measured / total
         return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
-    score = sum(t.weight * s for t, s in scored) / measured
+    score = sum(t.weight * s for t, s in scored) / sum(t.weight for t, _ in scored)
     for t, s in scored:
         if t.key:
             score = min(score, s)
@@ -215,6 +223,16 @@ def _score(rule: Rule, derived: dict[str, Derived], impossible: frozenset[str]) 
     if any(t.key for t in rule.terms) and not any(t.key for t, _ in scored):
         coverage /= 2  # the deciding evidence is missing
     return ClassScore(rule.constraint, score, coverage, evidence, _unique(missing))
+
+
+def _weight(terms: list[Term]) -> float:
+    """The terms' weight for coverage: an any-of group counts once (its heaviest term), as one
+    of its signs is all the class needs (an engine without a step time still shows its cap)."""
+    groups: dict[str, float] = {}
+    for t in terms:
+        if t.any_of:
+            groups[t.any_of] = max(groups.get(t.any_of, 0.0), t.weight)
+    return sum(t.weight for t in terms if not t.any_of) + sum(groups.values())
 
 
 def _unique(lines: list[str]) -> list[str]:

@@ -30,6 +30,10 @@ QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecess
 # saturation, neither good nor bad for a sweep, nothing for a capacity plan (judgement: one or
 # two requests say nothing about a load).
 MIN_SUCCEEDED = 5
+AT_CAP = 0.85  # running / its cap at or above this: pinned at the cap (the scheduling rule's threshold)
+KV_FULL = 0.8  # KV usage p90 at or above this: the pool admits no more (the kv_capacity rule's)
+KV_ROOM = 0.6  # ... at or below this: room left, so requests waiting for capacity wait for a seat
+CAPACITY_WAIT = 0.8  # share of the waiting that waits for capacity (vLLM's reason), the scheduling rule's
 
 
 @dataclass
@@ -117,5 +121,37 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
 
 
 def _value(step: StepLoad, name: str) -> float:
-    d = step.derived.get(name)
+    return _derived(step.derived, name)
+
+
+def saturated_at_delivered_load(derived: dict[str, Derived]) -> str:
+    """Why the server was past its knee at the load it was given, from its own metrics alone
+    ("" when they do not show it): a queue while it runs at its cap or with its KV pool full.
+    A load generator that fell short delivered less, so this cannot be its doing."""
+    waiting = _derived(derived, "waiting_mean")
+    if not waiting >= QUEUE_WAITING:
+        return ""
+    at_cap, kv = _derived(derived, "running_at_cap"), _derived(derived, "kv_usage_p90")
+    if kv >= KV_FULL:
+        full = f"KV cache {kv:.0%} full"
+    elif at_cap >= AT_CAP:
+        full = f"running at {at_cap:.0%} of its cap"
+    elif held_at_admission(derived):
+        full = f"waiting for a seat (KV cache {kv:.0%} full): running at its cap"
+    else:
+        return ""
+    return f"{full} with {waiting:.1f} requests waiting at the load delivered: more load would only wait"
+
+
+def held_at_admission(derived: dict[str, Derived]) -> bool:
+    """Requests wait while the KV pool has room and the running sit at their cap (the configured
+    one, else the most seen) or, on vLLM, wait for a seat by the engine's own word: the admission
+    cap binds, whatever sets the time of each step."""
+    if not (_derived(derived, "waiting_mean") >= QUEUE_WAITING and _derived(derived, "kv_usage_p90") <= KV_ROOM):
+        return False
+    return _derived(derived, "running_at_cap") >= AT_CAP or _derived(derived, "capacity_wait_share") >= CAPACITY_WAIT
+
+
+def _derived(derived: dict[str, Derived], name: str) -> float:
+    d = derived.get(name)
     return d.value if d is not None else math.nan

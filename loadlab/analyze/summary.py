@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze import clientcause
 from loadlab.analyze.breakdown import MediaSummary, TurnSummary, media_summaries, turn_summaries
 from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.tokens import TokenTimes
@@ -48,6 +49,11 @@ MIN_RATE_RATIO = 0.9  # open loop: achieved request rate / requested rate
 MIN_CONCURRENCY_RATIO = 0.8  # closed loop: achieved concurrency (Little's law) / users
 MAX_FAILED_SHARE_FOR_LOAD_CHECK = 0.1  # above it, a failing endpoint explains low load
 MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail dominate, don't judge
+RATE_SIGNALS = ("client_cpu", "client_run_wait", *clientcause.HOST_SIGNALS)
+# Strain this large leaves the client's timings untrusted: with any shortfall of the load, the step
+# is client-limited (1500 users from one process: lag p99 182 ms, 89 % of them in flight). Judgement.
+SEVERE_LOOP_LAG = 0.1  # s, event-loop lag p99
+ANY_SHORTFALL = 0.95  # achieved / target below this is a shortfall (healthy closed-loop steps: 0.98-1.0)
 
 
 @dataclass
@@ -75,6 +81,8 @@ class ClientCheck:
     reasons: list[str] = field(default_factory=list)  # the effects that made it limited
     values: dict[str, float] = field(default_factory=dict)  # the measured figures the checks used
     warnings: list[str] = field(default_factory=list)  # strain without an effect: not a verdict
+    cause: str = ""  # a limited step: own_work | starved | unexplained (loadlab.analyze.clientcause)
+    advice: list[str] = field(default_factory=list)  # what to change for that cause
 
 
 @dataclass
@@ -208,6 +216,8 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     measured = requests[~requests["warmup"]]
     client_samples = _client_samples(run.samples)
     think_time = bool(run.meta.config.get("think_time"))
+    server_local = clientcause.server_is_local(str(run.meta.config.get("url", "")), run.samples)
+    cores = int(run.meta.host.get("cpu_count") or 0)
 
     step_summaries = []
     rated: list[pd.Index] = []
@@ -226,7 +236,7 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
                 step.target,
                 window,
                 slo,
-                _client_check(in_step, step, window, client_samples, think_time),
+                _client_check(in_step, step, window, client_samples, think_time, server_local, cores),
                 (rated[-1], steady.seconds),
                 step.ramp_end,
             )
@@ -451,11 +461,23 @@ def _meets(ok: pd.DataFrame, tokens: TokenTimes, slo: Slo) -> pd.Series:
 
 
 def _client_samples(samples: pd.DataFrame) -> pd.DataFrame:
-    client = samples[samples["source"] == "client"].copy()
+    """The load generator's own samples and the host collector's (its host's busy cores)."""
+    client = samples[samples["source"].isin(["client", "host"])].copy()
     # One parse per label set, mapped by a dict (not a Python call per sample).
     worker_of = {text: (json.loads(text) if text else {}).get("worker", "") for text in client["labels"].unique()}
     client["worker"] = client["labels"].map(worker_of)
     return client
+
+
+def _covering(samples: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """The rate samples (CPU and waiting shares: each covers the time since the one before it)
+    over [start, end]: those taken inside it, and each series' first one after it, which covers
+    the window's last stretch. A starved process samples late: its only reading of a short step
+    may come after the step."""
+    rate = samples[samples["signal"].isin(RATE_SIGNALS)]
+    inside = rate[(rate["time"] >= start) & (rate["time"] <= end)]
+    after = rate[rate["time"] > end].sort_values("time").groupby(["signal", "labels"]).head(1)
+    return pd.concat([inside, after])
 
 
 def _client_check(
@@ -464,9 +486,12 @@ def _client_check(
     window: tuple[float, float, float],
     client_samples: pd.DataFrame,
     think_time: bool,
+    server_local: bool | None = None,
+    cores: int = 0,
 ) -> ClientCheck:
     """Run the self-check over one step's requests and the client samples of its window: the one
-    rule of `ClientCheck` (effects limit the step, strain only warns)."""
+    rule of `ClientCheck` (effects limit the step, strain only warns, except strain of
+    SEVERE_LOOP_LAG with any shortfall), and for a limited step its cause and advice."""
     check = ClientCheck()
     start, end, _ = window
 
@@ -477,7 +502,11 @@ def _client_check(
             (check.reasons if effect else check.warnings).append(text)
 
     in_window = client_samples[(client_samples["time"] >= start) & (client_samples["time"] <= end)]
-    cpu = in_window[in_window["signal"] == "client_cpu"]
+    rates = _covering(client_samples, start, end)
+    host = clientcause.host_load(rates, server_local, cores)
+    if host is not None:
+        check.values["host_busy_ratio"] = host.busy_ratio
+    cpu = rates[rates["signal"] == "client_cpu"]
     if len(cpu):
         per_worker = cpu.groupby("worker")["value"].apply(lambda v: percentile(v.to_numpy(), 90))
         worst = str(per_worker.idxmax())
@@ -489,6 +518,9 @@ def _client_check(
             f"(> {CLIENT_CPU_P90_MAX}): the client is under strain",
             effect=False,
         )
+    waited = rates[rates["signal"] == "client_run_wait"]
+    if len(waited):  # the worst process's mean share of time runnable but kept off a CPU
+        check.values["client_run_wait_ratio"] = float(waited.groupby("worker")["value"].mean().max())
     lag = in_window[in_window["signal"] == "client_loop_lag"]["value"].to_numpy()
     if lag.size:
         p99 = percentile(lag, 99)
@@ -536,6 +568,18 @@ def _client_check(
                 check.reasons.append(
                     f"achieved concurrency {achieved:.2f} < {MIN_CONCURRENCY_RATIO} × {step.target:g} users"
                 )
+        ratio = check.values.get("achieved_rate_ratio", check.values.get("achieved_concurrency_ratio", math.nan))
+        lag_p99 = check.values.get("client_loop_lag_p99", math.nan)
+        if judged and not check.limited and lag_p99 >= SEVERE_LOOP_LAG and ratio < ANY_SHORTFALL:
+            check.limited = True
+            check.reasons.append(
+                f"event-loop lag p99 {lag_p99 * 1000:.0f} ms (>= {SEVERE_LOOP_LAG * 1000:.0f} ms) with {ratio:.0%} of "
+                f"the load delivered (< {ANY_SHORTFALL:.0%}): the shortfall and the timings are the client's"
+            )
+    if check.limited:
+        check.cause = clientcause.cause(check.values, host)
+        workers = int(cpu["worker"].nunique()) if len(cpu) else 1
+        check.advice = clientcause.advice(check.cause, check.values, host, workers)
     return check
 
 
@@ -547,6 +591,8 @@ def _merge_checks(steps: list[StepSummary]) -> ClientCheck:
         prefix = f"{s.label}: " if len(steps) > 1 else ""
         merged.reasons += [prefix + r for r in s.client.reasons]
         merged.warnings += [prefix + w for w in s.client.warnings]
+        if s.client.limited and not merged.cause:  # the first limited step's cause speaks for the run
+            merged.cause, merged.advice = s.client.cause, list(s.client.advice)
         for name, value in s.client.values.items():
             merged.values[f"{s.label}/{name}" if len(steps) > 1 else name] = value
     return merged

@@ -10,6 +10,7 @@ import typer
 
 if TYPE_CHECKING:
     from loadlab.analyze.analysis import Analysis
+    from loadlab.analyze.peaks import Peaks
 
 
 def analyze(
@@ -21,43 +22,57 @@ def analyze(
         help="Judge as if the run had no server metrics or GPU samples (the client's curves alone); "
         "analysis.json is left as it is.",
     ),
+    peak_tflops: float | None = typer.Option(
+        None, "--peak-tflops", help="A CPU server's peak TFLOP/s for vLLM's work estimates (with --peak-gbps)."
+    ),
+    peak_gbps: float | None = typer.Option(
+        None, "--peak-gbps", help="Its peak memory bandwidth in GB/s (without both: calibrated on this host)."
+    ),
 ) -> None:
     """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.
 
     Rewrites RUN/analysis.json (docs/run-folder.md); exit code 2 with one line when RUN is not a
     run folder.
     """
+    from loadlab.analyze.peaks import given
+    from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
 
-    analysis = analyze_blackbox(folder) if no_server_metrics else analyze_folder(folder)
+    device = None
+    if peak_tflops is not None or peak_gbps is not None:
+        if not (peak_tflops and peak_gbps and peak_tflops > 0 and peak_gbps > 0):
+            raise UserError("--peak-tflops and --peak-gbps go together, each a positive number")
+        device = given(peak_tflops, peak_gbps)
+    analysis = analyze_blackbox(folder, device) if no_server_metrics else analyze_folder(folder, device)
     if as_json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
         print_analysis(analysis, table_console())
 
 
-def analyze_folder(folder: Path) -> Analysis:
+def analyze_folder(folder: Path, device: Peaks | None = None) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
-    write analysis.json; a folder that cannot be written to only costs a warning line."""
+    write analysis.json; a folder that cannot be written to only costs a warning line. `device`:
+    a CPU server's peaks (None: calibrated here where the run needs them)."""
     from loadlab.analyze.analysis import analyze_run, write_analysis
     from loadlab.cli.output import read_run, say
 
     run = read_run(folder, without=("token_times",))
     try:
-        return write_analysis(run)
+        return write_analysis(run, device)
     except OSError as e:
         say("warning", f"analysis.json not written ({type(e).__name__}: {e})")
-        return analyze_run(run)
+        return analyze_run(run, device=device)
 
 
-def analyze_blackbox(folder: Path) -> Analysis:
+def analyze_blackbox(folder: Path, device: Peaks | None = None) -> Analysis:
     """The analysis of the run with every server, Prometheus, GPU and host sample left out."""
     from loadlab.analyze.analysis import analyze_run
     from loadlab.analyze.blackbox import client_only
-    from loadlab.store.reader import load_run
+    from loadlab.cli.output import read_run
 
-    return analyze_run(client_only(load_run(folder, without=("token_times",))))
+    return analyze_run(client_only(read_run(folder, without=("token_times",))), device=device)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,13 +2,18 @@
 
 Two signals per process, stored as samples with source "client" and label `worker`:
 - `client_cpu`: cores this process used over the last second;
-- `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms.
+- `client_loop_lag`: how late a 100 ms sleep of the event loop woke up (seconds), every 100 ms;
+- `client_host_cpu`: cores busy on this process's host over the last second (label `cores`: how
+  many it has), and `client_run_wait`: the share of that second its event loop's thread was
+  runnable but waiting for a CPU (Linux): they tell a client starved by other work from one
+  doing too much itself.
 The live warning uses the thresholds of loadlab/metrics/limits.py and the percentile of
 loadlab/metrics/stats.py, as the summary's strain warnings do.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
@@ -16,7 +21,7 @@ from collections import deque
 import gevent
 
 from loadlab.clock import now
-from loadlab.collect.host import ProcessCpu
+from loadlab.collect.host import HostCpu, ProcessCpu, RunWait
 from loadlab.collect.protocol import SampleSink
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
 from loadlab.store.schema import Coverage, Sample
@@ -33,6 +38,9 @@ class SelfCheck:
         self.worker = worker
         self.interval = interval
         self._cpu = ProcessCpu(os.getpid())
+        self._host = HostCpu()
+        self._wait = RunWait()
+        self._host_labels = {"worker": worker, "cores": str(self._host.cores)}
         self._pending: list[Sample] = []
         self._greenlets: list[gevent.Greenlet] = []
         self._sink: SampleSink | None = None
@@ -81,6 +89,11 @@ class SelfCheck:
             gevent.sleep(self.interval)
             self.last_cpu = self._cpu.sample()
             self._pending.append(self._sample("client_cpu", self.last_cpu))
+            host = Sample(now(), self.source, "client_host_cpu", self._host.sample(), self._host_labels)
+            self._pending.append(host)
+            waited = self._wait.sample()
+            if math.isfinite(waited):  # NaN: the kernel keeps no such figure
+                self._pending.append(self._sample("client_run_wait", waited))
             self._flush()
 
     def _sample(self, signal: str, value: float) -> Sample:

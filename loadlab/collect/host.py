@@ -6,6 +6,8 @@ uses `ProcessCpu` on its own PID, and `HostCollector` records the server's and t
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 from loadlab.clock import now
@@ -41,7 +43,7 @@ class HostCpu:
     """
 
     def __init__(self) -> None:
-        self._cores = psutil.cpu_count() or 1
+        self.cores = psutil.cpu_count() or 1
         self._prev = psutil.cpu_times()
 
     def sample(self) -> float:
@@ -50,7 +52,34 @@ class HostCpu:
         prev, self._prev = self._prev, cur
         total = sum(cur) - sum(prev)
         idle = (cur.idle + getattr(cur, "iowait", 0.0)) - (prev.idle + getattr(prev, "iowait", 0.0))
-        return max(0.0, (total - idle) / total * self._cores) if total > 0 else 0.0
+        return max(0.0, (total - idle) / total * self.cores) if total > 0 else 0.0
+
+
+class RunWait:
+    """Share of wall time the calling process's main thread spent runnable but waiting for a CPU,
+    between consecutive `sample()` calls (Linux's /proc/self/schedstat): near 0 on a free core,
+    near 1 for a thread the scheduler starves."""
+
+    PATH = "/proc/self/schedstat"
+
+    def __init__(self) -> None:
+        self._prev = self._read()
+
+    def sample(self) -> float:
+        """The waiting share since the previous call (NaN where unavailable)."""
+        cur, prev = self._read(), self._prev
+        self._prev = cur
+        if cur is None or prev is None or cur[1] <= prev[1]:
+            return float("nan")
+        return max(0.0, (cur[0] - prev[0]) / (cur[1] - prev[1]))
+
+    def _read(self) -> tuple[float, float] | None:
+        try:
+            with open(self.PATH) as f:
+                waited_ns = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return waited_ns / 1e9, time.monotonic()
 
 
 class HostCollector(PollingCollector):
@@ -81,7 +110,8 @@ class HostCollector(PollingCollector):
         # CPU use is a difference between two reads: the first tick only sets the baseline.
         host_cores = self._host.sample()
         t = now()
-        samples = [Sample(t, self.source, "host_cpu", host_cores)] if self._primed else []
+        labels = {"cores": str(self._host.cores)}
+        samples = [Sample(t, self.source, "host_cpu", host_cores, labels)] if self._primed else []
         for role, proc in list(self._procs.items()):
             try:
                 cores = proc.sample()

@@ -36,7 +36,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for line in _notes(summary):
         console.print(line)
     if summary.client.limited:
-        reasons = "\n".join(f"• {r}" for r in summary.client.reasons)
+        reasons = "\n".join([f"• {r}" for r in summary.client.reasons] + [f"→ {a}" for a in summary.client.advice])
         console.print(
             Panel(
                 Text(reasons),

@@ -6,13 +6,16 @@ from __future__ import annotations
 import io
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from rich.console import Console
 
 from loadlab.analyze.analysis import CONFIDENT, analyze_run, write_analysis
+from loadlab.analyze.derive import WAITING_BY_REASON
 from loadlab.analyze.measures import measure
+from loadlab.analyze.peaks import given
 from loadlab.analyze.rules import NEEDS, W
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.cli.plan import curve_points
@@ -25,7 +28,7 @@ from loadlab.report.verdict import print_analysis, verdict_line
 from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
-from tests.support.runs import loaded_run, run_of, write_run
+from tests.support.runs import DECODE_HEAVY, PREFILL_HEAVY, loaded_run, run_of, vllm_samples, write_run
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4}
 
@@ -119,13 +122,101 @@ def test_a_run_without_any_request_is_insufficient_data():
     assert analysis.steps[0].headline == "no request was sent in this step"
 
 
-def test_a_client_limited_step_is_client_and_nothing_else_is_trusted():
-    records, samples = loaded_run(users=2, gauges=KV_BOUND)  # 2 of 4 users kept in flight
+def test_a_client_limited_step_before_a_server_with_headroom_is_client_and_nothing_else_is_trusted():
+    # 2 of 4 users kept in flight; the server's KV pool full but nothing waits: the shortfall
+    # could hide how it behaves under the load asked for.
+    records, samples = loaded_run(users=2, gauges={"kv_usage": 0.97, "requests_waiting": 0, "requests_running": 2})
     samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
-    assert step.constraint == "client" and step.server_side.constraint == "kv_capacity"
+    assert step.constraint == "client" and "nothing else is trusted" in step.headline
+    # Under-loaded: the server-side reading names only what sets per-token latency, never KV capacity.
+    assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
     assert analysis.overall.client_limited and analysis.overall.constraint == "client"
+
+
+def test_a_server_past_its_knee_at_the_delivered_load_keeps_its_verdict_with_the_shortfall_beside_it():
+    # 2 of 4 users kept in flight, yet the KV pool is full and 12 requests wait: more load would
+    # only have waited longer, so the KV verdict stands.
+    records, samples = loaded_run(users=2, gauges=KV_BOUND)
+    samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
+    assert step.constraint == "kv_capacity" and step.saturation == "past_knee"
+    assert step.client_shortfall.startswith("the load generator fell short (achieved concurrency 2.")
+    assert step.client_shortfall in step.headline and "nothing else is trusted" not in step.headline
+    assert "KV cache 97% full with 12.0 requests waiting" in step.saturation_reason
+    # The summary's check found the load short: the overall flag (the gate's) agrees with it.
+    assert analysis.overall.client_limited and analysis.overall.constraint == "kv_capacity"
+    assert "fell short at" in analysis.overall.headline
+
+
+def _client_figures(cpu: float, lag: float, host_busy: float, seconds: int = 20) -> list[Sample]:
+    """The self-check's samples of one load-generator process on a 2-core host: its CPU and the
+    host's busy cores every second, its event-loop lag every 100 ms."""
+    out = []
+    for t in range(seconds):
+        out += [
+            Sample(T + t, "client", "client_cpu", cpu, {"worker": "w"}),
+            Sample(T + t, "client", "client_host_cpu", host_busy, {"worker": "w", "cores": "2"}),
+        ]
+        out += [Sample(T + t + i / 10, "client", "client_loop_lag", lag, {"worker": "w"}) for i in range(10)]
+    return out
+
+
+def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_starved_client_beside_it():
+    # Recorded on vLLM 0.32 CPU (`loadlab lab --engine vllm`, scheduling: --max-num-seqs 2 under 16
+    # users, 2 cores): 10.2 requests waiting, all for capacity, KV 0.1 %; the starved API server read
+    # 0 running in half its scrapes while 2 ran. The client used 0.07 cores, loop lag p99 706 ms,
+    # 88 % of the users in flight, the host's 2 cores busy. Before: "compute binds", confidence 0.27.
+    extra = []
+    for t in range(21):
+        labels = {"engine": "0"}
+        extra += [
+            Sample(T + t, "server", "requests_running", 2.0 * (t % 2), labels),
+            Sample(T + t, "server", WAITING_BY_REASON, 10.0, {**labels, "reason": "capacity"}),
+            Sample(T + t, "server", WAITING_BY_REASON, 0.0, {**labels, "reason": "deferred"}),
+        ]
+    records, samples = loaded_run(users=14, gauges={"kv_usage": 0.001, "requests_waiting": 10}, extra=extra)
+    run = run_of(
+        records,
+        [closed(16, T, T + 20)],
+        samples + _client_figures(0.07, 0.706, 2.0),
+        config={"url": "http://127.0.0.1:8000"},
+    )
+    step = analyze_run(run).steps[0]
+    assert step.constraint == "scheduling" and step.saturation == "past_knee"
+    assert "waiting for a seat (KV cache 0% full): running at its cap" in step.saturation_reason
+    assert "event-loop lag p99 706 ms (>= 100 ms) with 88% of the load delivered" in step.client_shortfall
+    assert "nothing else is trusted" not in step.headline
+    advice = " ".join(step.advice)
+    assert "vLLM: raise --max-num-seqs" in advice  # the server's advice first
+    assert "starved, not overloaded" in advice and "the server on the same host" in advice
+    assert "`taskset -c 1 loadlab run ...`" in advice and "more processes will not help" in advice
+
+
+def test_strain_as_large_as_1500_users_from_one_process_with_any_shortfall_is_client_limited():
+    # Recorded against `loadlab mock` (1 ms per token): loop lag p99 182 ms, 89 % of the users in
+    # flight (above the 80 % line), the process near a core; the mock's KV gauge high, nothing
+    # waiting. The verdict read "KV capacity sets per-token latency".
+    records, samples = loaded_run(users=89, gauges={"kv_usage": 0.9, "requests_waiting": 0, "requests_running": 89})
+    step = analyze_run(run_of(records, [closed(100, T, T + 20)], samples + _client_figures(0.97, 0.182, 1.3))).steps[0]
+    assert step.constraint == "client" and "nothing else is trusted" in step.headline
+    assert "event-loop lag p99 182 ms (>= 100 ms) with 89% of the load delivered" in step.headline
+    assert step.derived["achieved_concurrency_ratio"].value == pytest.approx(0.89, abs=0.01)
+    assert any("own work" in line and "--processes 2" in line for line in step.advice)
+    assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
+
+
+def test_an_under_loaded_step_never_names_kv_capacity_or_scheduling():
+    # KV usage high (healthy on an engine that pre-allocates), less than one request waiting:
+    # under-loaded, so what it names must be able to set per-token latency.
+    for gauges in ({"kv_usage": 0.97, "requests_waiting": 0.4}, {"kv_usage": 0.0, "requests_waiting": 0.6}):
+        records, samples = loaded_run(gauges={**gauges, "requests_running": 4})
+        step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+        assert step.saturation == "under_loaded"
+        assert step.constraint in ("memory_bandwidth", "compute", "network", "insufficient_data")
+        assert "KV capacity" not in step.headline and "scheduling" not in step.headline
 
 
 def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
@@ -403,3 +494,26 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     page = render_page("r", run_sections(build_report_data(run)))
     assert ("The load generator may have limited" in page) is limited
     assert "<b>client-limited</b> " + ("yes" if limited else "no") in page and "Client under strain" in page
+
+
+@pytest.mark.parametrize(
+    ("stretches", "ttft", "flops", "expect"),
+    [(DECODE_HEAVY, 0.02, 3.3e9, "memory_bandwidth"), (PREFILL_HEAVY, 0.15, 27e9, "compute")],
+)
+def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretches, ttft, flops, expect):
+    # No step-time histogram: the phase-time fit, and --enable-mfu-metrics estimates set against
+    # a CPU's peaks (0.1 TFLOP/s, 10 GB/s: a ridge of 10 FLOP/byte).
+    samples = vllm_samples(
+        [replace(s, flops=flops, read_bytes=0.9e9 if expect != "compute" else 0.1e9) for s in stretches]
+    )
+    records = []
+    for i, s in enumerate(stretches):
+        records += loaded_run(users=int(s.running), ttft=ttft, e2e=ttft + 0.16 if expect == "compute" else 1.0,
+                              step=i, start=s.start)[0]  # fmt: skip
+    steps = [closed(s.running, s.start, s.start + 20, index=i) for i, s in enumerate(stretches)]
+    analysis = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
+    assert [s.constraint for s in analysis.steps] == [expect, expect]
+    derived = analysis.steps[1].derived
+    assert (derived["intensity_over_ridge"].value < 1) is (expect == "memory_bandwidth")
+    assert "against a ridge of 10 (given: 0.1 TFLOP/s, 10 GB/s)" in derived["intensity_over_ridge"].note
+    assert derived["step_time_fixed_share"].note.startswith("fit: itl + prefill time")

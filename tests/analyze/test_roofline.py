@@ -7,11 +7,13 @@ import math
 import pytest
 
 from loadlab.analyze.histograms import SampleIndex
+from loadlab.analyze.peaks import calibrate, given
 from loadlab.analyze.roofline import fit_step_time, work_rates
 from loadlab.analyze.window import Window
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
 from tests.support.records import T
+from tests.support.runs import DECODE_HEAVY, PREFILL_HEAVY, vllm_samples
 
 
 def engine_counters(
@@ -167,3 +169,46 @@ def test_without_gpu_samples_the_intensity_has_no_ridge_to_compare_with():
 
 def test_without_estimates_there_are_no_work_rates():
     assert work_rates(index_of([Sample(T, "server", "kv_usage", 0.1, {})]), Window(T, T + 10, 10, "w")) is None
+
+
+WINDOWS = [Window(T, T + 20, 20, "a"), Window(T + 30, T + 50, 20, "b")]
+
+
+def test_vllm_without_step_times_is_fitted_on_its_gaps_and_prefills():
+    fit = fit_step_time(index_of(vllm_samples(DECODE_HEAVY)), WINDOWS)
+    assert fit is not None and fit.y == "itl + prefill_time" and fit.x == "tokens_per_step"
+    assert fit.points == 40  # per 2 s interval: its decode point and its prefill point
+    # Decode at 4-8 sequences and 32-token prefills lie on one shallow line: mostly fixed cost.
+    assert 0.005 < fit.intercept < 0.009 and fit.fixed_share(10) > 0.6
+
+
+def test_vllm_prefill_heavy_steps_grow_with_their_tokens():
+    fit = fit_step_time(index_of(vllm_samples(PREFILL_HEAVY)), WINDOWS)
+    assert fit is not None and fit.slope == pytest.approx(0.00025, rel=0.25)
+    assert fit.fixed_share(450.5) < 0.4
+
+
+def test_vllm_without_prefill_times_gives_no_fit():
+    samples = [s for s in vllm_samples(DECODE_HEAVY) if not s.signal.startswith("prefill_time")]
+    assert fit_step_time(index_of(samples), WINDOWS) is None
+
+
+def test_a_cpus_given_peaks_set_the_ridge_of_vllms_estimates():
+    samples = [
+        Sample(T + t, "server", name, v * t, {})
+        for t in range(3)
+        for name, v in (("estimated_flops", 4e9), ("estimated_read_bytes", 1e9))
+    ]
+    rates = work_rates(index_of(samples), Window(T, T + 2, 2, "w"), given(0.1, 10))
+    assert rates.intensity == pytest.approx(4) and rates.ridge == pytest.approx(10)
+    assert rates.mfu == pytest.approx(0.04) and rates.mbu == pytest.approx(0.1)
+    assert rates.gpu == "given: 0.1 TFLOP/s, 10 GB/s"
+    # A GPU named by the samples keeps its data sheet: the CPU's figures are not the device's.
+    gpu = samples + [Sample(T, "prometheus", "gpu_util", 0.9, {"gpu": "0", "modelName": "NVIDIA H100"})]
+    assert work_rates(index_of(gpu), Window(T, T + 2, 2, "w"), given(0.1, 10)).ridge == pytest.approx(989 / 3.35)
+
+
+def test_calibration_measures_this_host_once():
+    peaks = calibrate()
+    assert peaks.flops > 1e8 and peaks.bandwidth > 1e8 and math.isfinite(peaks.ridge)
+    assert peaks.source.startswith("calibrated on this host") and calibrate() is peaks

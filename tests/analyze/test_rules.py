@@ -92,12 +92,24 @@ def test_the_client_terms_give_evidence_and_score_their_strongest_but_decide_not
 
 def test_gpu_terms_that_cannot_exist_leave_coverage_and_stay_a_hint():
     cpu = score_all(
-        derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05), impossible=frozenset({"gpu", "mfu"})
+        derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05),
+        impossible=frozenset({"gpu", "mfu", "intensity"}),
     )["compute"]
     assert cpu.coverage == 1 and cpu.score > 0.9
     assert f"(hint) {NEEDS['gpu']}" in cpu.missing
     gpu = score_all(derived(step_time_fixed_share=0.15, decode_share=0.05, queue_share=0.05))["compute"]
     assert gpu.coverage == pytest.approx(3 / 7)
+
+
+def test_on_a_cpu_the_work_estimates_weigh_in_through_the_ridge_alone():
+    # vLLM's CPU build with --enable-mfu-metrics, 900-token prompts: intensity far above the
+    # CPU's ridge; MFU and MBU cannot be scored on a CPU and leave the coverage.
+    quantities = derived(step_time_fixed_share=0.3, decode_share=0.1, queue_share=0.02, intensity_over_ridge=30)
+    compute = score_all(quantities, impossible=frozenset({"gpu", "mfu"}))["compute"]
+    assert compute.coverage == 1 and compute.score > 0.9
+    assert not any("--enable-mfu-metrics" in line and "(hint)" not in line for line in compute.missing)
+    bandwidth = score_all(derived(decode_share=0.9, intensity_over_ridge=0.12), impossible=frozenset({"gpu", "mfu"}))
+    assert bandwidth["memory_bandwidth"].score == 1 and bandwidth["compute"].score == 0
 
 
 def test_the_table_names_every_class_once():
@@ -117,3 +129,13 @@ def test_a_kv_cache_that_admission_leaves_partly_free_still_binds_with_a_queue()
     # waits (seen in provoked runs: KV usage 75-100 %).
     scores = score_all(derived(kv_usage_p90=0.875, waiting_mean=14, queue_share=0.9, preemptions_per_min=0))
     assert scores["kv_capacity"].score > 0.7 and scores["scheduling"].score == 0
+
+
+def test_vllm_waiting_for_a_seat_is_scheduling_with_its_admission_sign_counted_once():
+    # The lab's vLLM admission-cap run: 10.2 waiting, all for capacity, KV 0.1 %, a starved API
+    # server reading running at 78 % of the most it saw; no engine step time (engine_busy) exists.
+    seen = dict(waiting_mean=10.2, queue_share=0.88, kv_usage_p90=0.001, preemptions_per_min=0, running_at_cap=0.78)
+    before = score_all(derived(**seen), impossible=frozenset({"gpu"}))["scheduling"]
+    after = score_all(derived(**seen, capacity_wait_share=1.0), impossible=frozenset({"gpu"}))["scheduling"]
+    assert before.score < 0.5 and after.score > 0.8
+    assert after.coverage == 1  # one sign of the admission group is all the class needs

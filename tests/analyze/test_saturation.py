@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.saturation import StepLoad, saturation
+from loadlab.analyze.saturation import StepLoad, held_at_admission, saturated_at_delivered_load, saturation
 
 
 def step(
@@ -55,3 +55,30 @@ def test_a_step_with_too_few_successful_requests_is_not_judged_nor_compared_with
 def test_refusals_judge_a_step_even_when_few_requests_finished():
     states, _ = saturation([step(0, 64, 0, refused_share=0.9, succeeded=0)])
     assert states[0].state == "overloaded"
+
+
+def _derived(**values: float) -> dict[str, Derived]:
+    return {k: Derived(v, "", [], "server_metrics") for k, v in values.items()}
+
+
+# The lab's admission-cap runs on the busy 2-core host: the reference server (--max-num-seqs 2,
+# its cap exported) and vLLM (--max-num-seqs 2, no cap exported, its starved API server reading
+# running at 78 % of the most seen while every waiting request waited for capacity).
+REFERENCE_AT_CAP = _derived(waiting_mean=12.25, kv_usage_p90=0.003, running_at_cap=1.0)
+VLLM_AT_CAP = _derived(waiting_mean=10.2, kv_usage_p90=0.001, running_at_cap=0.78, capacity_wait_share=1.0)
+
+
+def test_a_queue_before_free_kv_at_the_cap_is_held_at_admission():
+    assert held_at_admission(REFERENCE_AT_CAP) and held_at_admission(VLLM_AT_CAP)
+    assert saturated_at_delivered_load(REFERENCE_AT_CAP).startswith("running at 100% of its cap with 12.2")
+    assert saturated_at_delivered_load(VLLM_AT_CAP).startswith("waiting for a seat (KV cache 0% full)")
+
+
+def test_a_full_kv_pool_or_a_running_count_below_its_cap_is_not_admission():
+    kv_bound = _derived(waiting_mean=23.8, kv_usage_p90=1.0, running_at_cap=0.71)
+    assert not held_at_admission(kv_bound)
+    assert saturated_at_delivered_load(kv_bound).startswith("KV cache 100% full with 23.8 requests waiting")
+    # A prefill-bound queue (requests waiting for the next long step): 0.9 running of a 32 cap.
+    prefill = _derived(waiting_mean=1.33, kv_usage_p90=0.03, running_at_cap=0.03)
+    assert not held_at_admission(prefill) and saturated_at_delivered_load(prefill) == ""
+    assert saturated_at_delivered_load(_derived(waiting_mean=0.4, kv_usage_p90=1.0)) == ""  # no queue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,8 @@ def test_summary_json_round_trip() -> None:
 
 def test_write_summary_writes_summary_json_into_the_closed_run_folder(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path / "run", RunConfig(), process_anchor())
-    writer.add_requests([req(0, T, [T + 0.1, T + 0.2])])
+    now = time.time()  # within the run the writer opens: the reader leaves out rows far outside it
+    writer.add_requests([req(0, now, [now + 0.1, now + 0.2])])
     writer.close(status="interrupted", coverage=[Coverage("gpu", False, error="no NVML")])
     result = write_summary(load_run(tmp_path / "run"), Slo(ttft_ms=300))
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,3 +125,36 @@ def loadlab(*args: str, timeout: float = 300.0, env: dict[str, str] | None = Non
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+class CpuHogs:
+    """`count` processes that spin on `cpus` (all cores for ()) at the default priority until the
+    context ends; ended by their PIDs. A niced process on those cores gets almost no CPU meanwhile."""
+
+    def __init__(self, count: int, cpus: tuple[int, ...] = ()) -> None:
+        self.count = count
+        self.cpus = cpus
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> CpuHogs:
+        pin = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin) for _ in range(self.count)
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+
+
+def niced_on(cpus: tuple[int, ...]) -> Callable[[], None]:
+    """`preexec_fn` for a child that runs at the lowest priority (nice 19) pinned to `cpus`."""
+
+    def limit() -> None:
+        os.nice(19)
+        os.sched_setaffinity(0, cpus)
+
+    return limit

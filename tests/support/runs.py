@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,69 @@ def with_failures(records: list[RequestRecord], count: int) -> list[RequestRecor
         else r
         for i, r in enumerate(records)
     ]
+
+
+@dataclass
+class VllmStretch:
+    """What a vLLM engine exports over a stretch of time, per second unless said otherwise: the
+    running batch, inter-token gaps (decode), prefills, steps and the work estimates of
+    --enable-mfu-metrics. There is no step-time histogram: vLLM exports none."""
+
+    start: float
+    seconds: int
+    running: float
+    itl: float  # seconds per gap
+    gaps: float
+    prefill_time: float  # seconds per prefill
+    prefills: float
+    prompt_tokens: float  # per prefill
+    steps: float
+    tokens_per_step: float
+    flops: float = 0.0
+    read_bytes: float = 0.0
+
+
+def vllm_samples(stretches: list[VllmStretch]) -> list[Sample]:
+    """The samples a scrape every second would give over the stretches, counters carried on."""
+    totals: dict[str, float] = {}
+    out = []
+    for s in stretches:
+        per_s = {
+            "itl_sum": s.gaps * s.itl,
+            "itl_count": s.gaps,
+            "prefill_time_sum": s.prefills * s.prefill_time,
+            "prefill_time_count": s.prefills,
+            "prompt_tokens": s.prefills * s.prompt_tokens,
+            "tokens_per_step_sum": s.steps * s.tokens_per_step,
+            "tokens_per_step_count": s.steps,
+            **({"estimated_flops": s.flops, "estimated_read_bytes": s.read_bytes} if s.flops else {}),
+        }
+        base = {name: totals.get(name, 0.0) for name in per_s}
+        for t in range(s.seconds + 1):
+            labels = {"engine": "0"}
+            out += [Sample(s.start + t, "server", "requests_running", s.running, labels)]
+            out += [Sample(s.start + t, "server", "requests_waiting", 0.0, labels)]
+            out += [Sample(s.start + t, "server", "kv_usage", 0.05, labels)]
+            for name, rate in per_s.items():
+                totals[name] = base[name] + rate * t
+                out.append(Sample(s.start + t, "server", name, totals[name], labels))
+                if name.endswith("_count"):  # the histogram's one bucket: everything under +Inf
+                    out.append(Sample(s.start + t, "server", name[:-6], totals[name], {**labels, "le": "+Inf"}))
+    return out
+
+
+# vLLM 0.32 (CPU build) serving the tiny random-weight Llama of notes/vllm-cpu.md on 2 cores:
+# decode-heavy at 4 and 8 streams (32-token prompts, 128-token answers: ~5 ms a gap at one
+# stream, 950-1,100 tokens/s at 16), and prefill-heavy (900-token prompts, 2-token answers).
+DECODE_HEAVY = [
+    VllmStretch(T, 20, running=4, itl=0.0075, gaps=530, prefills=4.2, prefill_time=0.012, prompt_tokens=32,
+                steps=133, tokens_per_step=5.0),
+    VllmStretch(T + 30, 20, running=8, itl=0.0105, gaps=760, prefills=6.0, prefill_time=0.016, prompt_tokens=32,
+                steps=95, tokens_per_step=10.0),
+]  # fmt: skip
+PREFILL_HEAVY = [
+    VllmStretch(T, 20, running=1, itl=0.0062, gaps=6.0, prefills=6.0, prefill_time=0.155, prompt_tokens=900,
+                steps=12, tokens_per_step=450.5),
+    VllmStretch(T + 30, 20, running=2, itl=0.0090, gaps=7.5, prefills=7.5, prefill_time=0.255, prompt_tokens=900,
+                steps=12, tokens_per_step=563.0),
+]  # fmt: skip
