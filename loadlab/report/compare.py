@@ -10,7 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
-from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Comparison, format_change
+from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Change, Comparison, format_change
 
 _STYLE = {REGRESSION: "bold red", IMPROVEMENT: "bold green"}
 
@@ -49,13 +49,20 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
             _num(c.new, c.unit),
             interval,
             format_change(c.noise, c.unit, sign=""),
-            f"[{_STYLE[c.call]}]{c.call}[/]" if c.call in _STYLE else c.call + (" (error rate differs)" * bool(c.note)),
+            _call(c),
         )
     console.print(table)
     for note in dict.fromkeys(f"{c.step}: {c.note}" for c in comparison.changes if c.note):
         console.print(f"[bold yellow]not comparable:[/] {escape(note)}")
     for difference in comparison.differences:
         console.print(f"differs: {escape(difference)}")
+
+
+def _call(change: Change) -> str:
+    """The call, coloured when one was made; a flagged change says why it is not comparable."""
+    if change.call in _STYLE:
+        return f"[{_STYLE[change.call]}]{change.call}[/]"
+    return change.call + (" (error rate differs)" if change.note else "")
 
 
 def _num(value: float, unit: str) -> str:
