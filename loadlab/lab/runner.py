@@ -115,7 +115,8 @@ def run_scenario(
     try:
         run = folder / "run"
         if server is not None:
-            (folder / "server.log").symlink_to(os.path.relpath(server.log, folder))
+            if server.log.parent != folder:  # the first scenario on a shared server holds its log
+                (folder / "server.log").symlink_to(os.path.relpath(server.log, folder))
             code = _load(scenario, folder, run, server, step_seconds, device, say)
         else:
             with serving(scenario, engine or reference_engine(), folder, device, say) as served:

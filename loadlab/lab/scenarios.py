@@ -149,7 +149,7 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "kv_capacity",
         KV_CAPACITY,
-        "--num-gpu-blocks-override 8 (128-token blocks) under 32 users of 140 tokens: 8 run, 24 wait for KV",
+        "--num-gpu-blocks-override 8 (128-token blocks), 32 users of 140 tokens (2 blocks each): ~4 run, 28 wait",
         server=("--max-model-len", "512", "--num-gpu-blocks-override", "8", "--enable-mfu-metrics"),
         load=("--concurrency", "32", "--api", "completions", "--input-len", "100", "--output-len", "40"),
         expect_saturation=SATURATED,
@@ -170,12 +170,28 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
         load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2"),
     ),
     Scenario(
+        "memory_bandwidth",
+        MEMORY_BANDWIDTH,
+        "8-token prompts, 64-token answers at 1 then 2 users: decode steps of one or two sequences",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "8", "--output-len", "64"),
+    ),
+    Scenario(
         "under_loaded",
         None,
         "1 then 2 users who think 1 s between requests: the server idles, throughput doubles",
         server=VLLM_DEFAULT,
         load=("--concurrency", "1,2", "--think-time", "1", "--input-len", "32", "--output-len", "32"),
         expect_saturation=(UNDER_LOADED,),
+    ),
+    Scenario(
+        "client",
+        CLIENT,
+        "the load generator at nice 19 pinned to core 0, where vLLM binds its engine's threads: 64 users wait for CPU",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "64", "--input-len", "16", "--output-len", "16"),
+        client_nice=19,
+        client_cpus=(0,),
     ),
 )
 

@@ -43,9 +43,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder, done.stdout
 
 
-@pytest.mark.parametrize("name", [s.name for s in VLLM_SCENARIOS])
-def test_each_vllm_scenario_provokes_its_class(lab, name):
+@pytest.mark.parametrize("scenario", VLLM_SCENARIOS, ids=lambda s: s.name)
+def test_each_vllm_scenario_provokes_its_class(lab, scenario):
     folder, _ = lab
+    name = scenario.name
     result = next(r for r in json.loads((folder / "lab.json").read_text())["results"] if r["name"] == name)
     summary = (
         f"{result['status']}: {result['constraint']} (server side {result['server_side'] or '-'}), "
@@ -53,7 +54,17 @@ def test_each_vllm_scenario_provokes_its_class(lab, name):
     )
     assert result["status"] == MATCH, summary
     assert (folder / name / "run" / "analysis.json").exists()
-    assert (folder / name / "server.log").read_text(errors="replace").strip()  # vLLM's own log, shared or not
+
+
+def test_scenarios_whose_servers_start_alike_share_one(lab):
+    folder, _ = lab
+    first: dict[tuple, str] = {}
+    for s in VLLM_SCENARIOS:
+        log = folder / s.name / "server.log"
+        assert "vllm" in log.read_text(errors="replace").lower()  # vLLM's own log
+        holder = first.setdefault(s.server_key, s.name)
+        assert log.resolve() == (folder / holder / "server.log").resolve()
+    assert len(first) < len(VLLM_SCENARIOS)  # at least one server was shared
 
 
 def test_the_vllm_lab_prints_the_table_and_the_confusion_matrix(lab):
