@@ -90,7 +90,7 @@ def serving(
             args, log, scenario.server_nice, scenario.server_cpus, env=engine.env, own_group=engine.name == VLLM
         )
     try:
-        say(f"{scenario.name}: {engine.name} server {' '.join(args[3:])} (pid {server.pid})")
+        say(f"{scenario.name}: server {' '.join(args[3:])} (pid {server.pid})")
         wait_healthy(url + "/health", server, engine.ready_timeout)
         yield Served(url, server.pid, folder / "server.log")
     finally:
