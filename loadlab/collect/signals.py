@@ -80,41 +80,50 @@ def _table(pairs: dict[str, str]) -> dict[str, SignalMapping]:
 
 # Keys are metric family names as exposed: counters without the `_total` that prometheus_client
 # appends, histograms without `_bucket`/`_sum`/`_count` (see `canonical_name`).
-VLLM = _table(
-    {
-        "vllm:num_requests_running": REQUESTS_RUNNING,
-        "vllm:num_requests_waiting": REQUESTS_WAITING,
-        "vllm:kv_cache_usage_perc": KV_USAGE,  # a fraction despite the name
-        "vllm:gpu_cache_usage_perc": KV_USAGE,  # older name
-        "vllm:num_preemptions": PREEMPTIONS,
-        "vllm:prompt_tokens": PROMPT_TOKENS,
-        "vllm:generation_tokens": GENERATION_TOKENS,
-        "vllm:prefix_cache_queries": PREFIX_CACHE_QUERIES,
-        "vllm:prefix_cache_hits": PREFIX_CACHE_HITS,
-        "vllm:iteration_tokens_total": TOKENS_PER_STEP,  # a histogram whose name ends in _total
-        "vllm:time_to_first_token_seconds": TTFT,
-        "vllm:inter_token_latency_seconds": ITL,
-        "vllm:time_per_output_token_seconds": ITL,  # older name
-        "vllm:e2e_request_latency_seconds": E2E,
-        "vllm:request_queue_time_seconds": QUEUE_TIME,
-        "vllm:request_prefill_time_seconds": PREFILL_TIME,
-        "vllm:request_decode_time_seconds": DECODE_TIME,
-        "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
-        "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
-        "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
-        "vllm:num_requests_waiting_by_reason": REQUESTS_WAITING_BY_REASON,
-        "vllm:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
-        "vllm:request_prefill_kv_computed_tokens": PREFILL_COMPUTED_TOKENS,
-        # Only with --kv-cache-metrics: sampled blocks, recorded at eviction.
-        "vllm:kv_block_lifetime_seconds": KV_BLOCK_LIFETIME,
-        "vllm:kv_block_idle_before_evict_seconds": KV_BLOCK_IDLE_BEFORE_EVICT,
-        "vllm:kv_block_reuse_gap_seconds": KV_BLOCK_REUSE_GAP,
-        "vllm:spec_decode_num_drafts": SPEC_DRAFTS,
-        "vllm:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
-        "vllm:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
-        "vllm:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
-    }
-)
+# vLLM's names as its current release (0.32) exports them; the estimates only with --enable-mfu-metrics.
+VLLM_CURRENT = {
+    "vllm:num_requests_running": REQUESTS_RUNNING,
+    "vllm:num_requests_waiting": REQUESTS_WAITING,
+    "vllm:kv_cache_usage_perc": KV_USAGE,  # a fraction despite the name
+    "vllm:num_preemptions": PREEMPTIONS,
+    "vllm:prompt_tokens": PROMPT_TOKENS,
+    "vllm:generation_tokens": GENERATION_TOKENS,
+    "vllm:prefix_cache_queries": PREFIX_CACHE_QUERIES,
+    "vllm:prefix_cache_hits": PREFIX_CACHE_HITS,
+    "vllm:iteration_tokens_total": TOKENS_PER_STEP,  # a histogram whose name ends in _total
+    "vllm:time_to_first_token_seconds": TTFT,
+    "vllm:inter_token_latency_seconds": ITL,
+    "vllm:e2e_request_latency_seconds": E2E,
+    "vllm:request_queue_time_seconds": QUEUE_TIME,
+    "vllm:request_prefill_time_seconds": PREFILL_TIME,
+    "vllm:request_decode_time_seconds": DECODE_TIME,
+    "vllm:estimated_flops_per_gpu": ESTIMATED_FLOPS,
+    "vllm:estimated_read_bytes_per_gpu": ESTIMATED_READ_BYTES,
+    "vllm:estimated_write_bytes_per_gpu": ESTIMATED_WRITE_BYTES,
+    "vllm:num_requests_waiting_by_reason": REQUESTS_WAITING_BY_REASON,
+    "vllm:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
+    "vllm:request_prefill_kv_computed_tokens": PREFILL_COMPUTED_TOKENS,
+}
+# Families a current vLLM exports only when asked: with --kv-cache-metrics (sampled blocks,
+# recorded at eviction) and with speculative decoding.
+VLLM_ON_REQUEST = {
+    "vllm:kv_block_lifetime_seconds": KV_BLOCK_LIFETIME,
+    "vllm:kv_block_idle_before_evict_seconds": KV_BLOCK_IDLE_BEFORE_EVICT,
+    "vllm:kv_block_reuse_gap_seconds": KV_BLOCK_REUSE_GAP,
+    "vllm:spec_decode_num_drafts": SPEC_DRAFTS,
+    "vllm:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+    "vllm:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
+    "vllm:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
+}
+# Older releases' names for the same signals, absent from a current vLLM's /metrics: why each is gone.
+VLLM_RETIRED = {
+    "vllm:gpu_cache_usage_perc": (
+        KV_USAGE,
+        "renamed vllm:kv_cache_usage_perc (deprecated mid-2025, removed late 2025)",
+    ),
+    "vllm:time_per_output_token_seconds": (ITL, "renamed vllm:inter_token_latency_seconds (the per-gap histogram)"),
+}
+VLLM = _table({**VLLM_CURRENT, **VLLM_ON_REQUEST, **{raw: signal for raw, (signal, _) in VLLM_RETIRED.items()}})
 
 SGLANG = _table(
     {

@@ -26,10 +26,17 @@ def free_port() -> int:
 
 
 def start_child(
-    args: list[str], log: IO[bytes] | None = None, nice: int = 0, cpus: tuple[int, ...] = ()
+    args: list[str],
+    log: IO[bytes] | None = None,
+    nice: int = 0,
+    cpus: tuple[int, ...] = (),
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
 ) -> subprocess.Popen:
     """Start a child with its output in `log` (else inherited), niced by `nice` (a raised priority
-    only where privileges allow) and pinned to `cpus` when given."""
+    only where privileges allow), pinned to `cpus` when given, with `env` added to this process's
+    environment. `own_group`: the child leads a process group of its own, so that `end_child`'s
+    SIGKILL also reaches the processes it started (vLLM's engine core) if it cannot end them itself."""
 
     def limit() -> None:  # runs in the child before exec
         if nice:
@@ -43,8 +50,9 @@ def start_child(
     return subprocess.Popen(
         args,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         preexec_fn=limit if nice or cpus else None,
+        start_new_session=own_group,
         stdout=log,
         stderr=subprocess.STDOUT if log is not None else None,
     )
@@ -55,7 +63,7 @@ def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise NotReady(f"the reference server exited with code {child.returncode} before it was ready")
+            raise NotReady(f"the server exited with code {child.returncode} before it was ready")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
@@ -63,11 +71,15 @@ def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:
         except OSError:
             pass
         time.sleep(0.25)
-    raise NotReady(f"the reference server was not ready after {timeout:.0f} s")
+    raise NotReady(f"the server was not ready after {timeout:.0f} s")
 
 
 def end_child(child: subprocess.Popen, grace: float = STOP_GRACE) -> int:
-    """End a child by its PID: SIGTERM, then SIGKILL after `grace` seconds; its exit code."""
+    """End a child by its PID: SIGTERM, then SIGKILL after `grace` seconds; its exit code. A child
+    that leads its own process group (`start_child(own_group=True)`) takes the group with it: what
+    it started and left behind is killed once it has gone."""
+    # Asked only while the child is not yet waited for: until then its PID cannot be anyone else's.
+    leads_group = child.returncode is None and os.getpgid(child.pid) == child.pid
     if child.poll() is None:
         os.kill(child.pid, signal.SIGTERM)
         try:
@@ -75,4 +87,9 @@ def end_child(child: subprocess.Popen, grace: float = STOP_GRACE) -> int:
         except subprocess.TimeoutExpired:
             os.kill(child.pid, signal.SIGKILL)
             child.wait(10)
+    if leads_group:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group ended with its leader, as it should
+            pass
     return child.returncode

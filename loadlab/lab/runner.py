@@ -1,29 +1,32 @@
-"""Run one lab scenario for real: start the reference server, load it with `loadlab run`, read the verdict.
+"""Run one lab scenario for real: start its server (or use one shared with earlier scenarios), load
+it with `loadlab run`, read the verdict.
 
 Every process is a child started here and ended here by its PID, in a `finally`, within a time
-limit: the server (SIGTERM, then SIGKILL), and `loadlab run` (SIGTERM past its limit, which ends
-the run like Ctrl-C with its records kept). The verdict comes from the run folder's analysis.json
-(docs/run-folder.md), written by `loadlab analyze RUN` when the run did not leave one: the lab
-reads the analyzer's contract, not its classes.
+limit: the server (SIGTERM, then SIGKILL; vLLM's whole process group), and `loadlab run`
+(SIGTERM past its limit, which ends the run like Ctrl-C with its records kept). The verdict
+comes from the run folder's analysis.json (docs/run-folder.md), written by `loadlab analyze RUN`
+when the run did not leave one: the lab reads the analyzer's contract, not its classes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadlab.lab.engines import VLLM, Engine, reference_engine
 from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 
 FULL_SECONDS = 30.0  # seconds per load step
 SHORT_SECONDS = 12.0  # --short: enough for the analyzer's steady window on a busy 2-core host
 MIN_SECONDS = 2.0  # --step-seconds below this leaves no steady window to judge
-SERVER_READY_TIMEOUT = 240.0  # torch's import and the model's build, on a busy machine
 RUN_MARGIN = 90.0  # a run's limit: its steps plus this (start-up, drain, summary)
 ANALYZE_TIMEOUT = 120.0
 
@@ -63,16 +66,61 @@ class Result:
         return self.constraint if self.expect else self.saturation
 
 
+@dataclass(frozen=True)
+class Served:
+    """A server running for one or more scenarios: where it answers, its PID and its log."""
+
+    url: str
+    pid: int
+    log: Path
+
+
+@contextmanager
+def serving(
+    scenario: Scenario, engine: Engine, folder: Path, device: str, say: Callable[[str], None] = lambda line: None
+) -> Iterator[Served]:
+    """Start `engine`'s server with `scenario`'s flags (its log in folder/server.log), wait until
+    it is healthy, and end it by its PID when the block ends; NotReady if it never got there."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = engine.command(scenario.server, port, device, scenario.twin)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "server.log", "wb") as log:
+        server = start_child(
+            args, log, scenario.server_nice, scenario.server_cpus, env=engine.env, own_group=engine.name == VLLM
+        )
+    try:
+        say(f"{scenario.name}: server {' '.join(args[3:])} (pid {server.pid})")
+        wait_healthy(url + "/health", server, engine.ready_timeout)
+        yield Served(url, server.pid, folder / "server.log")
+    finally:
+        end_child(server)
+
+
 def run_scenario(
-    scenario: Scenario, folder: Path, step_seconds: float, device: str, say: Callable[[str], None] = lambda line: None
+    scenario: Scenario,
+    folder: Path,
+    step_seconds: float,
+    device: str,
+    say: Callable[[str], None] = lambda line: None,
+    engine: Engine | None = None,
+    server: Served | None = None,
 ) -> Result:
-    """Run `scenario` into `folder` (server.log, run.log and the run folder `run/`) and judge it."""
+    """Run `scenario` into `folder` (server.log, run.log and the run folder `run/`) and judge it:
+    on `server` when one is given (a server shared with earlier scenarios: its log is linked),
+    else on a server of `engine` (the reference server by default) started for it alone."""
     started = time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
     result = Result(scenario.name, scenario.expect or "", list(scenario.expect_saturation), FAILED, folder=str(folder))
     try:
         run = folder / "run"
-        code = _serve_and_load(scenario, folder, run, step_seconds, device, say)
+        if server is not None:
+            if server.log.parent != folder:  # the first scenario on a shared server holds its log
+                (folder / "server.log").symlink_to(os.path.relpath(server.log, folder))
+            code = _load(scenario, folder, run, server, step_seconds, device, say)
+        else:
+            with serving(scenario, engine or reference_engine(), folder, device, say) as served:
+                code = _load(scenario, folder, run, served, step_seconds, device, say)
         if not (run / "run.json").exists():
             result.reason = f"loadlab run wrote no run folder (exit code {code}; see {folder / 'run.log'})"
         else:
@@ -87,57 +135,43 @@ class LabFailure(Exception):
     """A scenario could not be judged (no analysis.json, or one without steps): one line."""
 
 
-def _serve_and_load(
-    scenario: Scenario, folder: Path, run: Path, step_seconds: float, device: str, say: Callable[[str], None]
+def _load(
+    scenario: Scenario,
+    folder: Path,
+    run: Path,
+    server: Served,
+    step_seconds: float,
+    device: str,
+    say: Callable[[str], None],
 ) -> int:
-    """Start the server, run the load against it, end both; `loadlab run`'s exit code."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server_args = [
+    """Run the load against `server` and end it within its limit; `loadlab run`'s exit code."""
+    load_args = [
         sys.executable,
         "-m",
-        "reference_server",
-        "--port",
-        str(port),
-        "--device",
-        device,
-        *(("--twin", scenario.twin) if scenario.twin else ()),
-        *scenario.server,
+        "loadlab.cli",
+        "run",
+        "--url",
+        server.url,
+        *scenario.load,
+        "--step-duration",
+        f"{step_seconds:g}",
+        "--out",
+        str(run),
+        "--server-pid",
+        str(server.pid),
     ]
-    with open(folder / "server.log", "wb") as log:
-        server = start_child(server_args, log, scenario.server_nice, scenario.server_cpus)
+    if device == "cpu":
+        load_args.append("--no-gpu")
+    say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
+    with open(folder / "run.log", "wb") as log:
+        client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
     try:
-        say(f"{scenario.name}: server {' '.join(server_args[3:])} (pid {server.pid})")
-        wait_healthy(url + "/health", server, SERVER_READY_TIMEOUT)
-        load_args = [
-            sys.executable,
-            "-m",
-            "loadlab.cli",
-            "run",
-            "--url",
-            url,
-            *scenario.load,
-            "--step-duration",
-            f"{step_seconds:g}",
-            "--out",
-            str(run),
-            "--server-pid",
-            str(server.pid),
-        ]
-        if device == "cpu":
-            load_args.append("--no-gpu")
-        say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
-        with open(folder / "run.log", "wb") as log:
-            client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
-        try:
-            return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
-        except subprocess.TimeoutExpired:
-            say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")
-            return end_child(client)
-        finally:
-            end_child(client)
+        return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
+    except subprocess.TimeoutExpired:
+        say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")
+        return end_child(client)
     finally:
-        end_child(server)
+        end_child(client)
 
 
 def _analysis(run: Path) -> dict:

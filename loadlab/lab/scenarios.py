@@ -1,8 +1,11 @@
-"""The lab's scenarios: reference-server settings and a load, each built to make one constraint bind.
+"""The lab's scenarios: server settings and a load, each built to make one constraint bind.
 
-One row per scenario; `loadlab lab` runs them and sets the analyzer's verdict against `expect`.
-A scenario's `server` flags go to `python -m reference_server` and its `load` flags to
-`loadlab run` (the lab adds the URL, the step duration and the run folder). The verdict read is
+One row per scenario, one table per engine (`SCENARIOS` for the reference server, `VLLM_SCENARIOS`
+for a real vLLM); `loadlab lab` runs them and sets the analyzer's verdict against `expect`.
+A scenario's `server` flags go to the engine's server (`python -m reference_server`, or vLLM's
+OpenAI API server) and its `load` flags to `loadlab run` (the lab adds the URL, the step
+duration and the run folder). Consecutive scenarios whose servers start alike share one server
+(vLLM takes a minute or two to start). The verdict read is
 the last step's: earlier steps only give the analyzer lower loads to compare with (saturation)
 and a spread of batch sizes for its step-time fit (compute vs memory bandwidth).
 
@@ -16,6 +19,8 @@ Why each scenario binds where it does: docs/lab.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from loadlab.lab.engines import REFERENCE, VLLM
 
 KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "kv_capacity", "memory_bandwidth", "compute"
 SCHEDULING, NETWORK, CLIENT = "scheduling", "network", "client"
@@ -31,7 +36,7 @@ class Scenario:
     name: str
     expect: str | None  # the constraint the analyzer should name; None: any (judged on saturation)
     why: str  # one line: what makes `expect` bind
-    server: tuple[str, ...]  # flags of `python -m reference_server`
+    server: tuple[str, ...]  # flags of the engine's server
     load: tuple[str, ...]  # flags of `loadlab run` (load shape and workload)
     expect_saturation: tuple[str, ...] = ()  # accepted saturation states; () = any
     server_nice: int = 10  # nice the server: the client keeps its CPU on a busy host
@@ -45,6 +50,11 @@ class Scenario:
         """How many load steps `load` asks for (values of --concurrency or --rate)."""
         load = dict(zip(self.load[::2], self.load[1::2], strict=True))
         return len((load.get("--concurrency") or load.get("--rate") or "").split(","))
+
+    @property
+    def server_key(self) -> tuple:
+        """What starting its server depends on: scenarios with equal keys can share one server."""
+        return (self.server, self.twin, self.server_nice, self.server_cpus)
 
 
 TINY = ("--preset", "tiny", "--max-model-len", "256")
@@ -129,16 +139,76 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-def select(names: str | None) -> list[Scenario]:
-    """The scenarios named in a comma-separated list (all of them for None), in table order;
-    ValueError naming an unknown one."""
+# A real vLLM (the PyPI CPU build) serving a tiny random-weight Llama (loadlab/lab/engines.py),
+# provoked with vLLM's own flags. `--enable-mfu-metrics` fills vLLM's FLOPs and bytes estimates,
+# which stand in for the step time vLLM does not export (compute against memory bandwidth).
+# The default-flag scenarios come last and share one server.
+VLLM_DEFAULT = ("--max-model-len", "2048", "--enable-mfu-metrics")
+
+VLLM_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "kv_capacity",
+        KV_CAPACITY,
+        "--num-gpu-blocks-override 8 (128-token blocks), 32 users of 140 tokens (2 blocks each): ~4 run, 28 wait",
+        server=("--max-model-len", "512", "--num-gpu-blocks-override", "8", "--enable-mfu-metrics"),
+        load=("--concurrency", "32", "--api", "completions", "--input-len", "100", "--output-len", "40"),
+        expect_saturation=SATURATED,
+    ),
+    Scenario(
+        "scheduling",
+        SCHEDULING,
+        "--max-num-seqs 2 under 16 users: running pinned at 2, 14 wait while the KV pool is nearly empty",
+        server=(*VLLM_DEFAULT, "--max-num-seqs", "2"),
+        load=("--concurrency", "16", "--input-len", "32", "--output-len", "32"),
+        expect_saturation=SATURATED,
+    ),
+    Scenario(
+        "compute",
+        COMPUTE,
+        "900-token prompts, 2-token answers: prefill-heavy steps whose time grows with their prompt tokens",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2"),
+    ),
+    Scenario(
+        "memory_bandwidth",
+        MEMORY_BANDWIDTH,
+        "8-token prompts, 64-token answers at 1 then 2 users: decode steps of one or two sequences",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "8", "--output-len", "64"),
+    ),
+    Scenario(
+        "under_loaded",
+        None,
+        "1 then 2 users who think 1 s between requests: the server idles, throughput doubles",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1,2", "--think-time", "1", "--input-len", "32", "--output-len", "32"),
+        expect_saturation=(UNDER_LOADED,),
+    ),
+    Scenario(
+        "client",
+        CLIENT,
+        "the load generator at nice 19 pinned to core 0, where vLLM binds its engine's threads: 64 users wait for CPU",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "64", "--input-len", "16", "--output-len", "16"),
+        client_nice=19,
+        client_cpus=(0,),
+    ),
+)
+
+TABLES = {REFERENCE: SCENARIOS, VLLM: VLLM_SCENARIOS}
+
+
+def select(names: str | None, engine: str = REFERENCE) -> list[Scenario]:
+    """The scenarios of `engine` named in a comma-separated list (all of them for None), in table
+    order; ValueError naming an unknown one."""
+    table = TABLES[engine]
     if names is None:
-        return list(SCENARIOS)
+        return list(table)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = {s.name for s in SCENARIOS}
+    known = {s.name for s in table}
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
         raise ValueError(
-            f"unknown scenario {', '.join(unknown) or repr(names)}; choose from {', '.join(s.name for s in SCENARIOS)}"
+            f"unknown scenario {', '.join(unknown) or repr(names)}; choose from {', '.join(s.name for s in table)}"
         )
-    return [s for s in SCENARIOS if s.name in wanted]
+    return [s for s in table if s.name in wanted]

@@ -34,6 +34,7 @@ class LabRun:
     step_seconds: float
     folder: str
     results: list[Result]
+    engine: str = "reference"  # the server provoked: reference | vllm
 
     @property
     def judged(self) -> list[Result]:
@@ -58,6 +59,7 @@ class LabRun:
         return {
             "format": FORMAT,
             "command": self.command,
+            "engine": self.engine,
             "device": self.device,
             "step_seconds": self.step_seconds,
             "folder": self.folder,
@@ -88,7 +90,7 @@ HEADERS = ["scenario", "expected", "verdict", "saturation", "confidence", "runne
 def print_lab(lab: LabRun, console: Console) -> None:
     """The per-scenario table and the confusion matrix."""
     table = Table(
-        title=f"loadlab lab: {lab.tally()} ({lab.device}, {lab.step_seconds:g} s per step)",
+        title=f"loadlab lab: {lab.tally()} ({lab.engine} on {lab.device}, {lab.step_seconds:g} s per step)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -122,7 +124,7 @@ def to_markdown(lab: LabRun) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
     out = [
-        f"`{lab.command}` ({lab.device}, {lab.step_seconds:g} s per step): {lab.tally()}.",
+        f"`{lab.command}` ({lab.engine} on {lab.device}, {lab.step_seconds:g} s per step): {lab.tally()}.",
         "",
         line(HEADERS),
         line(["---"] * len(HEADERS)),

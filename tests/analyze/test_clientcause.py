@@ -114,6 +114,7 @@ def test_the_server_is_local_when_its_process_was_sampled_or_its_url_is_loopback
     assert math.isnan(HostLoad(1.0, 0, None).busy_ratio)
 
 
+@pytest.mark.serial  # it starves one core on purpose: not beside other tests
 def test_a_load_generator_starved_of_its_core_is_told_from_one_doing_too_much(tmp_path):
     """For real: `loadlab run` at nice 19 pinned to core 0 against `loadlab mock`; once its step
     has begun, two spinning processes take core 0 for the step's length (its start-up and its end,

@@ -55,6 +55,7 @@ def console_table(stdout: str, header: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.serial  # the twin keeps its modelled pace only with the host's cores to spare
 def test_every_place_names_the_same_knee_and_the_same_throughput(tmp_path):
     out, report = tmp_path / "run", tmp_path / "diagnose.html"
     with start_server(tmp_path / "server.log", "--twin", TWIN, "--max-num-seqs", str(CAP)) as server:

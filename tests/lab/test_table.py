@@ -48,7 +48,7 @@ def test_confusion_counts_judged_scenarios_in_the_terms_each_expects():
 def test_markdown_and_terminal_show_every_scenario_and_why():
     md = to_markdown(lab())
     assert md.startswith(
-        "`loadlab lab --short` (cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
+        "`loadlab lab --short` (reference on cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
         "1 client-limited (server side as expected)."
     )
     assert "| mb | memory_bandwidth | compute | at_knee | 0.40 | memory_bandwidth | NO |" in md
