@@ -62,6 +62,9 @@ class RunConfig:
     url: str = ""  # may hold user:password@ (sent as Basic auth)
     model: str = ""
     api: str = "chat"  # chat | completions
+    # How tokens are counted: "chunks" (the stream's token chunks, as they come) or "logprobs" (ask
+    # for each token's logprob and count those: exact where a server merges or skips chunks).
+    token_count: str = "chunks"
     api_key: str = field(default="", repr=False)  # never written to disk
     concurrency: list[int] = field(default_factory=list)  # closed loop: one step per value
     rate: list[float] = field(default_factory=list)  # open loop (req/s): one step per value

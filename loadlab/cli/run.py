@@ -50,6 +50,12 @@ def run(
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
     api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    token_count: str | None = typer.Option(
+        None,
+        "--token-count",
+        help="chunks (default: the stream's token chunks) | logprobs (ask for each token's logprob and count those: "
+        "exact where a server merges or skips chunks, at a little cost to the server).",
+    ),
     scenario: Path | None = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
@@ -215,6 +221,7 @@ def run(
         url=url,
         model=model,
         api=api,
+        token_count=token_count,
         concurrency=concurrency,
         rate=rate,
         arrival=arrival,

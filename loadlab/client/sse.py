@@ -31,7 +31,7 @@ _ROLE = b'"role":'
 _ID = re.compile(rb'"id": ?"([^"\\]{1,200})"')
 # An event that may end the stream or carry counts: decoded in full. ("usage": null rides on
 # every chunk of some servers: only an object is worth decoding.)
-_DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"')
+_DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"|"logprobs": ?\{')
 
 
 class MalformedEvent(ValueError):
@@ -55,6 +55,7 @@ class Event:
     prompt_tokens: int = -1
     completion_tokens: int = -1
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens
+    logprobs: int = 0  # tokens the chunk's logprobs name (one entry per token; 0: none sent)
 
 
 TOKEN_EVENT = Event(token=True)  # the common result, shared: a caller may test `is`
@@ -106,6 +107,7 @@ def _decode(payload: bytes) -> Event:
     texts: list[str] = []
     role = False
     finish_reason = ""
+    logprobs = 0
     choices = obj.get("choices") or []
     if not isinstance(choices, list):
         raise MalformedEvent(_short(payload))
@@ -119,6 +121,7 @@ def _decode(payload: bytes) -> Event:
         if text is not None:
             texts.append(text)
         role = role or "role" in delta
+        logprobs += _logprob_count(choice.get("logprobs"))
         if choice.get("finish_reason"):
             finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
@@ -134,7 +137,16 @@ def _decode(payload: bytes) -> Event:
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
         cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else -1,
+        logprobs=logprobs,
     )
+
+
+def _logprob_count(logprobs: object) -> int:
+    """How many tokens a choice's logprobs name: chat's `content` entries or completions' `tokens`."""
+    if not isinstance(logprobs, dict):
+        return 0
+    entries = logprobs.get("content", logprobs.get("tokens"))
+    return len(entries) if isinstance(entries, list) else 0
 
 
 def _text_of(choice: dict[str, object], delta: dict[str, object]) -> str | None:

@@ -7,8 +7,9 @@ time, converted to epoch seconds through the process's clock anchor. Every failu
 exactly one ErrorCategory.
 
 Tokens are counted as the engine made them: every chunk that stands for a token (sse.py), its
-text empty or not, unless the server's usage shows that the empty ones were not tokens
-(RequestRecord.token_events says which held).
+text empty or not, unless the server's usage shows that the empty ones were not tokens; or, with
+--token-count logprobs, the per-token logprobs the chunks carry (RequestRecord.token_events says
+which held).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from loadlab.client.sse import (
 from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.schema import TOKEN_EVENTS_CHUNKS, TOKEN_EVENTS_TEXT, ErrorCategory, RequestRecord
+from loadlab.store.schema import (
+    TOKEN_EVENTS_CHUNKS,
+    TOKEN_EVENTS_LOGPROBS,
+    TOKEN_EVENTS_TEXT,
+    ErrorCategory,
+    RequestRecord,
+)
 from loadlab.urls import parse_http_url
 from loadlab.workload.spec import RequestSpec
 
@@ -60,6 +67,7 @@ class Endpoint:
     model: str
     timeout: float
     authorization: str = field(default="", repr=False)  # the header's value, "" = none
+    logprobs: bool = False  # ask for each token's logprob, to count tokens by them (--token-count)
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Endpoint:
@@ -74,6 +82,7 @@ class Endpoint:
             model=config.model,
             timeout=config.timeout,
             authorization=authorization,
+            logprobs=config.token_count == "logprobs",
         )
 
     def headers(self, request_id: str) -> dict[str, str]:
@@ -108,6 +117,8 @@ def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
     if spec.pin_output:
         body["min_tokens"] = spec.max_tokens
         body["ignore_eos"] = True
+    if endpoint.logprobs:  # the sampled token's own logprob only: one entry per token, no alternatives
+        body.update({"logprobs": True, "top_logprobs": 0} if endpoint.api == "chat" else {"logprobs": 0})
     body.update(spec.extra_body)
     return json.dumps(body).encode()
 
@@ -279,6 +290,7 @@ class _EventReader:
         self.perf_times: list[float] = []  # every token event's arrival, perf_counter() seconds
         self.empty_at: list[int] = []  # the positions in perf_times of the events with empty text
         self.role_at: list[int] = []  # ... of the role events (sse.Event.role): tokens where usage says so
+        self.logprob_times: list[float] = []  # one per token a chunk's logprobs named (sse.Event.logprobs)
         self.content_lines: list[bytes] = []
         self.keep_text = keep_text
         self.seen_event = False
@@ -333,8 +345,10 @@ class _EventReader:
             self.rec.server_request_id = event_id(line)
 
     def _take(self, event: Event, t: float) -> None:
-        """What an event other than a plain token says: a role, its finish reason, usage, the end."""
+        """What an event other than a plain token says: a role, its tokens' logprobs, its finish
+        reason, usage, the end."""
         rec = self.rec
+        self.logprob_times += [t] * event.logprobs
         if event.role:
             self.role_at.append(len(self.perf_times))
             self.perf_times.append(t)
@@ -362,6 +376,10 @@ class _EventReader:
         token); only the events with text where usage equals their number (the empty chunks were
         no tokens)."""
         rec, times, empty, roles = self.rec, self.perf_times, self.empty_at, self.role_at
+        if self.logprob_times:  # the server said how many tokens each chunk carried
+            rec.empty_chunks = len(empty)
+            rec.token_events = TOKEN_EVENTS_LOGPROBS
+            return self.logprob_times
         usage = rec.completion_tokens
         keep_roles = bool(roles) and usage == len(times)
         text_only = not keep_roles and bool(empty) and usage == len(times) - len(empty) - len(roles)

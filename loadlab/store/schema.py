@@ -16,6 +16,7 @@ FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 # RequestRecord.token_events: how a request's tokens were counted (docs/run-folder.md).
 TOKEN_EVENTS_CHUNKS = "chunks"  # every chunk that stands for a token, its text empty or not
 TOKEN_EVENTS_TEXT = "text_chunks"  # only chunks with text: usage showed the empty ones were no tokens
+TOKEN_EVENTS_LOGPROBS = "logprobs"  # the per-token logprobs each chunk carried (--token-count logprobs)
 
 
 class ErrorCategory(str, Enum):  # noqa: UP042  (a StrEnum would change what str() and f-strings print)
@@ -60,7 +61,7 @@ class RequestRecord:
     prompt_tokens: int = -1  # usage.prompt_tokens (-1: server did not say)
     completion_tokens: int = -1  # usage.completion_tokens
     client_tokens: int = 0  # token events counted by the client (len(token_times))
-    token_events: str = ""  # how they were counted: TOKEN_EVENTS_CHUNKS or _TEXT; "" = no token events
+    token_events: str = ""  # how they were counted: a TOKEN_EVENTS_* value; "" = no token events
     empty_chunks: int = 0  # token chunks whose text was empty (e.g. a UTF-8 character held back)
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens: served by a prefix cache (-1: not said)
     input_tokens: int = 0  # the workload's intended prompt length

@@ -12,6 +12,7 @@ from loadlab.workload.media import MediaSource
 from loadlab.workload.spec import RequestSpec
 
 APIS = ("chat", "completions")
+TOKEN_COUNTS = ("chunks", "logprobs")  # RunConfig.token_count
 
 
 class Workload(ABC):

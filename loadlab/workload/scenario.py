@@ -33,7 +33,7 @@ from loadlab.metrics.slo import parse_slo, slo_text
 from loadlab.urls import parse_http_url
 from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
-from loadlab.workload.base import APIS
+from loadlab.workload.base import APIS, TOKEN_COUNTS
 from loadlab.workload.distributions import parse_length, parse_seconds
 from loadlab.workload.media import check_media
 from loadlab.workload.trace import parse_columns, parse_window
@@ -92,6 +92,8 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
     """Cross-field checks; with `complete`, also that the config is ready to run (url, load shape)."""
     if cfg.api not in APIS:
         raise UserError(f"api must be one of {', '.join(APIS)}, got {cfg.api!r}")
+    if cfg.token_count not in TOKEN_COUNTS:
+        raise UserError(f"token_count must be one of {', '.join(TOKEN_COUNTS)}, got {cfg.token_count!r}")
     if cfg.arrival not in ARRIVALS:
         raise UserError(f"arrival must be one of {', '.join(ARRIVALS)}, got {cfg.arrival!r}")
     if cfg.workload.kind not in WORKLOADS:

@@ -114,3 +114,10 @@ def test_event_id_is_the_chunks_own_id():
     assert event_id(b'data: {"id":"chatcmpl-42","object":"chat.completion.chunk","choices":[]}') == "chatcmpl-42"
     assert event_id(b'data: {"id": "cmpl-7", "choices": [{"text": "x"}]}') == "cmpl-7"
     assert event_id(b'data: {"choices":[{"text":"x"}]}') == ""
+
+
+def test_the_tokens_a_chunks_logprobs_name_are_counted():
+    chat = b'data: {"choices":[{"delta":{"content":"ab"},"logprobs":{"content":[{"token":"a"},{"token":"b"}]}}]}'
+    completions = b'data: {"choices":[{"text":"","logprobs":{"tokens":["x"],"token_logprobs":[-1.0]}}]}'
+    assert parse_data(chat).logprobs == 2 and parse_data(completions).logprobs == 1
+    assert parse_data(b'data: {"choices":[{"delta":{"content":"a"},"logprobs":null}]}').logprobs == 0

@@ -214,6 +214,41 @@ def test_request_body_pins_the_output_and_asks_for_usage():
     assert "min_tokens" not in json.loads(build_body(spec(7, pin=False), endpoint))
 
 
+def test_counting_by_logprobs_asks_for_the_sampled_tokens_logprob_alone():
+    for api, asked in (("chat", {"logprobs": True, "top_logprobs": 0}), ("completions", {"logprobs": 0})):
+        endpoint = Endpoint.from_config(RunConfig(url="http://h:1", model="m", api=api, token_count="logprobs"))
+        body = json.loads(build_body(spec(7), endpoint))
+        assert {k: body[k] for k in asked} == asked
+    plain = Endpoint.from_config(RunConfig(url="http://h:1", model="m"))
+    assert "logprobs" not in json.loads(build_body(spec(7), plain))
+
+
+def test_tokens_a_chunks_logprobs_name_are_counted_even_when_chunks_merge_or_are_skipped():
+    """vLLM's chat stream with logprobs behind a busy API server: three tokens in one chunk, a
+    held-back character's token with no text, the role chunk naming none."""
+
+    def token(text: bytes, count: int, finish: bytes = b"null") -> bytes:
+        entries = b",".join([b'{"token":"x","logprob":-1.0,"top_logprobs":[]}'] * count)
+        return b'data: {"id":"chatcmpl-abc","choices":[{"index":0,"delta":{%s},"logprobs":{"content":[%s]},' \
+            b'"finish_reason":%s}]}\n\n' % (text, entries, finish)  # fmt: skip
+
+    writes = [
+        CHAT_CHUNK % (b'"role":"assistant","content":""', b"null"),
+        0.1,
+        token(b'"content":"abc"', 3),
+        0.05,
+        token(b"", 1),
+        token(b'"content":"d"', 1, b'"stop"'),
+        USAGE_CHUNK % 5 + b"data: [DONE]\n\n",
+    ]
+    rec = serve_once(writes, "logprobs")
+    assert rec.ok, rec.error_detail
+    assert rec.client_tokens == rec.completion_tokens == len(rec.token_times) == 5
+    assert rec.token_events == "logprobs"
+    assert rec.token_times[0] == rec.token_times[1] == rec.token_times[2]  # one chunk: bunched
+    assert rec.token_times[3] - rec.token_times[2] >= 0.05
+
+
 @pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port", "http://[::1"])
 def test_bad_urls_are_user_errors(bad):
     with pytest.raises(UserError):
