@@ -87,3 +87,7 @@ class Engine(Protocol):
 
     def add_requests(self, prompts: list[tuple[str, list[int]]], params: SamplingParams) -> Sequence[TokenStream]:
         """Queue (request id, prompt ids) pairs all or none; raises QueueFull, EngineDead or ValueError."""
+
+    async def pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's embedding (its final hidden states pooled); raises QueueFull, EngineDead,
+        StepFailed or ValueError."""

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from reference_server.config import EngineConfig
 from reference_server.engine.core import EngineCore, RequestOutput
+from reference_server.engine.runner import EngineFault
 from reference_server.engine.sequence import Sequence
-from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed, TokenOutput
 from reference_server.tokenizer import ByteTokenizer
 
 log = logging.getLogger("reference_server.engine")
@@ -67,6 +69,7 @@ class AsyncEngine:
         self._lock = threading.Condition()
         self._inbox: list[Sequence] = []  # accepted, not yet handed to the core
         self._aborts: set[str] = set()
+        self._pool_jobs: list[PoolJob] = []  # embeddings to compute between steps
         self._streams: dict[str, RequestStream] = {}  # every unfinished request
         self._num_waiting = 0  # inbox + the core's waiting queue, for QueueFull
         self._stopping = False
@@ -153,6 +156,21 @@ class AsyncEngine:
             self._lock.notify()
         return streams
 
+    async def pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's embedding, computed by the loop thread between two steps. Call from the event loop."""
+        if not self.healthy:
+            raise EngineDead("the engine loop is not running")
+        for prompt in prompts:
+            self.core.check_prompt(prompt)
+        assert self._loop is not None
+        job = PoolJob(prompts, self._loop.create_future())
+        with self._lock:
+            if self._num_waiting + len(self._pool_jobs) >= self.config.max_waiting:
+                raise QueueFull(f"{self._num_waiting} requests are already waiting")
+            self._pool_jobs.append(job)
+            self._lock.notify()
+        return await job.result
+
     def abort(self, request_id: str) -> None:
         """End a request early; its KV blocks are freed before the next step runs."""
         with self._lock:
@@ -187,6 +205,9 @@ class AsyncEngine:
                 return False
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
+            jobs, self._pool_jobs = self._pool_jobs, []
+        for job in jobs:
+            self._run_pool_job(core, job)
         for seq in new:
             core.add(seq)
         outputs = [out for request_id in aborts if (out := core.abort(request_id)) is not None]
@@ -198,9 +219,27 @@ class AsyncEngine:
             self._deliver(outputs)
         if not result.num_scheduled:
             with self._lock:
-                if not self._inbox and not self._aborts and not self._stopping:
+                if not self._inbox and not self._aborts and not self._pool_jobs and not self._stopping:
                     self._lock.wait(STATIC_POLL if core.num_waiting else IDLE_WAIT)
         return True
+
+    def _run_pool_job(self, core: EngineCore, job: PoolJob) -> None:
+        """Compute one pooling job and settle its future on the event loop; EngineFault propagates."""
+        outcome: list[list[float]] | BaseException
+        try:
+            outcome = core.pool(job.prompts)
+        except EngineFault as e:
+            outcome = EngineDead(f"engine loop died: {e!r}")
+            self._settle(job, outcome)
+            raise
+        except Exception as e:
+            log.exception("a pooling job of %d prompts failed", len(job.prompts))
+            outcome = StepFailed(f"the pooling job failed: {e!r}")
+        self._settle(job, outcome)
+
+    def _settle(self, job: PoolJob, outcome: list[list[float]] | BaseException) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_settle_future, job.result, outcome)
 
     def _count_waiting(self, core: EngineCore) -> None:
         """The waiting gauge counts the requests still in the inbox too."""
@@ -231,12 +270,32 @@ class AsyncEngine:
                 items = [(s, EngineDead(f"engine loop died: {self._dead!r}")) for s in self._streams.values()]
             self._inbox = []
             self._streams.clear()
+            jobs, self._pool_jobs = self._pool_jobs, []
+        for job in jobs:
+            self._settle(job, EngineDead("the engine has stopped"))
         try:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_put_all, items)
         except RuntimeError:  # the event loop is already closed
             pass
         core.shutdown()
+
+
+@dataclass
+class PoolJob:
+    """Prompts to embed, and the event loop's future for their vectors."""
+
+    prompts: list[list[int]]
+    result: asyncio.Future[list[list[float]]]
+
+
+def _settle_future(future: asyncio.Future[list[list[float]]], outcome: list[list[float]] | BaseException) -> None:
+    if future.done():  # the request was cancelled (the client went away)
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def _put_all(items: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:
