@@ -107,6 +107,11 @@ class StepSummary:
     # The share of gaps between token events that were bunched (events that arrived in one read),
     # left out of `itl`; NaN without gaps.
     itl_bunched: float = math.nan
+    # Pooling requests (embeddings, rerank; no stream, so no TTFT or ITL): the items they carried
+    # (inputs, documents) and their usage.prompt_tokens, of succeeded requests, and both per second.
+    items: int = 0
+    items_per_s: float = math.nan
+    prompt_tokens_per_s: float = math.nan
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepSummary:
@@ -374,6 +379,9 @@ def _summarize(
         tokens=_token_check(ok),
         client=client,
         itl_bunched=bunched_share(gaps),
+        items=int(ok["items"].sum()),
+        items_per_s=per_s(int(ok["items"].sum())),
+        prompt_tokens_per_s=per_s(int(ok["prompt_tokens"].clip(lower=0).sum())),
     )
     if slo is not None:
         summary.slo_met = int(_meets(ok, tokens, slo).sum())

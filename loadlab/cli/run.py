@@ -49,7 +49,9 @@ def run(
         help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1).",
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    api: str | None = typer.Option(
+        None, "--api", help="chat | completions | embeddings | rerank (default chat; docs/workloads.md)."
+    ),
     scenario: Path | None = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
@@ -148,6 +150,9 @@ def run(
         "--trace-columns",
         help="The trace's columns, when not detected: time=COL,input=COL,output=COL[,hash_ids=COL][,unit=s|ms|us].",
     ),
+    items: int | None = typer.Option(
+        None, "--items", help="Per request: inputs (--api embeddings) or documents (--api rerank); default 1."
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
     server_metrics: str | None = typer.Option(
         None,
@@ -237,6 +242,7 @@ def run(
         trace_speed=trace_speed,
         trace_window=trace_window,
         trace_columns=trace_columns,
+        items=items,
         seed=seed,
         server_metrics=server_metrics,
         prometheus=prometheus,
