@@ -206,8 +206,7 @@ class AsyncEngine:
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
             jobs, self._pool_jobs = self._pool_jobs, []
-        for job in jobs:
-            self._run_pool_job(core, job)
+        self._run_pool_jobs(core, jobs)
         for seq in new:
             core.add(seq)
         outputs = [out for request_id in aborts if (out := core.abort(request_id)) is not None]
@@ -223,19 +222,31 @@ class AsyncEngine:
                     self._lock.wait(STATIC_POLL if core.num_waiting else IDLE_WAIT)
         return True
 
-    def _run_pool_job(self, core: EngineCore, job: PoolJob) -> None:
-        """Compute one pooling job and settle its future on the event loop; EngineFault propagates."""
-        outcome: list[list[float]] | BaseException
-        try:
-            outcome = core.pool(job.prompts)
-        except EngineFault as e:
-            outcome = EngineDead(f"engine loop died: {e!r}")
-            self._settle(job, outcome)
-            raise
-        except Exception as e:
-            log.exception("a pooling job of %d prompts failed", len(job.prompts))
-            outcome = StepFailed(f"the pooling job failed: {e!r}")
-        self._settle(job, outcome)
+    def _run_pool_jobs(self, core: EngineCore, jobs: list[PoolJob]) -> None:
+        """Compute the pooling jobs, several in one forward up to max_num_batched_tokens (at least
+        one job each), and settle their futures. EngineFault propagates; the jobs not done go back
+        to the queue, which _end_all fails."""
+        limit = self.config.max_num_batched_tokens
+        while jobs:
+            group = [jobs.pop(0)]
+            tokens = group[0].tokens
+            while jobs and tokens + jobs[0].tokens <= limit:
+                tokens += jobs[0].tokens
+                group.append(jobs.pop(0))
+            try:
+                vectors = core.pool([prompt for job in group for prompt in job.prompts])
+            except EngineFault:
+                with self._lock:
+                    self._pool_jobs[:0] = group + jobs
+                raise
+            except Exception as e:
+                log.exception("a pooling job of %d requests failed", len(group))
+                for job in group:
+                    self._settle(job, StepFailed(f"the pooling job failed: {e!r}"))
+                continue
+            for job in group:
+                self._settle(job, vectors[: len(job.prompts)])
+                vectors = vectors[len(job.prompts) :]
 
     def _settle(self, job: PoolJob, outcome: list[list[float]] | BaseException) -> None:
         assert self._loop is not None
@@ -287,6 +298,10 @@ class PoolJob:
 
     prompts: list[list[int]]
     result: asyncio.Future[list[list[float]]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
 
 
 def _settle_future(future: asyncio.Future[list[list[float]]], outcome: list[list[float]] | BaseException) -> None:

@@ -475,3 +475,20 @@ def test_a_pooling_prompt_beyond_the_context_is_a_value_error() -> None:
             await engine.pool([[1] * 200])
 
     run_engine(config(), scenario)
+
+
+def test_pooling_requests_sent_together_each_get_their_own_vectors() -> None:
+    """Jobs queued together may share one forward: each still gets its own prompts' vectors."""
+
+    async def scenario(engine: AsyncEngine) -> tuple[list[list[list[float]]], list[list[list[float]]]]:
+        asks = [[engine.tokenizer.encode(p) for p in PROMPTS[i : i + 2]] for i in range(0, 8, 2)]
+        together = await asyncio.gather(*(engine.pool(ask) for ask in asks))
+        alone = [await engine.pool(ask) for ask in asks]
+        return list(together), alone
+
+    together, alone = run_engine(config(), scenario)
+    for got, expected in zip(together, alone, strict=True):
+        assert len(got) == 2
+        for a, b in zip(got, expected, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+    assert alone[0][0] != pytest.approx(alone[1][0], abs=1e-3)
