@@ -49,6 +49,8 @@ class WorkloadConfig:
     image_sizes: list[str] = field(default_factory=lambda: ["512x512"])
     image_dir: str = ""
     audio_seconds: list[float] = field(default_factory=list)
+    # api embeddings: inputs per request; api rerank: documents per request (each drawn as a prompt)
+    items: int = 1
     seed: int = 0
     # sharegpt, trace: max_tokens = the dataset answer's length; False draws it from output_len instead.
     # Setting output_len explicitly (scenario file or flag) turns this off unless it is also set.
@@ -61,7 +63,7 @@ class RunConfig:
 
     url: str = ""  # may hold user:password@ (sent as Basic auth)
     model: str = ""
-    api: str = "chat"  # chat | completions
+    api: str = "chat"  # chat | completions | embeddings | rerank
     # How tokens are counted: "chunks" (the stream's token chunks, as they come) or "logprobs" (ask
     # for each token's logprob and count those: exact where a server merges or skips chunks).
     token_count: str = "chunks"

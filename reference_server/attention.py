@@ -85,6 +85,12 @@ class KVCache:
         self.blocks_per_slab = blocks_per_slab  # > 0: contiguous mode
         self.num_slabs = num_blocks // blocks_per_slab if blocks_per_slab else 0
 
+    def scratch(self, tokens: int) -> KVCache:
+        """A paged cache like this one with room for `tokens` slots (for work whose KV is not kept)."""
+        layers, _, heads, dim = self.k.shape
+        blocks = -(-tokens // self.block_size)
+        return KVCache(layers, blocks, self.block_size, heads, dim, self.k.dtype, self.k.device)
+
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the new tokens' keys and values ([N, kv_heads, head_dim]) at their slots."""
         self.k[layer].index_copy_(0, slots, k)

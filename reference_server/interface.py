@@ -90,3 +90,7 @@ class Engine(Protocol):
 
     async def reset_prefix_cache(self) -> None:
         """Forget the prefix cache before the next step (POST /reset_prefix_cache); raises EngineDead."""
+
+    async def pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's embedding (its final hidden states pooled); raises QueueFull, EngineDead,
+        StepFailed or ValueError."""

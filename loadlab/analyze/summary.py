@@ -123,6 +123,11 @@ class StepSummary:
     itl_bunched: float = math.nan
     completed: int = 0  # successful requests that ended in the steady-state window(s)
     rate_window: float = math.nan  # seconds of the steady-state window(s) the rates are over
+    # Pooling requests (embeddings, rerank; no stream, so no TTFT or ITL): the items they carried
+    # (inputs, documents) and their usage.prompt_tokens, of succeeded requests, and both per second.
+    items: int = 0
+    items_per_s: float = math.nan
+    prompt_tokens_per_s: float = math.nan
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepSummary:
@@ -405,6 +410,9 @@ def _summarize(
         itl_bunched=bunched_share(gaps),
         completed=len(completed),
         rate_window=rate_seconds,
+        items=int(ok["items"].sum()),
+        items_per_s=per_s(int(completed["items"].sum())),
+        prompt_tokens_per_s=per_s(int(completed["prompt_tokens"].clip(lower=0).sum())),
     )
     if slo is not None:
         meets = _meets(ok, tokens, slo)

@@ -49,7 +49,9 @@ def run(
         help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1).",
     ),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    api: str | None = typer.Option(
+        None, "--api", help="chat | completions | embeddings | rerank (default chat; docs/workloads.md)."
+    ),
     token_count: str | None = typer.Option(
         None,
         "--token-count",
@@ -154,6 +156,9 @@ def run(
         "--trace-columns",
         help="The trace's columns, when not detected: time=COL,input=COL,output=COL[,hash_ids=COL][,unit=s|ms|us].",
     ),
+    items: int | None = typer.Option(
+        None, "--items", help="Per request: inputs (--api embeddings) or documents (--api rerank); default 1."
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
     server_metrics: str | None = typer.Option(
         None,
@@ -249,6 +254,7 @@ def run(
         trace_speed=trace_speed,
         trace_window=trace_window,
         trace_columns=trace_columns,
+        items=items,
         seed=seed,
         server_metrics=server_metrics,
         prometheus=prometheus,

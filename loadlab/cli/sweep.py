@@ -46,7 +46,9 @@ def sweep(
     step_duration: float = typer.Option(DEFAULT_STEP_SECONDS, "--step-duration", help="Seconds per step."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: str | None = typer.Option(None, "--api", help="chat | completions (default chat)."),
+    api: str | None = typer.Option(
+        None, "--api", help="chat | completions | embeddings | rerank (default chat; docs/workloads.md)."
+    ),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
     output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),

@@ -52,7 +52,12 @@ from loadlab.store.schema import (
 from loadlab.urls import parse_http_url
 from loadlab.workload.spec import RequestSpec
 
-API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+API_PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+    "rerank": "/rerank",
+}
 _CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL, errno.EHOSTDOWN}
 _NAN = math.nan
 
@@ -74,7 +79,7 @@ class Endpoint:
         """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
         base_url, prefix, authorization = split_url(config.url, config.api_key)
         if config.api not in API_PATHS:
-            raise UserError(f"unknown --api {config.api!r} (use chat or completions)")
+            raise UserError(f"unknown --api {config.api!r} (use {', '.join(API_PATHS)})")
         return cls(
             base_url=base_url,
             path=prefix + API_PATHS[config.api],
@@ -103,7 +108,11 @@ def split_url(url: str, api_key: str = "") -> tuple[str, str, str]:
 
 
 def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
-    """The JSON body of one streaming request."""
+    """The JSON body of one request: streaming for chat and completions, whole for pooling."""
+    if endpoint.api == "embeddings":
+        return json.dumps({"model": endpoint.model, "input": spec.documents}).encode()
+    if endpoint.api == "rerank":
+        return json.dumps({"model": endpoint.model, "query": spec.prompt, "documents": spec.documents}).encode()
     body: dict[str, object] = {
         "model": endpoint.model,
         "stream": True,
@@ -174,6 +183,7 @@ def stream_request(
         images=spec.images,
         image_pixels=spec.image_pixels,
         audio_seconds=spec.audio_seconds,
+        items=len(spec.documents),
     )
     # Only a conversation's next turn needs the answer's text: skip the decoding otherwise.
     events = _EventReader(rec, keep_text=spec.conversation is not None)
@@ -194,9 +204,15 @@ def stream_request(
         rec.server_request_id = server_id[:200] if isinstance(server_id, str) else ""
         if rec.status != 200:
             raise _http_failure(resp)
-        events.resp = resp
-        nbytes, end = body_reader().read(resp, events)
-        events.finish()
+        if rec.items:  # a pooling request: one JSON body, timed to its end
+            raw = resp.read()
+            end = time.perf_counter()
+            nbytes = len(raw)
+            _take_pooled(rec, raw)
+        else:
+            events.resp = resp
+            nbytes, end = body_reader().read(resp, events)
+            events.finish()
     except gevent.Timeout as e:
         if e is not timer:
             raise
@@ -412,6 +428,26 @@ def _http_failure(resp: HTTPSocketResponse) -> _Failure:
     if status >= 500:
         return _Failure(ErrorCategory.HTTP_5XX, detail)
     return _Failure(ErrorCategory.NOT_SSE, detail)  # 1xx/2xx/3xx other than 200: no stream
+
+
+def _take_pooled(rec: RequestRecord, raw: bytes) -> None:
+    """Read an embeddings or rerank response into the record: prompt tokens from its usage, and a
+    check that it answered every item (an embedding per input, a result per document)."""
+    try:
+        body = json.loads(raw)
+        answers = body["data"] if rec.api == "embeddings" else body["results"]
+        usage = body.get("usage") or {}
+        tokens = usage.get("prompt_tokens", usage.get("total_tokens", -1))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise _Failure(ErrorCategory.MALFORMED, f"not a {rec.api} response: {raw[:60]!r}") from None
+    if not isinstance(answers, list) or len(answers) != rec.items:
+        raise _Failure(
+            ErrorCategory.MALFORMED,
+            f"{rec.items} items sent, {len(answers) if isinstance(answers, list) else 0} answered",
+        )
+    rec.prompt_tokens = tokens if isinstance(tokens, int) else -1
+    rec.completion_tokens = 0
+    rec.finish_reason = "stop"
 
 
 def _error_message(text: str) -> str:

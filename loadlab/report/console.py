@@ -16,6 +16,7 @@ from loadlab.metrics.stats import Distribution
 from loadlab.terminal import inert_console
 
 DASH = "–"
+NOT_APPLICABLE = "n/a"  # a figure the step's requests cannot have (no stream: no TTFT, ITL or TPOT)
 WIDE = 160  # a table printed into a file or pipe should not wrap at 80 columns
 
 
@@ -72,22 +73,30 @@ def _steps_table(summary: RunSummary) -> Table:
         "achieved/\ntarget",
     ):
         table.add_column(header, justify="right", overflow="fold")
+    rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
+    pooling = any(step.items for step in rows)  # embeddings or rerank: items and prompt tokens per second
+    if pooling:
+        table.caption = f"{table.caption}; items/s, in tok/s: inputs or documents, and their prompt tokens, per second"
+        table.add_column("items/s", justify="right", overflow="fold")
+        table.add_column("in\ntok/s", justify="right", overflow="fold")
     if summary.slo is not None:
         table.add_column("goodput\nreq/s", justify="right", overflow="fold")
-    rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
     for step in rows:
+        pooled = bool(step.items)
         cells = [
             escape(step.label),
             _counts(step),
             _num(step.requests_per_s),
-            _num(step.output_tokens_per_s),
-            _ms(step.ttft),
-            _ms(step.itl),
-            _ms(step.tpot),
+            _num(step.output_tokens_per_s) if not step.items else NOT_APPLICABLE,
+            _streamed(step.ttft, pooled),
+            _streamed(step.itl, pooled),
+            _streamed(step.tpot, pooled),
             _ms(step.e2e),
-            _num(step.user_tokens_per_s.p50),
+            _streamed(step.user_tokens_per_s, pooled, _num(step.user_tokens_per_s.p50)),
             _achieved(step),
         ]
+        if pooling:
+            cells += [_num(step.items_per_s), _num(step.prompt_tokens_per_s)]
         if summary.slo is not None:
             cells.append(_num(step.goodput))
         table.add_row(*cells, style="bold" if step.index < 0 else None)
@@ -200,6 +209,14 @@ def _num(value: float | None) -> str:
     if abs(value) >= 99.95:
         return f"{value:.0f}"
     return f"{value:.1f}" if abs(value) >= 0.995 else f"{value:.2f}"
+
+
+def _streamed(d: Distribution, pooled: bool, text: str = "") -> str:
+    """A figure of streamed tokens (`text`, by default its percentiles in ms): "n/a" in a step of
+    pooling requests, which stream none."""
+    if pooled and d.count == 0:
+        return NOT_APPLICABLE
+    return text or _ms(d)
 
 
 def _ms(d: Distribution) -> str:

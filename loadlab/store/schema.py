@@ -50,7 +50,7 @@ class RequestRecord:
     worker: str  # which load-generator process (host:pid or locust client id)
     step: int  # index of the load step (0 when there are no steps)
     warmup: bool  # warm-up requests are stored but excluded from results
-    api: str  # "chat" | "completions"
+    api: str  # "chat" | "completions" | "embeddings" | "rerank"
     scheduled_time: float  # when the request was due (open loop) or picked up (closed loop)
     send_time: float  # when the HTTP request was written
     first_token_time: float  # first token event (its text may be empty)
@@ -78,6 +78,7 @@ class RequestRecord:
     images: int = 0  # images sent with the request (chat image_url parts)
     image_pixels: int = 0  # their pixels, all images together
     audio_seconds: float = 0.0  # audio sent with it (input_audio parts)
+    items: int = 0  # embeddings: inputs sent; rerank: documents sent (0: a generation request)
 
     @property
     def ok(self) -> bool:

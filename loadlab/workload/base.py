@@ -11,7 +11,8 @@ from loadlab.errors import UserError
 from loadlab.workload.media import MediaSource
 from loadlab.workload.spec import RequestSpec
 
-APIS = ("chat", "completions")
+POOLING_APIS = ("embeddings", "rerank")  # answered whole, no stream and no output tokens
+APIS = ("chat", "completions", *POOLING_APIS)
 TOKEN_COUNTS = ("chunks", "logprobs")  # RunConfig.token_count
 
 
@@ -41,9 +42,20 @@ class Workload(ABC):
         """The next request to send, with its images and audio when the config asks for them."""
         with self._lock:
             spec = self._next()
+            if self.api in POOLING_APIS:
+                self._add_items(spec)
             if self._media is not None:
                 self._media.attach(spec, self.rng)
             return spec
+
+    def _add_items(self, spec: RequestSpec) -> None:
+        """Fill a pooling request's items (workload.items of them, drawn as prompts): embeddings embed
+        the spec's prompt and items - 1 more; rerank ranks `items` documents against the prompt."""
+        more = self.cfg.items - 1 if self.api == "embeddings" else self.cfg.items
+        drawn = [self._next() for _ in range(more)]
+        spec.documents = ([spec.prompt] if self.api == "embeddings" else []) + [d.prompt for d in drawn]
+        spec.input_tokens += sum(d.input_tokens for d in drawn)
+        spec.max_tokens = 0
 
     def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:  # noqa: B027  (optional hook)
         """Called after every request with the text it received; single-turn kinds ignore it."""

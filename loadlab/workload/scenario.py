@@ -33,7 +33,7 @@ from loadlab.metrics.slo import parse_slo, slo_text
 from loadlab.urls import parse_http_url
 from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
-from loadlab.workload.base import APIS, TOKEN_COUNTS
+from loadlab.workload.base import APIS, POOLING_APIS, TOKEN_COUNTS
 from loadlab.workload.distributions import parse_length, parse_seconds
 from loadlab.workload.media import check_media
 from loadlab.workload.trace import parse_columns, parse_window
@@ -128,6 +128,15 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         raise UserError("workload.dataset (a ShareGPT JSON file) is needed for kind = 'sharegpt'")
     _check_trace(cfg.workload)
     check_media(cfg.workload)
+    if cfg.workload.items < 1:
+        raise UserError("workload.items must be >= 1")
+    # A pooling request draws its items as prompts, one after another: only kinds whose prompts are
+    # independent draws can (a trace's are on its clock, a session's follow its history).
+    if cfg.api in POOLING_APIS and cfg.workload.kind in ("multiturn", "tools", "trace"):
+        raise UserError(
+            f"api {cfg.api} draws its items as independent prompts: use workload synthetic, sharegpt "
+            f"or shared_prefix, not {cfg.workload.kind}"
+        )
     if cfg.url:
         parse_http_url(cfg.url, "url")
     if complete:

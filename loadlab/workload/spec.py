@@ -29,3 +29,5 @@ class RequestSpec:
     images: int = 0
     image_pixels: int = 0
     audio_seconds: float = 0.0
+    # Embeddings: the inputs; rerank: the documents ranked against `prompt` (the query).
+    documents: list[str] = field(default_factory=list)

@@ -13,10 +13,19 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import generate_latest
 
+from reference_server.api import pooling
 from reference_server.api.connections import DEFAULT_IDLE_TIMEOUT, ConnectionGuard
 from reference_server.api.errors import APIError, bad_request
 from reference_server.api.generation import respond
-from reference_server.api.requests import ServedModel, parse_chat, parse_completion, parse_detokenize, parse_tokenize
+from reference_server.api.requests import (
+    ServedModel,
+    parse_chat,
+    parse_completion,
+    parse_detokenize,
+    parse_embeddings,
+    parse_rerank,
+    parse_tokenize,
+)
 from reference_server.interface import Engine, EngineDead
 
 log = logging.getLogger(__name__)
@@ -45,6 +54,9 @@ def build_app(
         [
             web.post("/v1/completions", routes.completions),
             web.post("/v1/chat/completions", routes.chat_completions),
+            web.post("/v1/embeddings", routes.embeddings),
+            web.post("/v1/rerank", routes.rerank),
+            web.post("/rerank", routes.rerank),  # vLLM serves both paths
             web.get("/v1/models", routes.models),
             web.get("/health", routes.health),
             web.get("/metrics", routes.metrics),
@@ -76,6 +88,14 @@ class _Routes:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = parse_chat(await self._json(request), self.model)
         return await respond(request, self.engine, body, self.model.name)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = parse_embeddings(await self._json(request), self.model)
+        return web.json_response(await pooling.embeddings(self.engine, body, self.model.name))
+
+    async def rerank(self, request: web.Request) -> web.Response:
+        body = parse_rerank(await self._json(request), self.model)
+        return web.json_response(await pooling.rerank(self.engine, body, self.model.name))
 
     async def models(self, request: web.Request) -> web.Response:
         card = {

@@ -170,24 +170,69 @@ def _function_name(tool: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def parse_prompt(prompt: Any, model: ServedModel) -> list[list[int]]:
+def parse_prompt(prompt: Any, model: ServedModel, param: str = "prompt") -> list[list[int]]:
     """Every prompt form clients send: str, [str] (a batch), [int] and [[int]] (a batch)."""
     if isinstance(prompt, str):
-        prompts = [encode(prompt, model, "prompt")]
+        prompts = [encode(prompt, model, param)]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = [encode(p, model, "prompt") for p in prompt]
+        prompts = [encode(p, model, param) for p in prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-        prompts = [parse_token_ids(p, model, "prompt") for p in prompt]
+        prompts = [parse_token_ids(p, model, param) for p in prompt]
     elif isinstance(prompt, list) and prompt:
-        prompts = [parse_token_ids(prompt, model, "prompt")]
+        prompts = [parse_token_ids(prompt, model, param)]
     else:
         raise bad_request(
-            "'prompt' must be a non-empty string, list of strings, list of token ids or list of lists of token ids",
-            "prompt",
+            f"'{param}' must be a non-empty string, list of strings, list of token ids or list of lists of token ids",
+            param,
         )
     if any(not p for p in prompts):
-        raise bad_request("the prompt is empty", "prompt")
+        raise bad_request(f"the {param} is empty", param)
     return prompts
+
+
+@dataclass
+class EmbeddingRequest:
+    """A validated /v1/embeddings request: the inputs' token ids."""
+
+    inputs: list[list[int]]
+
+
+@dataclass
+class RerankRequest:
+    """A validated /v1/rerank request: the query's and the documents' token ids, and the documents' text."""
+
+    query: list[int]
+    documents: list[list[int]]
+    texts: list[str]
+    top_n: int  # results returned, best first
+
+
+def parse_embeddings(raw: Any, model: ServedModel) -> EmbeddingRequest:
+    """Validate a /v1/embeddings body (OpenAI's: `input` as a string, strings or token ids; floats only)."""
+    fields = _Fields(raw)
+    check_model(fields, model)
+    if "input" not in fields.raw:
+        raise bad_request("'input' is required", "input")
+    encoding = fields.string("encoding_format")
+    if encoding not in (None, "float"):
+        raise bad_request("'encoding_format' must be 'float' (base64 is not served)", "encoding_format")
+    return EmbeddingRequest(parse_prompt(fields.raw["input"], model, "input"))
+
+
+def parse_rerank(raw: Any, model: ServedModel) -> RerankRequest:
+    """Validate a /v1/rerank body (vLLM's, Cohere's and Jina's: `query`, `documents` as strings, `top_n`)."""
+    fields = _Fields(raw)
+    check_model(fields, model)
+    query = fields.string("query")
+    if not query:
+        raise bad_request("'query' must be a non-empty string", "query")
+    texts = fields.raw.get("documents")
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+        raise bad_request("'documents' must be a non-empty list of non-empty strings", "documents")
+    top_n = fields.integer("top_n", len(texts), lo=1)
+    return RerankRequest(
+        encode(query, model, "query"), [encode(t, model, "documents") for t in texts], texts, min(top_n, len(texts))
+    )
 
 
 def encode(text: str, model: ServedModel, param: str) -> list[int]:

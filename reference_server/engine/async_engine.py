@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from reference_server.config import EngineConfig
 from reference_server.engine.core import EngineCore, RequestOutput
+from reference_server.engine.runner import EngineFault
 from reference_server.engine.sequence import Sequence
-from reference_server.interface import EngineDead, QueueFull, SamplingParams, TokenOutput
+from reference_server.interface import EngineDead, QueueFull, SamplingParams, StepFailed, TokenOutput
 from reference_server.tokenizer import ByteTokenizer
 
 log = logging.getLogger("reference_server.engine")
@@ -68,6 +70,7 @@ class AsyncEngine:
         self._inbox: list[Sequence] = []  # accepted, not yet handed to the core
         self._aborts: set[str] = set()
         self._cache_resets: list[asyncio.Future[None]] = []  # asked for, done before the next step
+        self._pool_jobs: list[PoolJob] = []  # embeddings to compute between steps
         self._streams: dict[str, RequestStream] = {}  # every unfinished request
         self._num_waiting = 0  # inbox + the core's waiting queue, for QueueFull
         self._stopping = False
@@ -165,6 +168,21 @@ class AsyncEngine:
             self._lock.notify()
         await done
 
+    async def pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's embedding, computed by the loop thread between two steps. Call from the event loop."""
+        if not self.healthy:
+            raise EngineDead("the engine loop is not running")
+        for prompt in prompts:
+            self.core.check_prompt(prompt)
+        assert self._loop is not None
+        job = PoolJob(prompts, self._loop.create_future())
+        with self._lock:
+            if self._num_waiting + len(self._pool_jobs) >= self.config.max_waiting:
+                raise QueueFull(f"{self._num_waiting} requests are already waiting")
+            self._pool_jobs.append(job)
+            self._lock.notify()
+        return await job.result
+
     def abort(self, request_id: str) -> None:
         """End a request early; its KV blocks are freed before the next step runs."""
         with self._lock:
@@ -200,12 +218,14 @@ class AsyncEngine:
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
             resets, self._cache_resets = self._cache_resets, []
+            jobs, self._pool_jobs = self._pool_jobs, []
         if resets:
             # The loop thread owns the block manager: the reset happens here, between two steps.
             core.blocks.reset_prefix_cache()
             assert self._loop is not None
             for done in resets:
                 self._loop.call_soon_threadsafe(done.set_result, None)
+        self._run_pool_jobs(core, jobs)
         for seq in new:
             core.add(seq)
         outputs = [out for request_id in aborts if (out := core.abort(request_id)) is not None]
@@ -217,9 +237,45 @@ class AsyncEngine:
             self._deliver(outputs)
         if not result.num_scheduled:
             with self._lock:
-                if not self._inbox and not self._aborts and not self._cache_resets and not self._stopping:
+                if (
+                    not self._inbox
+                    and not self._aborts
+                    and not self._cache_resets
+                    and not self._pool_jobs
+                    and not self._stopping
+                ):
                     self._lock.wait(STATIC_POLL if core.num_waiting else IDLE_WAIT)
         return True
+
+    def _run_pool_jobs(self, core: EngineCore, jobs: list[PoolJob]) -> None:
+        """Compute the pooling jobs, several in one forward up to max_num_batched_tokens (at least
+        one job each), and settle their futures. EngineFault propagates; the jobs not done go back
+        to the queue, which _end_all fails."""
+        limit = self.config.max_num_batched_tokens
+        while jobs:
+            group = [jobs.pop(0)]
+            tokens = group[0].tokens
+            while jobs and tokens + jobs[0].tokens <= limit:
+                tokens += jobs[0].tokens
+                group.append(jobs.pop(0))
+            try:
+                vectors = core.pool([prompt for job in group for prompt in job.prompts])
+            except EngineFault:
+                with self._lock:
+                    self._pool_jobs[:0] = group + jobs
+                raise
+            except Exception as e:
+                log.exception("a pooling job of %d requests failed", len(group))
+                for job in group:
+                    self._settle(job, StepFailed(f"the pooling job failed: {e!r}"))
+                continue
+            for job in group:
+                self._settle(job, vectors[: len(job.prompts)])
+                vectors = vectors[len(job.prompts) :]
+
+    def _settle(self, job: PoolJob, outcome: list[list[float]] | BaseException) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_settle_future, job.result, outcome)
 
     def _count_waiting(self, core: EngineCore) -> None:
         """The waiting gauge counts the requests still in the inbox too."""
@@ -251,6 +307,9 @@ class AsyncEngine:
             self._inbox = []
             self._streams.clear()
             resets, self._cache_resets = self._cache_resets, []
+            jobs, self._pool_jobs = self._pool_jobs, []
+        for job in jobs:
+            self._settle(job, EngineDead("the engine has stopped"))
         try:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_put_all, items)
@@ -259,6 +318,27 @@ class AsyncEngine:
         except RuntimeError:  # the event loop is already closed
             pass
         core.shutdown()
+
+
+@dataclass
+class PoolJob:
+    """Prompts to embed, and the event loop's future for their vectors."""
+
+    prompts: list[list[int]]
+    result: asyncio.Future[list[list[float]]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+
+def _settle_future(future: asyncio.Future[list[list[float]]], outcome: list[list[float]] | BaseException) -> None:
+    if future.done():  # the request was cancelled (the client went away)
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def _put_all(items: list[tuple[RequestStream, TokenOutput | Exception]]) -> None:

@@ -100,6 +100,12 @@ class EngineCore:
 
     def new_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
         """A sequence for a prompt, which must fit the context and the vocabulary (ValueError otherwise)."""
+        self.check_prompt(prompt_ids)
+        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
+
+    def check_prompt(self, prompt_ids: list[int]) -> None:
+        """ValueError unless the prompt fits the context (with one output token) and the vocabulary."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
@@ -109,8 +115,6 @@ class EngineCore:
             )
         if min(prompt_ids) < 0 or max(prompt_ids) >= self.shape.vocab_size:
             raise ValueError(f"prompt token ids must be in 0..{self.shape.vocab_size - 1}")
-        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
-        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
 
     def add(self, seq: Sequence) -> None:
         """Queue a sequence; the next steps run it."""
@@ -135,6 +139,24 @@ class EngineCore:
     def shutdown(self) -> None:
         """Stop the tensor-parallel ranks."""
         self.runner.shutdown()
+
+    # ---- pooling ---------------------------------------------------------------------------------
+
+    def pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Embeddings of checked prompts: each prefilled whole, its final hidden states averaged and
+        L2-normalised. Runs between steps, outside the scheduler: it takes no KV blocks and no batch
+        slot, and the sequences waiting meanwhile wait for it as they would for a step. EngineFault
+        propagates; other errors fail this job only."""
+        work = self.cost.step([ChunkWork(len(p), 0, False) for p in prompts])
+        start = time.perf_counter()
+        vectors = self.runner.pool(prompts, work)
+        m = self.metrics
+        m.step_seconds["prefill"].observe(time.perf_counter() - start)
+        m.batch_size["prefill"].observe(len(prompts))
+        m.iteration_tokens.observe(work.tokens)
+        m.prompt_tokens.inc(work.tokens)
+        m.record_work(work)
+        return [v.tolist() for v in vectors]
 
     # ---- one step --------------------------------------------------------------------------------
 

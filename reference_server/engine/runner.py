@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
@@ -59,6 +60,9 @@ class Executor(Protocol):
     def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
         """Run one step's chunks (their `work` as reference_server.accounting counts it)."""
 
+    def pool(self, prompts: list[list[int]], work: StepWork) -> torch.Tensor:
+        """Embeddings [B, hidden] of whole prompts, prefilled outside the schedule (`work` as counted)."""
+
     def keepalive(self) -> None:
         """Called when a step has nothing to run."""
 
@@ -74,6 +78,19 @@ class StepInput:
     positions: torch.Tensor  # [N] long
     meta: AttentionMetadata
     sample_rows: torch.Tensor  # [S] long: rows whose logits are sampled
+
+
+@dataclass
+class PoolInput:
+    """A pooling job for every rank: whole prompts, prefilled on their own (no sampling, no KV kept)."""
+
+    input_ids: torch.Tensor  # [N] long: the prompts one after another
+    lengths: list[int]  # each prompt's tokens
+
+
+def pool_input(prompts: list[list[int]]) -> PoolInput:
+    """The pooling job of these prompts."""
+    return PoolInput(torch.tensor([t for p in prompts for t in p]), [len(p) for p in prompts])
 
 
 @dataclass(frozen=True)
@@ -206,6 +223,24 @@ class Worker:
         )
         return self.model.logits(hidden[step.sample_rows.to(self.device)])
 
+    @torch.inference_mode()
+    def pool(self, job: PoolInput) -> torch.Tensor:
+        """Each prompt's embedding [B, hidden] (float32): the mean of its final hidden states, L2-normalised.
+
+        Each prompt is one whole prefill chunk (plain causal attention, no cache read); the KV it
+        writes goes to a scratch cache of its own, so the served sequences' blocks are untouched.
+        """
+        chunks, offset = [], 0
+        for n in job.lengths:  # start 0, no mask: each prompt attends within itself, reading no cache
+            chunks.append(PrefillChunk(offset, n, 0, torch.zeros(1, 1, dtype=torch.long)))
+            offset += n
+        scratch = self.cache.scratch(offset)
+        positions = torch.cat([torch.arange(n) for n in job.lengths])
+        meta = AttentionMetadata(slot_mapping=torch.arange(offset), prefills=chunks).to(self.device)
+        hidden = self.model(job.input_ids.to(self.device), positions.to(self.device), meta, scratch).float()
+        means = torch.stack([h.mean(dim=0) for h in hidden.split(job.lengths)])
+        return torch.nn.functional.normalize(means, dim=-1).cpu()
+
 
 def _set_threads(config: EngineConfig) -> None:
     # Ranks share the cores, and one is left to the HTTP event loop: an oversubscribed core makes
@@ -237,13 +272,15 @@ def _worker_main(config: EngineConfig, layout: KVLayout, rank: int, port: int, t
     worker = Worker(config, layout, TensorParallel(rank, config.tensor_parallel))
     try:
         while True:
-            box: list[StepInput | str | None] = [None]
+            box: list[StepInput | PoolInput | str | None] = [None]
             dist.broadcast_object_list(box, src=0)
             step = box[0]
             if step is None:
                 break
             if isinstance(step, StepInput):  # else KEEPALIVE, sent only to keep the group's connections alive
                 worker.execute(step)
+            elif isinstance(step, PoolInput):
+                worker.pool(step)
     except RuntimeError as e:  # rank 0 died: the connection closed under a collective
         print(
             f"tensor-parallel rank {rank}: stopping, rank 0 is gone ({str(e).splitlines()[0][:120]})", file=sys.stderr
@@ -280,17 +317,29 @@ class ModelRunner:
         logits, collective = self.execute(step)
         return Executed(sampled, self.sampler.sample(logits, sampled), collective)
 
+    def pool(self, prompts: list[list[int]], work: StepWork) -> torch.Tensor:
+        """Embeddings of whole prompts, on every rank as a step is (`work` is the engine's to record)."""
+        job = pool_input(prompts)
+        return self._on_ranks(job, lambda: self.worker.pool(job))
+
     def execute(self, step: StepInput) -> tuple[torch.Tensor, float]:
         """Logits of the sample rows and the seconds spent in collectives during this step.
 
         Raises EngineFault when the failure leaves nothing to serve with; other errors fail the step only.
         """
+        if self.world_size > 1:
+            self.worker.tp.take_collective_seconds()
+        logits = self._on_ranks(step, lambda: self.worker.execute(step))
+        return logits, self.worker.tp.take_collective_seconds()
+
+    def _on_ranks(self, job: StepInput | PoolInput, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Send `job` to the worker ranks and `run` it here; a failure with ranks (or a broken device)
+        is an EngineFault, other errors fail the job only."""
         try:
             if self.world_size > 1:
-                self.worker.tp.take_collective_seconds()
-                dist.broadcast_object_list([step], src=0)
+                dist.broadcast_object_list([job], src=0)
                 self._last_broadcast = time.monotonic()
-            logits = self.worker.execute(step)
+            return run()
         except Exception as e:
             # The ranks run a step in lockstep: one that failed leaves the others out of step. A CUDA
             # error (illegal address, device-side assert) leaves the device unusable; running out of
@@ -298,7 +347,6 @@ class ModelRunner:
             if self.world_size > 1 or isinstance(e, torch.AcceleratorError):
                 raise EngineFault(f"the model step failed beyond recovery: {e!r}") from e
             raise
-        return logits, self.worker.tp.take_collective_seconds()
 
     def keepalive(self) -> None:
         """Call while idle: tells the worker ranks, blocked in a broadcast, that rank 0 is alive."""

@@ -10,19 +10,23 @@ so nobody mistakes this machine's limits for the simulated GPU's.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from array import array
 from dataclasses import dataclass
 
+import torch
 from prometheus_client import CollectorRegistry, Counter
 
 from reference_server.accounting import StepWork
 from reference_server.engine.runner import Executed
 from reference_server.engine.scheduler import ScheduledChunk
+from reference_server.model import PRESETS
 from reference_server.twin.gpu_signals import TwinGpuSignals
 from reference_server.twin.sampler import TwinSampler
 from reference_server.twin.spec import TwinSpec
-from reference_server.twin.timing import TimingModel
+from reference_server.twin.timing import StepTime, TimingModel
 
 log = logging.getLogger("reference_server.twin")
 CATCH_UP = 2e-3  # seconds: a step this late (sleep overshoot) is made up by the next one; later is lag
@@ -48,6 +52,7 @@ class TwinExecutor:
         self, spec: TwinSpec, memory_utilization: float, registry: CollectorRegistry, eos_token_id: int, seed: int
     ) -> None:
         self.model = TimingModel(spec)
+        self.hidden_size = PRESETS[spec.model].hidden_size
         self.sampler = TwinSampler(eos_token_id, seed)
         self.signals = TwinGpuSignals(self.model, memory_utilization)
         registry.register(self.signals)
@@ -74,9 +79,22 @@ class TwinExecutor:
     def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
         """Wait out the step's modelled time and draw one token per sequence that completes."""
         step_time = self.model.step_time(work)
-        start = self._free_at if self._free_at is not None else time.perf_counter()
         sampled = [c.seq for c in chunks if c.completes]
         tokens = self.sampler.sample(sampled)
+        self._wait_out(step_time, work)
+        return Executed(sampled, tokens, step_time.collective)
+
+    def pool(self, prompts: list[list[int]], work: StepWork) -> torch.Tensor:
+        """Wait out the modelled time of prefilling the prompts; each gets a deterministic unit vector
+        of the model's hidden size, drawn from a hash of its tokens (equal prompts, equal vectors)."""
+        step_time = self.model.step_time(work)
+        vectors = torch.stack([_token_vector(p, self.hidden_size) for p in prompts])
+        self._wait_out(step_time, work)
+        return vectors
+
+    def _wait_out(self, step_time: StepTime, work: StepWork) -> None:
+        """Sleep until the modelled end of work that starts when the simulated GPU is free."""
+        start = self._free_at if self._free_at is not None else time.perf_counter()
         deadline = start + step_time.total
         wait = deadline - time.perf_counter()
         if wait > 0:
@@ -87,7 +105,6 @@ class TwinExecutor:
         self.modelled_seconds.inc(step_time.total)
         self._count_lag(late, step_time.total, end)
         self.signals.record(time.monotonic(), step_time, work)
-        return Executed(sampled, tokens, step_time.collective)
 
     def keepalive(self) -> None:
         """The engine has nothing to run: the simulated GPU goes idle."""
@@ -120,3 +137,10 @@ class TwinExecutor:
                 now - w.since,
             )
         self._window = LagWindow(since=now)
+
+
+def _token_vector(prompt: list[int], size: int) -> torch.Tensor:
+    """A unit vector that depends on the prompt's tokens only."""
+    digest = hashlib.blake2b(array("l", prompt).tobytes(), digest_size=8).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest, "little"))
+    return torch.nn.functional.normalize(torch.randn(size, generator=generator), dim=0)

@@ -929,3 +929,30 @@ def test_text_from_the_server_is_printed_inert(tmp_path):
     assert "model m\\x1b]0;pwned" in served.stderr and "rejected every request" in rejected.stderr
     for output in (served.stdout, served.stderr, rejected.stdout, rejected.stderr):
         assert "\x1b" not in output and "\u202e" not in output and "\x07" not in output
+
+
+@pytest.mark.parametrize(("api", "items"), [("embeddings", 3), ("rerank", 4)])
+def test_pooling_runs_report_latency_and_items_and_no_ttft(tmp_path, api, items):
+    """Embeddings and rerank: timed send to response end, items and prompt tokens per second; the
+    summary, analysis and report read the run, with TTFT and ITL not applicable (not 0)."""
+    out = tmp_path / api
+    flags = ["--api", api, "--items", str(items), "--input-len", "uniform:10:40", "--concurrency", "2"]
+    with start_server(tmp_path / "server.log") as server:
+        result = run_ok("--url", server.url, *flags, "--requests", "12", "--out", str(out))
+    req = load_run(out).requests
+    assert len(req) == 12 and req["error"].eq("").all()
+    assert (req["items"] == items).all() and (req["api"] == api).all()
+    assert (req["prompt_tokens"] >= items * 10).all() and (req["completion_tokens"] == 0).all()
+    assert req["first_token_time"].isna().all() and (req["end_time"] > req["send_time"]).all()
+    (step,) = json.loads((out / "summary.json").read_text())["steps"]
+    assert step["succeeded"] == 12 and step["items"] == 12 * items
+    assert step["items_per_s"] == pytest.approx(step["requests_per_s"] * items)
+    assert step["prompt_tokens_per_s"] == pytest.approx(req["prompt_tokens"].sum() / step["window"])
+    assert step["e2e"]["count"] == 12 and step["ttft"]["count"] == 0 and step["ttft"]["p50"] is None
+    assert "items/s" in result.stdout and "n/a" in result.stdout
+    analyzed = loadlab("analyze", str(out))
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+    html = tmp_path / "report.html"
+    reported = loadlab("report", str(out), "-o", str(html), timeout=120)
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    assert "items/s" in html.read_text() and "n/a" in html.read_text()

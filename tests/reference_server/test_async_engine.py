@@ -446,3 +446,49 @@ def test_random_configurations_finish_every_request_and_return_every_block(trial
             assert last.output_tokens == params.max_tokens or prompt_len + last.output_tokens == 128
         if last.finish_reason == "stop" and not params.stop:
             assert last.output_tokens > params.min_tokens  # EOS only after min_tokens
+
+
+def test_pooling_between_steps_leaves_the_generations_around_it_unchanged() -> None:
+    """Embeddings asked while requests generate are computed between steps, in their own scratch KV:
+    the generations give the same tokens as without them, and the vectors those of a quiet engine."""
+
+    async def with_pooling(engine: AsyncEngine) -> tuple[list[str], list[list[list[float]]]]:
+        generating = asyncio.ensure_future(generate_all(engine, PROMPTS[:4], SEEDED))
+        pooled = [await engine.pool([engine.tokenizer.encode(p) for p in PROMPTS[4:]]) for _ in range(3)]
+        return [r.text for r in await generating], pooled
+
+    async def quiet(engine: AsyncEngine) -> tuple[list[str], list[list[float]]]:
+        texts = [r.text for r in await generate_all(engine, PROMPTS[:4], SEEDED)]
+        return texts, await engine.pool([engine.tokenizer.encode(p) for p in PROMPTS[4:]])
+
+    texts, pooled = run_engine(config(), with_pooling)
+    alone_texts, alone = run_engine(config(), quiet)
+    assert texts == alone_texts
+    for vectors in pooled:
+        for a, b in zip(vectors, alone, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_a_pooling_prompt_beyond_the_context_is_a_value_error() -> None:
+    async def scenario(engine: AsyncEngine) -> None:
+        with pytest.raises(ValueError, match="context"):
+            await engine.pool([[1] * 200])
+
+    run_engine(config(), scenario)
+
+
+def test_pooling_requests_sent_together_each_get_their_own_vectors() -> None:
+    """Jobs queued together may share one forward: each still gets its own prompts' vectors."""
+
+    async def scenario(engine: AsyncEngine) -> tuple[list[list[list[float]]], list[list[list[float]]]]:
+        asks = [[engine.tokenizer.encode(p) for p in PROMPTS[i : i + 2]] for i in range(0, 8, 2)]
+        together = await asyncio.gather(*(engine.pool(ask) for ask in asks))
+        alone = [await engine.pool(ask) for ask in asks]
+        return list(together), alone
+
+    together, alone = run_engine(config(), scenario)
+    for got, expected in zip(together, alone, strict=True):
+        assert len(got) == 2
+        for a, b in zip(got, expected, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+    assert alone[0][0] != pytest.approx(alone[1][0], abs=1e-3)

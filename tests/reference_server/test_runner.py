@@ -142,3 +142,28 @@ def test_tensor_parallel_engine_survives_idling_past_the_collective_timeout(monk
 
     config = EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=16, tensor_parallel=2)
     assert run_engine(config, scenario, timeout=60) == ("length", True)
+
+
+def embeddings_then_text(tp: int) -> tuple[list[list[float]], str]:
+    """Embeddings of PROMPTS, then a greedy answer (the ranks must still be in step after pooling)."""
+
+    async def scenario(engine):
+        vectors = await engine.pool([engine.tokenizer.encode(p) for p in PROMPTS])
+        params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+        answer = await collect(engine.add_request("r", engine.tokenizer.encode(PROMPTS[0]), params))
+        return vectors, answer.text
+
+    return run_engine(
+        EngineConfig(preset="tiny", max_model_len=64, num_kv_blocks=32, tensor_parallel=tp, seed=11),
+        scenario,
+        timeout=120,
+    )
+
+
+def test_pooling_on_two_ranks_gives_the_single_ranks_embeddings_and_keeps_them_in_step() -> None:
+    single, text1 = embeddings_then_text(1)
+    double, text2 = embeddings_then_text(2)
+    assert len(single) == len(PROMPTS) and all(len(v) == 256 for v in single)
+    for a, b in zip(single, double, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert text2 == text1

@@ -17,7 +17,7 @@ def test_unknown_kind_and_api_are_user_errors():
     with pytest.raises(UserError, match="workload kind"):
         make_workload(WorkloadConfig(kind="random"), "chat")
     with pytest.raises(UserError, match="api"):
-        make_workload(WorkloadConfig(), "embeddings")
+        make_workload(WorkloadConfig(), "grpc")
 
 
 def test_many_threads_draw_distinct_requests_without_losing_any():

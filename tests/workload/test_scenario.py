@@ -78,6 +78,8 @@ def test_rate_may_be_a_single_number(tmp_path):
         ("concurrency = [4]\nrate = [1]", "concurrency or rate"),
         ('[workload]\nkind = "sharegpt"', "workload.dataset"),
         ('url = "http://[::1"', "url"),
+        ("[workload]\nitems = 0", "workload.items"),
+        ('api = "rerank"\n[workload]\nkind = "multiturn"', "independent prompts"),
     ],
 )
 def test_mistakes_name_the_key(tmp_path, text, key):

@@ -55,3 +55,23 @@ def test_same_seed_same_requests_other_seed_other_requests():
 def test_exact_lengths_small_and_large(n):
     assert synthetic(f"fixed:{n}").next_request().input_tokens == n
     assert len(synthetic(f"fixed:{n}").next_request().prompt) == n
+
+
+def pooling(api: str, items: int):
+    cfg = WorkloadConfig(kind="synthetic", input_len=parse_length("uniform:8:64"), items=items, seed=4)
+    return make_workload(cfg, api)
+
+
+def test_an_embeddings_request_carries_its_prompt_and_more_drawn_texts():
+    spec = pooling("embeddings", 3).next_request()
+    assert len(spec.documents) == 3 and spec.documents[0] == spec.prompt and len(set(spec.documents)) == 3
+    assert spec.input_tokens == sum(len(d.encode()) for d in spec.documents)
+    assert spec.max_tokens == 0
+
+
+def test_a_rerank_request_ranks_drawn_documents_against_its_prompt():
+    spec = pooling("rerank", 4).next_request()
+    assert len(spec.documents) == 4 and spec.prompt not in spec.documents
+    assert spec.input_tokens == len(spec.prompt.encode()) + sum(len(d.encode()) for d in spec.documents)
+    again = pooling("rerank", 4).next_request()
+    assert (again.prompt, again.documents) == (spec.prompt, spec.documents)  # seeded

@@ -95,6 +95,11 @@ def _ms(seconds: float) -> str:
     return "–" if not math.isfinite(seconds) else f"{seconds * 1000:,.{0 if seconds >= 0.1 else 1}f}"
 
 
+def _streamed_ms(seconds: float) -> str:
+    """A latency of streamed tokens in a step of pooling requests, which stream none: "n/a"."""
+    return "n/a" if not math.isfinite(seconds) else _ms(seconds)
+
+
 def _when(epoch: float) -> str:
     return "–" if not math.isfinite(epoch) else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
@@ -253,9 +258,13 @@ def _steps_table(data: ReportData) -> str:
     ]
     overall = (data.analysis or {}).get("overall")
     knee = overall.get("knee_step") if isinstance(overall, dict) else None
+    pooling = any(s.items for s in steps)  # embeddings or rerank: no stream, so no TTFT, ITL or TPOT
+    if pooling:
+        headers += ["items/s", "in tok/s"]
     rows = []
     for s in steps:
         v = verdicts.get(s.index, {})
+        streamed = _ms if not s.items else _streamed_ms
         words = [f'<span class="word">{esc(v.get(k, "–"))}</span>' for k in ("saturation", "constraint")]
         if s.index == knee:  # one knee, the analyzer's, though later steps may scale less than their load too
             words[0] += ' <span class="word">(the knee)</span>'
@@ -272,15 +281,16 @@ def _steps_table(data: ReportData) -> str:
                 _num(s.output_tokens_per_s, 0),
                 _num(s.user_tokens_per_s.p50, 1),
                 _num(p10.get(s.index, math.nan), 1),
-                _ms(s.ttft.p50),
-                _ms(s.ttft.p99),
-                _ms(s.itl.p50),
-                _ms(s.itl.p99),
-                _ms(s.tpot.p50),
+                streamed(s.ttft.p50),
+                streamed(s.ttft.p99),
+                streamed(s.itl.p50),
+                streamed(s.itl.p99),
+                streamed(s.tpot.p50),
                 _ms(s.e2e.p50),
                 _ms(s.e2e.p99),
                 _num(s.goodput, 2) if s.goodput is not None else "–",
                 "yes" if s.client.limited else "no",
+                *([_num(s.items_per_s, 1), _num(s.prompt_tokens_per_s, 0)] if pooling else []),
             ]
         )
     note = (

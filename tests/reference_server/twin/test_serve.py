@@ -13,6 +13,7 @@ import requests
 
 from loadlab.store.reader import load_run
 from reference_server.accounting import ChunkWork
+from reference_server.model import PRESETS
 from reference_server.twin.spec import parse_twin
 from reference_server.twin.timing import TimingModel
 from tests.support.procs import loadlab
@@ -110,3 +111,21 @@ def test_a_loadlab_run_records_the_twin_as_a_gpu_server(twin: Server, tmp_path) 
     assert gpu[gpu["signal"] == "gpu_util"]["value"].max() > 0.2
     assert samples[samples["signal"] == "collective_time_sum"]["value"].max() > 0
     assert samples["signal"].str.contains("flops").any()  # vllm:estimated_flops_per_gpu (or its canonical name)
+
+
+def test_the_twin_embeds_with_its_modelled_prefill_time_and_a_vector_per_text(twin: Server) -> None:
+    """The twin's embedding is a deterministic unit vector of the simulated model's hidden size, and
+    the request takes at least the modelled time of prefilling its inputs."""
+    texts = ["b" * 200, "c" * 200, "b" * 200]
+    spec = parse_twin(TWIN)
+    model = TimingModel(spec)
+    modelled = model.step_time(model.cost.step([ChunkWork(200, 0, False)] * 3)).total
+    start = time.perf_counter()
+    response = requests.post(twin.url + "/v1/embeddings", json={"input": texts}, timeout=30)
+    elapsed = time.perf_counter() - start
+    assert response.status_code == 200, response.text
+    first, other, again = (d["embedding"] for d in response.json()["data"])
+    assert len(first) == PRESETS[spec.model].hidden_size
+    assert first == again and first != other
+    assert abs(sum(x * x for x in first) - 1) < 1e-4
+    assert elapsed >= modelled
