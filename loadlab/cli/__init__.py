@@ -39,6 +39,7 @@ def _register_commands() -> None:
         report,
         run,
         serve,
+        simulate,
         summary,
         sweep,
         timeline,
@@ -46,6 +47,7 @@ def _register_commands() -> None:
 
     for module in (
         run,
+        simulate,
         sweep,
         summary,
         analyze,

@@ -33,6 +33,8 @@ class RunMeta:
     coverage: list[Coverage] = field(default_factory=list)
     reason: str = ""  # why it stopped or failed, or missed its error budget
     warnings: list[str] = field(default_factory=list)  # what went wrong while measuring, one line each
+    # A `loadlab simulate` run: the twin, the engine settings, the wall seconds it took ({} = a real run).
+    simulated: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
 
     @property
@@ -57,6 +59,7 @@ class RunMeta:
                 "coverage": [asdict(c) for c in self.coverage],
                 "reason": self.reason,
                 "warnings": self.warnings,
+                **({"simulated": self.simulated} if self.simulated else {}),
             }
         )
 
@@ -82,6 +85,7 @@ class RunMeta:
             coverage=[Coverage(**c) for c in d.get("coverage") or []],
             reason=d.get("reason") or "",
             warnings=[str(w) for w in d.get("warnings") or []],
+            simulated=d.get("simulated") or {},
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 

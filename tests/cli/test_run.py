@@ -145,7 +145,7 @@ def test_a_steps_new_users_start_spread_over_the_ramp_up(mock, tmp_path):
     # user send sooner than 0.15 s (all at once, the three new ones would send within a few ms).
     assert (sent < 0.15).sum() <= 2
     assert (sent <= 0.8).sum() >= 4
-    assert json.loads((out / "run.json").read_text())["format"] == "loadlab-run/3"
+    assert json.loads((out / "run.json").read_text())["format"] == "loadlab-run/4"
 
 
 def test_open_loop_keeps_the_schedule(mock, tmp_path):
