@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from loadlab.analyze.summary import write_summary
 from loadlab.clock import ClockAnchor
 from loadlab.collect.prom_text import parse_metrics_text
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
+from loadlab.metrics.slo import parse_slo
 from loadlab.store.meta import FINISHED
+from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Coverage, RequestRecord, StepInfo
 from loadlab.workload import make_workload
@@ -199,6 +202,10 @@ def _write_folder(
         Coverage("client", False, error="simulated: no load generator, so no client self-check"),
     ]
     writer.close(FINISHED, coverage, reason)
+    try:
+        write_summary(load_run(folder), parse_slo(cfg.slo).per_request if cfg.slo else None)
+    except OSError as e:  # the parts are there: `loadlab summary` recomputes it
+        writer.fail(e)
     return SimulationResult(virtual["now"], wall, requests, reason)
 
 
