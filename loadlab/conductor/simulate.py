@@ -157,7 +157,7 @@ def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], o
         pass
     if code != 0:
         last = [line for line in errors.splitlines() if line.strip()]
-        raise UserError(f"the simulation failed: {last[-1] if last else f'exit code {code}'}")
+        raise UserError(f"the simulation failed: {last[-1].removeprefix('error: ') if last else f'exit code {code}'}")
 
 
 def _write_folder(

@@ -176,21 +176,29 @@ class EngineCore:
         for c in chunks:
             self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
             c.seq.num_computed += c.num_tokens
-        # one by one: a later failure keeps these
-        for seq, token in zip(executed.sampled, executed.tokens, strict=True):
-            outputs.append(self._append(seq, token, now))
+        # One by one: a later failure keeps these. The sequences that decoded in the last step
+        # share one gap: each distinct gap is observed once, with its count (a per-token cost).
+        gaps: dict[float, int] = {}
+        try:
+            for seq, token in zip(executed.sampled, executed.tokens, strict=True):
+                outputs.append(self._append(seq, token, now, gaps))
+        finally:
+            for gap, count in gaps.items():
+                self.metrics.itl.observe(gap, count)
         self._record_step(chunks, elapsed, executed.collective, len(executed.tokens))
         self.metrics.record_work(work)
 
-    def _append(self, seq: Sequence, token: int, now: float) -> RequestOutput:
-        """Add a sampled token to seq and turn it into the request's next output."""
+    def _append(self, seq: Sequence, token: int, now: float, gaps: dict[float, int]) -> RequestOutput:
+        """Add a sampled token to seq and turn it into the request's next output; count its
+        inter-token gap in `gaps`."""
         m = self.metrics
         if seq.first_token_time is None:
             seq.first_token_time = now
             m.ttft.observe(now - seq.arrival)
             m.prompt_tokens.inc(len(seq.prompt_ids))
         elif seq.last_token_time is not None:
-            m.itl.observe(now - seq.last_token_time)
+            gap = now - seq.last_token_time
+            gaps[gap] = gaps.get(gap, 0) + 1
         seq.last_token_time = now
         seq.output_ids.append(token)
         text, reason = stopping.advance(seq, token, self.tokenizer, self.max_model_len)
