@@ -40,6 +40,7 @@ def _register_commands() -> None:
         report,
         run,
         serve,
+        simulate,
         summary,
         sweep,
         timeline,
@@ -47,6 +48,7 @@ def _register_commands() -> None:
 
     for module in (
         run,
+        simulate,
         sweep,
         summary,
         analyze,

@@ -46,6 +46,8 @@ class RunMeta:
     reason: str = ""  # why it stopped or failed, or missed its error budget
     warnings: list[str] = field(default_factory=list)  # what went wrong while measuring, one line each
     cache_resets: list[CacheReset] = field(default_factory=list)  # --reset-prefix-cache, one per step
+    # A `loadlab simulate` run: the twin, the engine settings, the wall seconds it took ({} = a real run).
+    simulated: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
 
     @property
@@ -71,6 +73,7 @@ class RunMeta:
                 "reason": self.reason,
                 "warnings": self.warnings,
                 "cache_resets": [asdict(r) for r in self.cache_resets],
+                **({"simulated": self.simulated} if self.simulated else {}),
             }
         )
 
@@ -99,6 +102,7 @@ class RunMeta:
             cache_resets=[
                 CacheReset(**{**r, "time": float_or_nan(r.get("time"))}) for r in d.get("cache_resets") or []
             ],
+            simulated=d.get("simulated") or {},
         )
 
 

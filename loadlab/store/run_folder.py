@@ -50,9 +50,14 @@ _CHUNK_ROWS = 500  # after a write error, rows go out in parts this small: what 
 class RunWriter:
     """The single writer of one run folder. Every method is safe to call from any thread/greenlet."""
 
-    def __init__(self, folder: Path, config: RunConfig, anchor: ClockAnchor) -> None:
+    def __init__(
+        self, folder: Path, config: RunConfig, anchor: ClockAnchor, clock: Callable[[], float] | None = None
+    ) -> None:
+        """`clock` gives the epoch seconds of run.json's start and end (default: now, by the anchor);
+        a simulation passes its virtual clock."""
         self.folder = Path(folder)
         self.anchor = anchor
+        self._clock = clock
         if (self.folder / RUN_JSON).exists():
             raise UserError(f"{self.folder} already holds a run (run.json); choose another --out folder")
         try:
@@ -213,7 +218,7 @@ class RunWriter:
 
     # --- internals --------------------------------------------------------------------------
     def _now(self) -> float:
-        return self.anchor.to_wall(time.perf_counter())
+        return self._clock() if self._clock is not None else self.anchor.to_wall(time.perf_counter())
 
     def _write_meta(self) -> None:
         try:

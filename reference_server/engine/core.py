@@ -8,7 +8,6 @@ asyncio here: `AsyncEngine` drives the core from its loop thread, a test drives 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +16,7 @@ from reference_server.accounting import DTYPE_BYTES, ChunkWork, ModelCost
 from reference_server.config import EngineConfig
 from reference_server.engine import stopping
 from reference_server.engine.block_manager import BlockManager, ContiguousBlocks, PagedBlocks
+from reference_server.engine.clock import Clock, RealClock
 from reference_server.engine.metrics import EngineMetrics
 from reference_server.engine.runner import EngineFault, Executor, KVLayout, ModelRunner, kv_layout
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
@@ -64,13 +64,15 @@ def model_cost(config: EngineConfig) -> ModelCost:
     return ModelCost(PRESETS[config.preset], config.tensor_parallel, DTYPE_BYTES[config.dtype])
 
 
-def make_executor(config: EngineConfig, layout: KVLayout, metrics: EngineMetrics, eos_token_id: int) -> Executor:
-    """The model on its ranks, or with --twin the timing model of the simulated GPUs."""
+def make_executor(
+    config: EngineConfig, layout: KVLayout, metrics: EngineMetrics, eos_token_id: int, clock: Clock
+) -> Executor:
+    """The model on its ranks, or with --twin the timing model of the simulated GPUs (keeping `clock`'s time)."""
     if config.twin:
         from reference_server.twin.executor import TwinExecutor
 
         return TwinExecutor(
-            config.twin_spec, config.gpu_memory_utilization, metrics.registry, eos_token_id, config.seed
+            config.twin_spec, config.gpu_memory_utilization, metrics.registry, eos_token_id, config.seed, clock
         )
     return ModelRunner(config, layout)
 
@@ -80,12 +82,16 @@ class EngineCore:
     by the caller.
 
     Construction validates the configuration and loads the model (one process per tensor-parallel rank),
-    or with --twin sets up the simulated GPUs instead.
+    or with --twin sets up the simulated GPUs instead. Every timestamp comes from `clock`: the real
+    one when serving, a virtual one in a simulation (twin only: a real model takes real time).
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, clock: Clock | None = None) -> None:
         config.validate()
+        if clock is not None and not isinstance(clock, RealClock) and not config.twin:
+            raise ValueError("only the twin runs on a virtual clock: a real model takes real time")
         self.config = config
+        self.clock = clock or RealClock()
         self.shape = PRESETS[config.model_preset]
         self.tokenizer = ByteTokenizer()
         layout = kv_layout(config)
@@ -94,7 +100,7 @@ class EngineCore:
         self.scheduler = Scheduler(config, self.blocks)
         self.metrics = EngineMetrics(config.model_name, self.max_model_len, config.max_num_seqs)
         self.cost = model_cost(config)
-        self.runner = make_executor(config, layout, self.metrics, self.tokenizer.eos_token_id)
+        self.runner = make_executor(config, layout, self.metrics, self.tokenizer.eos_token_id, self.clock)
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -102,7 +108,7 @@ class EngineCore:
         """A sequence for a prompt, which must fit the context and the vocabulary (ValueError otherwise)."""
         self.check_prompt(prompt_ids)
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed)
-        return Sequence(request_id, list(prompt_ids), params, time.monotonic(), generator)
+        return Sequence(request_id, list(prompt_ids), params, self.clock.now(), generator)
 
     def check_prompt(self, prompt_ids: list[int]) -> None:
         """ValueError unless the prompt fits the context (with one output token) and the vocabulary."""
@@ -148,10 +154,10 @@ class EngineCore:
         slot, and the sequences waiting meanwhile wait for it as they would for a step. EngineFault
         propagates; other errors fail this job only."""
         work = self.cost.step([ChunkWork(len(p), 0, False) for p in prompts])
-        start = time.perf_counter()
+        start = self.clock.now()
         vectors = self.runner.pool(prompts, work)
         m = self.metrics
-        m.step_seconds["prefill"].observe(time.perf_counter() - start)
+        m.step_seconds["prefill"].observe(self.clock.now() - start)
         m.batch_size["prefill"].observe(len(prompts))
         m.iteration_tokens.observe(work.tokens)
         m.prompt_tokens.inc(work.tokens)
@@ -163,7 +169,7 @@ class EngineCore:
     def step(self) -> StepResult:
         """Schedule, run, sample, append, finish, record. A failing step fails its own requests only;
         EngineFault (a broken device, a lost rank) propagates."""
-        chunks = self.scheduler.schedule(time.monotonic())
+        chunks = self.scheduler.schedule(self.clock.now())
         # The gauges show the batch this step runs: updated only at the step's end, a scrape during
         # a long step would read the state before its admissions (0 running when the last batch
         # finished together, while the new one prefills).
@@ -184,29 +190,37 @@ class EngineCore:
         return StepResult(outputs, len(chunks))
 
     def _execute(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput]) -> None:
-        start = time.perf_counter()
+        start = self.clock.now()
         work = self.cost.step([ChunkWork(c.num_tokens, c.seq.num_computed, c.completes) for c in chunks])
         executed = self.runner.run(chunks, work)
-        elapsed = time.perf_counter() - start
-        now = time.monotonic()
+        now = self.clock.now()
+        elapsed = now - start
         for c in chunks:
             self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
             c.seq.num_computed += c.num_tokens
-        # one by one: a later failure keeps these
-        for seq, token in zip(executed.sampled, executed.tokens, strict=True):
-            outputs.append(self._append(seq, token, now))
+        # One by one: a later failure keeps these. The sequences that decoded in the last step
+        # share one gap: each distinct gap is observed once, with its count (a per-token cost).
+        gaps: dict[float, int] = {}
+        try:
+            for seq, token in zip(executed.sampled, executed.tokens, strict=True):
+                outputs.append(self._append(seq, token, now, gaps))
+        finally:
+            for gap, count in gaps.items():
+                self.metrics.itl.observe(gap, count)
         self._record_step(chunks, elapsed, executed.collective, len(executed.tokens))
         self.metrics.record_work(work)
 
-    def _append(self, seq: Sequence, token: int, now: float) -> RequestOutput:
-        """Add a sampled token to seq and turn it into the request's next output."""
+    def _append(self, seq: Sequence, token: int, now: float, gaps: dict[float, int]) -> RequestOutput:
+        """Add a sampled token to seq and turn it into the request's next output; count its
+        inter-token gap in `gaps`."""
         m = self.metrics
         if seq.first_token_time is None:
             seq.first_token_time = now
             m.ttft.observe(now - seq.arrival)
             m.prompt_tokens.inc(len(seq.prompt_ids))
         elif seq.last_token_time is not None:
-            m.itl.observe(now - seq.last_token_time)
+            gap = now - seq.last_token_time
+            gaps[gap] = gaps.get(gap, 0) + 1
         seq.last_token_time = now
         seq.output_ids.append(token)
         text, reason = stopping.advance(seq, token, self.tokenizer, self.max_model_len)
@@ -219,13 +233,13 @@ class EngineCore:
         """Free seq's blocks, record its metrics and mark `out` as its final output."""
         self.scheduler.remove(seq)
         out.finish_reason = reason
-        self.metrics.request_finished(seq, reason, time.monotonic())
+        self.metrics.request_finished(seq, reason, self.clock.now())
         return RequestOutput(seq.request_id, _counted(seq, out))
 
     def _fail(self, seq: Sequence, error: StepFailed) -> RequestOutput:
         """Free seq's blocks and count it as an error."""
         self.scheduler.remove(seq)
-        self.metrics.request_finished(seq, "error", time.monotonic())
+        self.metrics.request_finished(seq, "error", self.clock.now())
         return RequestOutput(seq.request_id, error)
 
     def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float, generated: int) -> None:

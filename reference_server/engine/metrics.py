@@ -3,7 +3,16 @@ value exported once: tokens per step is vLLM's `vllm:iteration_tokens_total`).""
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+import threading
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from reference_server.accounting import StepWork
 from reference_server.engine.sequence import Sequence
@@ -105,6 +114,37 @@ def one_two_five(limit: int) -> list[float]:
         scale *= 10
 
 
+class CountedHistogram(Collector):
+    """A histogram exported as prometheus_client's are, whose observations may carry a count: the
+    tokens of one step share few inter-token gaps, each observed once (the per-token hot path)."""
+
+    def __init__(
+        self, name: str, doc: str, labels: dict[str, str], buckets: list[float], registry: CollectorRegistry
+    ) -> None:
+        self.name, self.doc, self.labels = name, doc, labels
+        self.bounds = [*buckets, math.inf]
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+        self._lock = threading.Lock()  # the engine thread observes, a scrape reads
+        registry.register(self)
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """Observe `value`, `count` times."""
+        bucket = bisect.bisect_left(self.bounds, value)  # the first bound >= value, as `le` means
+        with self._lock:
+            self.counts[bucket] += count
+            self.sum += value * count
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self.counts), self.sum
+        family = HistogramMetricFamily(self.name, self.doc, labels=list(self.labels))
+        cumulative = itertools.accumulate(counts)
+        buckets = [(floatToGoString(b), float(c)) for b, c in zip(self.bounds, cumulative, strict=True)]
+        family.add_metric(list(self.labels.values()), buckets, total)
+        yield family
+
+
 class EngineMetrics:
     """Every series the engine exports, all labelled with model_name and engine."""
 
@@ -141,7 +181,9 @@ class EngineMetrics:
             "vllm:iteration_tokens_total", "Tokens per engine step.", ITERATION_TOKEN_BUCKETS
         )
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Arrival to first token.", TTFT_BUCKETS)
-        self.itl = histogram("vllm:inter_token_latency_seconds", "Gap between output tokens.", ITL_BUCKETS)
+        self.itl = CountedHistogram(
+            "vllm:inter_token_latency_seconds", "Gap between output tokens.", values, ITL_BUCKETS, r
+        )
         self.e2e = histogram("vllm:e2e_request_latency_seconds", "Arrival to finish.", REQUEST_BUCKETS)
         self.queue_time = histogram("vllm:request_queue_time_seconds", "Arrival to first scheduled.", REQUEST_BUCKETS)
         self.prefill_time = histogram(

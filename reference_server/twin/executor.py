@@ -2,7 +2,8 @@
 
 The engine runs steps back to back; a step's modelled time starts when the previous one's ended
 (the host's scheduling between steps is part of the modelled overhead), or at the call when the
-engine was idle. The executor sleeps until that deadline. When the host itself needs longer than
+engine was idle. The executor sleeps on the engine's clock until that deadline: the real clock when
+serving, a virtual one (which jumps at once, never late) in a simulation. When the host itself needs longer than
 the model allows (a busy CPU, too many streams for one Python thread), the step ends late: the
 lateness is counted (`loadlab_twin_lag_seconds_total`) and logged at most every LOG_EVERY seconds,
 so nobody mistakes this machine's limits for the simulated GPU's.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from array import array
 from dataclasses import dataclass
 
@@ -20,6 +20,7 @@ import torch
 from prometheus_client import CollectorRegistry, Counter
 
 from reference_server.accounting import StepWork
+from reference_server.engine.clock import Clock
 from reference_server.engine.runner import Executed
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.model import PRESETS
@@ -49,12 +50,19 @@ class TwinExecutor:
     """The `Executor` of a twin engine: modelled step time, cheap tokens, simulated GPU signals."""
 
     def __init__(
-        self, spec: TwinSpec, memory_utilization: float, registry: CollectorRegistry, eos_token_id: int, seed: int
+        self,
+        spec: TwinSpec,
+        memory_utilization: float,
+        registry: CollectorRegistry,
+        eos_token_id: int,
+        seed: int,
+        clock: Clock,
     ) -> None:
+        self.clock = clock
         self.model = TimingModel(spec)
         self.hidden_size = PRESETS[spec.model].hidden_size
         self.sampler = TwinSampler(eos_token_id, seed)
-        self.signals = TwinGpuSignals(self.model, memory_utilization)
+        self.signals = TwinGpuSignals(self.model, memory_utilization, clock)
         registry.register(self.signals)
         self.lag_seconds = Counter(
             "loadlab_twin_lag_seconds",
@@ -74,7 +82,7 @@ class TwinExecutor:
             registry=registry,
         )
         self._free_at: float | None = None  # when the simulated GPU finished its last step; None = idle
-        self._window = LagWindow(since=time.perf_counter())
+        self._window = LagWindow(since=clock.now())
 
     def run(self, chunks: list[ScheduledChunk], work: StepWork) -> Executed:
         """Wait out the step's modelled time and draw one token per sequence that completes."""
@@ -94,17 +102,18 @@ class TwinExecutor:
 
     def _wait_out(self, step_time: StepTime, work: StepWork) -> None:
         """Sleep until the modelled end of work that starts when the simulated GPU is free."""
-        start = self._free_at if self._free_at is not None else time.perf_counter()
+        clock = self.clock
+        start = self._free_at if self._free_at is not None else clock.now()
         deadline = start + step_time.total
-        wait = deadline - time.perf_counter()
+        wait = deadline - clock.now()
         if wait > 0:
-            time.sleep(wait)
-        end = time.perf_counter()
+            clock.sleep(wait)
+        end = clock.now()
         late = max(0.0, end - deadline)
         self._free_at = deadline if late <= CATCH_UP else end
         self.modelled_seconds.inc(step_time.total)
         self._count_lag(late, step_time.total, end)
-        self.signals.record(time.monotonic(), step_time, work)
+        self.signals.record(end, step_time, work)
 
     def keepalive(self) -> None:
         """The engine has nothing to run: the simulated GPU goes idle."""

@@ -9,7 +9,6 @@ names onto its `gpu_*` signals, so a run against the twin records GPU signals wi
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from reference_server.accounting import StepWork
+from reference_server.engine.clock import Clock
 from reference_server.twin.timing import StepTime, TimingModel
 
 WINDOW = 1.0  # seconds each scrape averages over
@@ -35,15 +35,16 @@ class _Step:
 class TwinGpuSignals(Collector):
     """A prometheus_client collector: one series per simulated GPU (all ranks do the same work)."""
 
-    def __init__(self, model: TimingModel, memory_utilization: float) -> None:
+    def __init__(self, model: TimingModel, memory_utilization: float, clock: Clock) -> None:
         self.model = model
+        self.clock = clock
         self.memory_used = model.gpu.memory * memory_utilization
         self._steps: deque[_Step] = deque()
         self._lock = threading.Lock()
-        self._started = time.monotonic()
+        self._started = clock.now()
 
     def record(self, end: float, step_time: StepTime, work: StepWork) -> None:
-        """A step the twin ran, ending at `end` (time.monotonic())."""
+        """A step the twin ran, ending at `end` (on the engine's clock)."""
         with self._lock:
             self._steps.append(_Step(end, step_time, work, self.model.collective_bytes(work)))
             while self._steps and self._steps[0].end < end - WINDOW:
@@ -80,7 +81,7 @@ class TwinGpuSignals(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         spec = self.model.spec
-        for name, value in self.readings(time.monotonic()).items():
+        for name, value in self.readings(self.clock.now()).items():
             family = GaugeMetricFamily(PREFIX + name, f"simulated {spec.gpu} GPU signal {name}", labels=["gpu", "uuid"])
             for rank in range(spec.tp):
                 family.add_metric([str(rank), f"GPU-twin-{spec.gpu}-{rank}"], value)

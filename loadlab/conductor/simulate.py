@@ -1,0 +1,236 @@
+"""`loadlab simulate`: the run `loadlab run` would make against `serve --twin`, in virtual time.
+
+loadlab plans the load (steps, arrivals, think times) and draws the requests from its own
+workloads, as its users would, and builds the bodies its client would send; the reference server's
+simulator (`python -m reference_server.simulate`, a separate process: loadlab never imports the
+server, nor torch) runs them through the twin's engine on a virtual clock and writes back each
+request's timings and the engine's /metrics every metrics interval. This module then writes an
+ordinary run folder from them, with virtual epoch times starting now, marked simulated in run.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from loadlab.analyze.summary import write_summary
+from loadlab.clock import ClockAnchor
+from loadlab.collect.prom_text import parse_metrics_text
+from loadlab.config import RunConfig
+from loadlab.errors import UserError
+from loadlab.metrics.slo import parse_slo
+from loadlab.store.meta import FINISHED
+from loadlab.store.reader import load_run
+from loadlab.store.run_folder import RunWriter
+from loadlab.store.schema import Coverage, RequestRecord, StepInfo
+from loadlab.workload import make_workload
+from loadlab.workload.arrivals import arrival_gaps
+from loadlab.workload.distributions import sample_seconds
+
+WORKER = "simulated"
+SERVER_MODULE = "reference_server.simulate"
+MODEL_NAME = "loadlab-reference"  # the reference server's default --model-name
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The simulated server: `--twin GPU:MODEL[:tpN]` and the engine flags `serve --twin` takes."""
+
+    twin: str
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    gpu_memory_utilization: float = 0.9
+    prefix_caching: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The EngineConfig fields the simulator gets."""
+        return {
+            "twin": self.twin,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "prefix_caching": self.prefix_caching,
+            "model_name": MODEL_NAME,
+            **self.extra,
+        }
+
+
+@dataclass
+class SimulationResult:
+    """What the simulation gave: virtual seconds simulated, wall seconds it took, why it ended early."""
+
+    virtual_seconds: float
+    wall_seconds: float
+    requests: int
+    reason: str = ""
+
+
+def planned_requests(cfg: RunConfig) -> Iterator[dict[str, Any]]:
+    """Endless request lines, in the order users take them: the body the client would send, the
+    think time after it (closed loop), the arrival gap at rate 1 (open loop: divided by the rate)."""
+    from loadlab.client.stream import Endpoint, build_body
+
+    endpoint = Endpoint("http://simulated", "", cfg.api, cfg.model, cfg.timeout)
+    workload = make_workload(cfg.workload, cfg.api)
+    think_rng = random.Random(f"{cfg.workload.seed}-think")
+    gaps = arrival_gaps(cfg.arrival, 1.0, cfg.burstiness, random.Random(f"{cfg.workload.seed}-arrivals"))
+    while True:
+        spec = workload.next_request()
+        think = sample_seconds(cfg.think_time, think_rng) if cfg.think_time is not None else 0.0
+        yield {
+            "body": json.loads(build_body(spec, endpoint)),
+            "think": think,
+            "gap": next(gaps),
+            "meta": [spec.input_tokens, spec.max_tokens],
+        }
+
+
+def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> SimulationResult:
+    """Simulate the run `cfg` describes on the twin `engine`, writing the run folder `folder`."""
+    from loadlab.conductor.runloop import plan_steps
+
+    plans = plan_steps(cfg)
+    cfg.model = MODEL_NAME
+    header = {
+        "engine": engine.to_dict(),
+        "api": cfg.api,
+        "steps": [
+            {
+                "mode": p.mode,
+                "target": p.target,
+                "seconds": p.seconds,
+                "requests": p.requests,
+                "warmup": cfg.warmup_requests,
+            }
+            for p in plans
+        ],
+        "ramp_up": cfg.ramp_up,
+        "timeout": cfg.timeout,
+        "metrics_interval": cfg.metrics_interval,
+    }
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="loadlab-simulate-") as tmp:
+        out = Path(tmp) / "results.jsonl"
+        _run_simulator(header, planned_requests(cfg), out)
+        wall = time.perf_counter() - started
+        origin = time.time()
+        with out.open() as results:
+            return _write_folder(cfg, engine, plans, results, folder, origin, wall)
+
+
+def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path) -> None:
+    """Start the simulator, feed it the plan as it reads it, and wait for it (UserError when it fails)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", SERVER_MODULE, "--out", str(out)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+
+    def feed(stdin: IO[str]) -> None:
+        try:
+            stdin.write(json.dumps(header) + "\n")
+            for line in requests:  # the pipe blocks while the simulator has enough
+                stdin.write(json.dumps(line, separators=(",", ":")) + "\n")
+        except (BrokenPipeError, ValueError, OSError):  # the simulator has read all it needs
+            pass
+
+    feeder = threading.Thread(target=feed, args=(proc.stdin,), daemon=True)
+    feeder.start()
+    errors = proc.stderr.read()
+    code = proc.wait()
+    try:
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    if code != 0:
+        last = [line for line in errors.splitlines() if line.strip()]
+        raise UserError(f"the simulation failed: {last[-1].removeprefix('error: ') if last else f'exit code {code}'}")
+
+
+def _write_folder(
+    cfg: RunConfig,
+    engine: EngineSettings,
+    plans: list[Any],
+    results: IO[str],
+    folder: Path,
+    origin: float,
+    wall: float,
+) -> SimulationResult:
+    """Turn the simulator's results into a run folder whose epoch times start at `origin`."""
+    virtual = {"now": 0.0}
+    writer = RunWriter(folder, cfg, ClockAnchor(origin, 0.0), clock=lambda: origin + virtual["now"])
+    writer.meta.simulated = {"twin": engine.twin, "engine": engine.to_dict(), "wall_seconds": round(wall, 3)}
+    scrapes = requests = 0
+    reason = ""
+    for line in results:
+        item = json.loads(line)
+        kind = item["kind"]
+        if kind == "request":
+            writer.add_requests([_record(item, cfg.api, origin)])
+            requests += 1
+        elif kind == "metrics":
+            writer.add_samples(parse_metrics_text(item["text"], origin + item["time"], "server"))
+            scrapes += 1
+        elif kind == "step":
+            plan = plans[item["index"]]
+            if item["end"] is None:
+                start = origin + item["start"]
+                ramp = start + cfg.ramp_up if plan.mode == "closed" else math.nan
+                writer.begin_step(StepInfo(plan.index, plan.label, plan.mode, plan.target, start, ramp_end=ramp))
+            else:
+                writer.end_step(item["index"], origin + item["end"])
+        elif kind == "end":
+            virtual["now"] = item["time"]
+            reason = item["reason"]
+        if requests % 5000 == 0:
+            writer.flush()
+    coverage = [
+        Coverage("server", True, ok_samples=scrapes),
+        Coverage("client", False, error="simulated: no load generator, so no client self-check"),
+    ]
+    writer.close(FINISHED, coverage, reason)
+    try:
+        write_summary(load_run(folder), parse_slo(cfg.slo).per_request if cfg.slo else None)
+    except OSError as e:  # the parts are there: `loadlab summary` recomputes it
+        writer.fail(e)
+    return SimulationResult(virtual["now"], wall, requests, reason)
+
+
+def _record(item: dict[str, Any], api: str, origin: float) -> RequestRecord:
+    tokens = [origin + t for t in item["tokens"]]
+    input_tokens, max_tokens = item["meta"]
+    return RequestRecord(
+        request_id=item["id"],
+        worker=WORKER,
+        step=item["step"],
+        warmup=item["warmup"],
+        api=api,
+        scheduled_time=origin + item["scheduled"],
+        send_time=origin + item["send"],
+        first_token_time=tokens[0] if tokens else math.nan,
+        end_time=origin + item["end"],
+        token_times=tokens,
+        token_clock="simulated" if tokens else "",
+        prompt_tokens=item["prompt_tokens"],
+        completion_tokens=item["completion_tokens"],
+        client_tokens=len(tokens),
+        input_tokens=input_tokens,
+        max_tokens=max_tokens,
+        finish_reason=item["finish"],
+        status=item["status"],
+        error=item["error"],
+        error_detail=item["detail"],
+    )

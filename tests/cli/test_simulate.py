@@ -1,0 +1,97 @@
+"""`loadlab simulate`: the run `loadlab run` makes against `serve --twin`, in virtual time.
+
+Where the real-time twin keeps pace (a few streams of 70B on four A100s: ~25 ms steps, which
+this host keeps up with), both see the same ITL and output tokens/s within 5 %, and one user the
+same TTFT: what differs is what the simulation leaves out, the client's HTTP and the server's
+request handling (a few ms on a ~170 ms prefill). The folder it writes is an ordinary run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from loadlab.store.reader import load_run
+from tests.support.procs import loadlab
+from tests.support.reference_server import start_server
+
+TWIN = "a100:llama-3-70b:tp4"
+ENGINE = ("--max-num-seqs", "8")
+
+
+def load(users: int) -> tuple[str, ...]:
+    return ("--concurrency", str(users), "--duration", "8", "--input-len", "1000", "--output-len", "32", "--seed", "7")
+
+
+def summary_of(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def simulate(out: Path, users: int) -> Path:
+    result = loadlab("simulate", "--twin", TWIN, *ENGINE, *load(users), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "simulated" in result.stderr and "Traceback" not in result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory) -> Path:
+    return simulate(tmp_path_factory.mktemp("sim") / "run", 2)
+
+
+@pytest.mark.parametrize("users", [1, 4])
+def test_simulate_agrees_with_a_real_run_against_the_twin(users: int, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    # --max-model-len 0: the model's own context, as the simulation has (the tests' default is 256)
+    with start_server(tmp_path / "server.log", "--twin", TWIN, *ENGINE, "--max-model-len", "0") as server:
+        result = loadlab("run", "--url", server.url, *load(users), "--no-gpu", "--out", str(real), timeout=300)
+        lag = server.metric("loadlab_twin_lag_seconds_total")
+        modelled = server.metric("loadlab_twin_modelled_seconds_total")
+    assert result.returncode == 0, result.stderr[-2000:]
+    # The comparison holds only while the real twin kept its modelled pace: it says when it did not.
+    assert lag < 0.02 * modelled, f"the real twin ran {lag:.2f} s late over {modelled:.2f} s: this host lagged"
+    sim, ref = summary_of(simulate(tmp_path / "sim", users))["overall"], summary_of(real)["overall"]
+    assert sim["itl"]["p50"] == pytest.approx(ref["itl"]["p50"], rel=0.05)
+    assert sim["output_tokens_per_s"] == pytest.approx(ref["output_tokens_per_s"], rel=0.05)
+    if users == 1:
+        assert sim["ttft"]["p50"] == pytest.approx(ref["ttft"]["p50"], rel=0.05)
+    else:
+        # With other users decoding, a real request reaches the engine a few ms after a step began
+        # (its HTTP time, which the simulation leaves out) and waits for that step: up to one
+        # decode step (the ITL) more than simulated, never less.
+        assert sim["ttft"]["p50"] * 0.95 <= ref["ttft"]["p50"] <= (sim["ttft"]["p50"] + sim["itl"]["p50"]) * 1.05
+
+
+def test_the_simulated_folder_is_a_run_folder_marked_simulated(simulated: Path) -> None:
+    run = load_run(simulated)
+    assert run.meta.simulated["twin"] == TWIN
+    assert run.meta.status == "finished"
+    assert run.meta.started_at < run.meta.ended_at
+    assert run.meta.ended_at - run.meta.started_at >= 8.0  # virtual seconds, whatever the wall time
+    requests = run.requests
+    assert len(requests) > 10 and (requests["error"] == "").all()
+    assert (requests["completion_tokens"] == 32).all()
+    signals = set(run.samples["signal"])
+    assert {"requests_running", "kv_usage", "gpu_util"} <= signals
+    client = [c for c in run.meta.coverage if c.source == "client"]
+    assert client and not client[0].enabled and "simulated" in client[0].error
+    overall = summary_of(simulated)["overall"]
+    assert not math.isnan(overall["itl"]["p50"]) and overall["succeeded"] == int((~requests["warmup"]).sum())
+
+
+@pytest.mark.parametrize("command", [("summary",), ("analyze",), ("timeline",), ("report",)])
+def test_the_other_commands_read_a_simulated_folder(simulated: Path, command: tuple[str, ...], tmp_path) -> None:
+    extra = ("--output", str(tmp_path / "report.html")) if command == ("report",) else ()
+    result = loadlab(*command, str(simulated), *extra, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_twin_is_one_line_and_exit_2(tmp_path) -> None:
+    result = loadlab("simulate", "--twin", "h100:gpt-9", "--concurrency", "1", "--out", str(tmp_path / "r"), timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")]
