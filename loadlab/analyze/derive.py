@@ -190,7 +190,10 @@ def _client_side(d: StepData) -> None:
         d.put("refused_share", refused.mean(), "fraction", requests, CLIENT)
     # The client self-check of loadlab.analyze.clientcheck, over the step (the same figures the
     # summary's CLIENT-LIMITED flag used).
+    # (A summary.json of another loadlab may name figures this one does not judge: left out.)
     for name, value in d.summary.client.values.items():
+        if name not in QUANTITIES:
+            continue
         d.put(
             name,
             value,
