@@ -14,11 +14,11 @@ def advance(seq: Sequence, token: int, tokenizer: ByteTokenizer, max_model_len: 
     """Account for seq's newest token (already in output_ids): the text to send now and the finish
     reason ("stop", "length") or None."""
     p = seq.params
-    if not p.stop:  # nothing is ever held back: each token's text goes out at once (the hot path)
+    if not p.stop:  # no stop string to hold text back for: only an incomplete character waits (the hot path)
         if token == tokenizer.eos_token_id:
-            return "", "stop"
+            return seq.utf8.decode(b"", final=True), "stop"
         done = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= max_model_len
-        return tokenizer.decode([token]), "length" if done else None
+        return seq.utf8.decode(tokenizer.token_bytes(token), final=done), "length" if done else None
     if token == tokenizer.eos_token_id:
         seq.text += seq.utf8.decode(b"", final=True)  # a character left incomplete is replaced
         return _take(seq, len(seq.text)), "stop"

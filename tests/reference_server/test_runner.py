@@ -160,6 +160,7 @@ def embeddings_then_text(tp: int) -> tuple[list[list[float]], str]:
     )
 
 
+@pytest.mark.serial  # the second rank's start-up (torch, the model) must fit in the rendezvous's timeout
 def test_pooling_on_two_ranks_gives_the_single_ranks_embeddings_and_keeps_them_in_step() -> None:
     single, text1 = embeddings_then_text(1)
     double, text2 = embeddings_then_text(2)
