@@ -42,7 +42,7 @@ from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution, percentile
 from loadlab.store.meta import float_or_nan, json_safe, write_json_atomic
 from loadlab.store.reader import SUMMARY_JSON, RunData
-from loadlab.store.schema import Coverage, ErrorCategory, StepInfo
+from loadlab.store.schema import Coverage, ErrorCategory, Mode, StepInfo
 
 # Client self-check: above these the load generator, not the server, may be what was measured.
 MIN_RATE_RATIO = 0.9  # open loop: achieved request rate / requested rate
@@ -296,7 +296,7 @@ def steps_of(run: RunData) -> list[StepInfo]:
     steps = list(run.meta.steps)
     known = {s.index for s in steps}
     config = run.meta.config
-    mode = "open" if config.get("rate") else "closed"
+    mode: Mode = "open" if config.get("rate") else "closed"
     targets = config.get("rate") or config.get("concurrency") or []
     for index in sorted(set(int(i) for i in run.requests["step"].unique()) - known):
         target = float(targets[index]) if index < len(targets) else math.nan
@@ -308,7 +308,7 @@ def steps_of(run: RunData) -> list[StepInfo]:
     return sorted(steps, key=lambda s: s.index)
 
 
-def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
+def per_request(requests: pd.DataFrame, mode_of: dict[int, Mode]) -> pd.DataFrame:
     """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
     undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot and
     user_tokens_per_s.
