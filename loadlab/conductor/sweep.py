@@ -96,7 +96,7 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
     failures: list[str] = []
     if spec is not None:
         suffix = f" [{plan.label}]"
-        checks = check_run(values, spec, analysis.to_dict()).checks
+        checks = check_run(values, spec, analysis).checks
         failures = [
             f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})"
             for c in checks
