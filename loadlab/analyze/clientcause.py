@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
+from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, HOST_BUSY_MIN, LOOP_LAG_P99_MAX, RUN_WAIT_MIN
 
 OWN_WORK, STARVED, UNEXPLAINED = "own_work", "starved", "unexplained"
-HOST_BUSY_MIN = 0.85  # share of the host's cores busy at which it starves a process (judgement)
-RUN_WAIT_MIN = 0.3  # share of wall time runnable but kept off a CPU: starved (judgement)
 # Samples of the host's busy cores: each load-generator process's (label `cores`), and the host
 # collector's (loadlab.collect.host, label `cores` since it carries one).
 HOST_SIGNALS = ("client_host_cpu", "host_cpu")

@@ -33,6 +33,72 @@ SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
 WAITING_BY_REASON, CAPACITY = "vllm:num_requests_waiting_by_reason", "capacity"
 # Which collector a signal family comes from, for the evidence rows.
 CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nccl"
+# Every quantity a step's derivation can record (here, the client self-check's figures, and the
+# analysis's roofline terms): `put` refuses any other name, so the rules table can be checked
+# against this list and a misspelt term cannot silently count as never measured.
+QUANTITIES = frozenset(
+    {
+        # the client's requests
+        "completed_per_s",
+        "output_tokens_per_s",
+        "littles_law_concurrency",
+        "littles_law_ratio",
+        "ttft_p50",
+        "e2e_p50",
+        "tpot_p50",
+        "decode_share",
+        "tokens_per_s_per_user_p50",
+        "refused_share",
+        # the client self-check (loadlab.analyze.clientcheck's ClientCheck.values)
+        "client_cpu_p90",
+        "client_run_wait_ratio",
+        "client_loop_lag_p99",
+        "start_delay_p99",
+        "achieved_rate_ratio",
+        "achieved_concurrency_ratio",
+        "host_busy_ratio",
+        # the server's metrics
+        "running_mean",
+        "running_max",
+        "running_at_cap",
+        "waiting_mean",
+        "waiting_p95",
+        "waiting_slope",
+        "kv_usage_p50",
+        "kv_usage_p90",
+        "kv_usage_max",
+        "preemptions_per_min",
+        "engine_busy",
+        "server_ttft_p50",
+        "server_ttft_mean",
+        "ttft_outside_server",
+        "ttft_outside_share",
+        "queue_time_mean",
+        "queue_share",
+        "server_itl_p50",
+        "tokens_per_step_mean",
+        "batch_size_mean",
+        "step_time_mean",
+        "collective_share",
+        "prefix_cache_hit_rate",
+        "capacity_wait_share",
+        # GPU counters and the host
+        sig.GPU_UTIL,
+        sig.GPU_SM_ACTIVE,
+        sig.GPU_TENSOR_ACTIVE,
+        sig.GPU_DRAM_ACTIVE,
+        "gpu_clock_slowdown_share",
+        "server_cpu",
+        # the analysis's roofline, over the steps (loadlab.analyze.analysis)
+        "step_time_fixed_share",
+        "achieved_tflops_per_gpu",
+        "achieved_gbps_per_gpu",
+        "mfu",
+        "mbu",
+        "arithmetic_intensity",
+        "intensity_over_ridge",
+    }
+)
 
 
 @dataclass
@@ -70,7 +136,9 @@ class StepData:
     derived: dict[str, Derived] = field(default_factory=dict)
 
     def put(self, name: str, value: float, unit: str, signals: list[str], source: str, note: str = "") -> None:
-        """Record a derived number; NaN (not measured) is left out."""
+        """Record a derived number; NaN (not measured) is left out. `name` must be one of QUANTITIES."""
+        if name not in QUANTITIES:
+            raise ValueError(f"{name!r} is not a derived quantity (loadlab.analyze.derive.QUANTITIES)")
         if value is not None and math.isfinite(value):
             self.derived[name] = Derived(float(value), unit, signals, source, note)
 
@@ -120,9 +188,12 @@ def _client_side(d: StepData) -> None:
         errors = sent["error"].fillna("")
         refused = errors.isin([ErrorCategory.HTTP_429.value, ErrorCategory.TIMEOUT.value, ErrorCategory.HTTP_5XX.value])
         d.put("refused_share", refused.mean(), "fraction", requests, CLIENT)
-    # The client self-check of loadlab.analyze.summary, over the step (the same figures the
+    # The client self-check of loadlab.analyze.clientcheck, over the step (the same figures the
     # summary's CLIENT-LIMITED flag used).
+    # (A summary.json of another loadlab may name figures this one does not judge: left out.)
     for name, value in d.summary.client.values.items():
+        if name not in QUANTITIES:
+            continue
         d.put(
             name,
             value,

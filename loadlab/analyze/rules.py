@@ -23,8 +23,13 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.summary import MIN_CONCURRENCY_RATIO, MIN_RATE_RATIO
-from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX, START_DELAY_P99_MAX
+from loadlab.metrics.limits import (
+    CLIENT_CPU_P90_MAX,
+    LOOP_LAG_P99_MAX,
+    MIN_CONCURRENCY_RATIO,
+    MIN_RATE_RATIO,
+    START_DELAY_P99_MAX,
+)
 
 # What a verdict can name: the rules' classes, the black-box patterns (loadlab.analyze.blackbox),
 # or that the evidence cannot say.
@@ -87,61 +92,74 @@ RULES: tuple[Rule, ...] = (
         CLIENT,
         "any",
         (
-            Term("client_cpu_p90", ">=", CLIENT_CPU_P90_MAX, 0.05, 1, C),
-            Term("client_loop_lag_p99", ">=", LOOP_LAG_P99_MAX, 0.002, 1, C),
-            Term("start_delay_p99", ">=", START_DELAY_P99_MAX, 0.002, 1, C),
-            Term("achieved_concurrency_ratio", "<=", MIN_CONCURRENCY_RATIO, 0.05, 1, C),
-            Term("achieved_rate_ratio", "<=", MIN_RATE_RATIO, 0.03, 1, C),
-            Term("ttft_outside_share", ">=", 1.0, 0.25, 1, C),
+            Term(quantity="client_cpu_p90", op=">=", threshold=CLIENT_CPU_P90_MAX, ramp=0.05, weight=1, needs=C),
+            Term(quantity="client_loop_lag_p99", op=">=", threshold=LOOP_LAG_P99_MAX, ramp=0.002, weight=1, needs=C),
+            Term(quantity="start_delay_p99", op=">=", threshold=START_DELAY_P99_MAX, ramp=0.002, weight=1, needs=C),
+            Term(
+                quantity="achieved_concurrency_ratio",
+                op="<=",
+                threshold=MIN_CONCURRENCY_RATIO,
+                ramp=0.05,
+                weight=1,
+                needs=C,
+            ),
+            Term(quantity="achieved_rate_ratio", op="<=", threshold=MIN_RATE_RATIO, ramp=0.03, weight=1, needs=C),
+            Term(quantity="ttft_outside_share", op=">=", threshold=1.0, ramp=0.25, weight=1, needs=C),
         ),
     ),
     Rule(
         KV_CAPACITY,
         "mean",
         (
-            Term("kv_usage_p90", ">=", 0.8, 0.1, 2, S, key=True),
-            Term("waiting_mean", ">=", 1.0, 0.5, 1, S),
-            Term("preemptions_per_min", ">=", 1.0, 0.5, 0.5, S),
+            Term(quantity="kv_usage_p90", op=">=", threshold=0.8, ramp=0.1, weight=2, needs=S, key=True),
+            Term(quantity="waiting_mean", op=">=", threshold=1.0, ramp=0.5, weight=1, needs=S),
+            Term(quantity="preemptions_per_min", op=">=", threshold=1.0, ramp=0.5, weight=0.5, needs=S),
         ),
     ),
     Rule(
         SCHEDULING,
         "mean",
         (
-            Term("waiting_mean", ">=", 1.0, 0.5, 1, S, key=True),
-            Term("queue_share", ">=", 0.5, 0.1, 1, S),
-            Term("kv_usage_p90", "<=", 0.6, 0.1, 2, S, key=True),
-            Term("preemptions_per_min", "<=", 1.0, 0.5, 0.5, S),
-            Term("running_at_cap", ">=", 0.85, 0.1, 1, S, any_of="admission"),
-            Term("engine_busy", "<=", 0.5, 0.15, 1, S, any_of="admission"),
-            Term("capacity_wait_share", ">=", 0.8, 0.1, 1, S, any_of="admission"),
-            Term("gpu_sm_active", "<=", 0.5, 0.1, 1, G),
+            Term(quantity="waiting_mean", op=">=", threshold=1.0, ramp=0.5, weight=1, needs=S, key=True),
+            Term(quantity="queue_share", op=">=", threshold=0.5, ramp=0.1, weight=1, needs=S),
+            Term(quantity="kv_usage_p90", op="<=", threshold=0.6, ramp=0.1, weight=2, needs=S, key=True),
+            Term(quantity="preemptions_per_min", op="<=", threshold=1.0, ramp=0.5, weight=0.5, needs=S),
+            Term(quantity="running_at_cap", op=">=", threshold=0.85, ramp=0.1, weight=1, needs=S, any_of="admission"),
+            Term(quantity="engine_busy", op="<=", threshold=0.5, ramp=0.15, weight=1, needs=S, any_of="admission"),
+            Term(
+                quantity="capacity_wait_share", op=">=", threshold=0.8, ramp=0.1, weight=1, needs=S, any_of="admission"
+            ),
+            Term(quantity="gpu_sm_active", op="<=", threshold=0.5, ramp=0.1, weight=1, needs=G),
         ),
     ),
-    Rule(NETWORK, "mean", (Term("collective_share", ">=", 0.3, 0.15, 2, S, key=True),)),
+    Rule(
+        NETWORK,
+        "mean",
+        (Term(quantity="collective_share", op=">=", threshold=0.3, ramp=0.15, weight=2, needs=S, key=True),),
+    ),
     Rule(
         MEMORY_BANDWIDTH,
         "mean",
         (
-            Term("decode_share", ">=", 0.5, 0.15, 1, C),
-            Term("step_time_fixed_share", ">=", 0.6, 0.1, 1.5, W),
-            Term("gpu_dram_active", ">=", 0.6, 0.1, 1, G),
-            Term("gpu_tensor_active", "<=", 0.3, 0.1, 0.5, G),
-            Term("mbu", ">=", 0.6, 0.1, 1, F),
-            Term("intensity_over_ridge", "<=", 1.0, 0.3, 1, R),
+            Term(quantity="decode_share", op=">=", threshold=0.5, ramp=0.15, weight=1, needs=C),
+            Term(quantity="step_time_fixed_share", op=">=", threshold=0.6, ramp=0.1, weight=1.5, needs=W),
+            Term(quantity="gpu_dram_active", op=">=", threshold=0.6, ramp=0.1, weight=1, needs=G),
+            Term(quantity="gpu_tensor_active", op="<=", threshold=0.3, ramp=0.1, weight=0.5, needs=G),
+            Term(quantity="mbu", op=">=", threshold=0.6, ramp=0.1, weight=1, needs=F),
+            Term(quantity="intensity_over_ridge", op="<=", threshold=1.0, ramp=0.3, weight=1, needs=R),
         ),
     ),
     Rule(
         COMPUTE,
         "mean",
         (
-            Term("step_time_fixed_share", "<=", 0.4, 0.1, 1.5, W),
-            Term("decode_share", "<=", 0.5, 0.15, 1, C),
-            Term("queue_share", "<=", 0.1, 0.05, 0.5, S),
-            Term("gpu_sm_active", ">=", 0.8, 0.1, 1, G),
-            Term("gpu_tensor_active", ">=", 0.5, 0.1, 1, G),
-            Term("mfu", ">=", 0.5, 0.1, 1, F),
-            Term("intensity_over_ridge", ">=", 1.0, 0.3, 1, R),
+            Term(quantity="step_time_fixed_share", op="<=", threshold=0.4, ramp=0.1, weight=1.5, needs=W),
+            Term(quantity="decode_share", op="<=", threshold=0.5, ramp=0.15, weight=1, needs=C),
+            Term(quantity="queue_share", op="<=", threshold=0.1, ramp=0.05, weight=0.5, needs=S),
+            Term(quantity="gpu_sm_active", op=">=", threshold=0.8, ramp=0.1, weight=1, needs=G),
+            Term(quantity="gpu_tensor_active", op=">=", threshold=0.5, ramp=0.1, weight=1, needs=G),
+            Term(quantity="mfu", op=">=", threshold=0.5, ramp=0.1, weight=1, needs=F),
+            Term(quantity="intensity_over_ridge", op=">=", threshold=1.0, ramp=0.3, weight=1, needs=R),
         ),
     ),
 )

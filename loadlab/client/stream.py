@@ -236,6 +236,9 @@ def stream_request(
         offset = anchor.to_wall(0.0)
         rec.token_times = [t + offset for t in perf_times]
         rec.first_token_time = rec.token_times[0]
+        # The last event ends the request: the kernel's receive time of the last token and the
+        # read's own clock may disagree by microseconds where they are one read.
+        rec.end_time = max(rec.end_time, rec.token_times[-1])
     rec.client_tokens = len(perf_times)
     text = "".join(event_text(line) for line in events.content_lines)
     return StreamResult(rec, nbytes, text, aborted)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-from loadlab.analyze.derive import Derived
+from loadlab.analyze.derive import QUANTITIES, Derived, StepData
 from loadlab.analyze.rules import NEEDS, RULES, Term, score_all
 
 
@@ -139,3 +140,18 @@ def test_vllm_waiting_for_a_seat_is_scheduling_with_its_admission_sign_counted_o
     after = score_all(derived(**seen, capacity_wait_share=1.0), impossible=frozenset({"gpu"}))["scheduling"]
     assert before.score < 0.5 and after.score > 0.8
     assert after.coverage == 1  # one sign of the admission group is all the class needs
+
+
+def test_every_term_reads_a_quantity_that_derive_records():
+    # A misspelt quantity would never be measured: its class's coverage would drop, silently.
+    unknown = {t.quantity for rule in RULES for t in rule.terms} - QUANTITIES
+    assert not unknown
+
+
+def test_derive_refuses_to_record_a_quantity_it_does_not_declare():
+    # Recording reads none of the step's data: only the names are under test here.
+    data = StepData(step=None, requests=pd.DataFrame(), window=None, samples=None, summary=None)
+    data.put("kv_usage_p90", 0.5, "fraction", [], "server_metrics")
+    with pytest.raises(ValueError, match="kv_usage_p09"):
+        data.put("kv_usage_p09", 0.5, "fraction", [], "server_metrics")
+    assert list(data.derived) == ["kv_usage_p90"]

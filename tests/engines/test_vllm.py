@@ -110,7 +110,8 @@ def test_streams_are_timed_token_by_token(vllm, tmp_path, api):
     ttft, itl, e2e, tpot = (step[k] for k in ("ttft", "itl", "e2e", "tpot"))
     assert ttft["count"] == step["succeeded"] and 0 < ttft["p50"] < e2e["p50"]
     assert itl["count"] > 0 and itl["p50"] >= 0 and itl["max"] < e2e["max"]
-    assert tpot["count"] == step["succeeded"] and 0 < tpot["p50"] < e2e["p50"]
+    # 0 where vLLM's API server, behind on a shared host, flushed a whole answer in one read.
+    assert tpot["count"] == step["succeeded"] and 0 <= tpot["p50"] < e2e["p50"]
     assert step["user_tokens_per_s"]["p50"] > 0
     assert step["tokens"]["usage_missing"] == 0  # vLLM sent usage on every stream
     records = load_run(tmp_path / api).requests
