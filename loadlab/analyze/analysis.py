@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,13 +22,14 @@ from loadlab.analyze.derive import Derived, StepData, derive
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, has_work_estimates, work_rates
-from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Evidence, score_all
+from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Constraint, Evidence, score_all
 from loadlab.analyze.saturation import (
     OVERLOADED,
     PAST_KNEE,
     UNDER_LOADED,
     UNKNOWN,
     Saturation,
+    SaturationState,
     StepLoad,
     held_at_admission,
     saturated_at_delivered_load,
@@ -38,9 +40,10 @@ from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
+from loadlab.store.convert import from_json
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
-from loadlab.store.reader import ANALYSIS_JSON, RunData
-from loadlab.store.schema import StepInfo
+from loadlab.store.reader import ANALYSIS_JSON, RunData, RunFolderError, read_stage_json
+from loadlab.store.schema import Mode, StepInfo
 
 FORMAT = 1
 REQUEST_COLUMNS = (
@@ -88,7 +91,7 @@ SERVER_SIGNALS = (
 
 @dataclass
 class RunnerUp:
-    constraint: str
+    constraint: Constraint
     score: float
     confidence: float
 
@@ -99,12 +102,12 @@ class StepVerdict:
 
     index: int
     label: str
-    mode: str
+    mode: Mode
     target: float
     window: Window
-    saturation: str
+    saturation: SaturationState
     saturation_reason: str
-    constraint: str
+    constraint: Constraint
     score: float
     confidence: float
     runner_up: RunnerUp | None
@@ -132,8 +135,8 @@ class StepVerdict:
 
 @dataclass
 class Overall:
-    constraint: str
-    saturation: str
+    constraint: Constraint
+    saturation: SaturationState
     knee_step: int | None
     client_limited: bool
     confidence: float
@@ -168,6 +171,24 @@ class Analysis:
                 "overall": asdict(self.overall),
             }
         )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Analysis:
+        """The analysis `to_dict` wrote (null back to NaN); TypeError, ValueError or KeyError
+        when `d` is not one."""
+        return from_json(cls, d)
+
+
+def read_analysis(folder: Path) -> Analysis | None:
+    """The analysis.json in run folder `folder`, as the dataclasses that wrote it; None when it
+    is not there; RunFolderError (one line) when it cannot be read or is not an analysis."""
+    data = read_stage_json(folder, ANALYSIS_JSON)
+    if data is None:
+        return None
+    try:
+        return Analysis.from_dict(data)
+    except (TypeError, ValueError, KeyError) as e:
+        raise RunFolderError(f"{ANALYSIS_JSON} is not an analysis ({type(e).__name__}: {e})") from None
 
 
 def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:
@@ -289,7 +310,7 @@ def _verdict(
     ok = int(d.requests["ok"].sum())
 
     def verdict(
-        constraint: str,
+        constraint: Constraint,
         headline: str,
         chosen: ClassScore | None = None,
         runner_up: RunnerUp | None = None,

@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 import numpy as np
 import pandas as pd
 
 from loadlab.analyze.derive import StepData
-from loadlab.analyze.rules import COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING, Evidence
+from loadlab.analyze.rules import COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING, Constraint, Evidence
 from loadlab.store.reader import RunData
 
-QUEUEING, BATCH_CONTENTION, PREFILL_COST = "queueing", "batch_contention", "prefill_cost"
+QUEUEING: Final = "queueing"
+BATCH_CONTENTION: Final = "batch_contention"
+PREFILL_COST: Final = "prefill_cost"
 # What each black-box pattern cannot tell apart, in white-box classes.
 CANDIDATES = {
     QUEUEING: (SCHEDULING, KV_CAPACITY),
@@ -200,7 +203,7 @@ def _none(why: str, evidence: list[Evidence]) -> BlackBox:
     return BlackBox("", [], f"no server metrics: {why}", 0.0, NO_PATTERN_DECIDE, "", evidence)
 
 
-def _row(pattern: str, name: str, value: float, unit: str, threshold: float, what: str) -> Evidence:
+def _row(pattern: Constraint, name: str, value: float, unit: str, threshold: float, what: str) -> Evidence:
     """An evidence row FOR the pattern when `value` reaches `threshold`."""
     for_it = value >= threshold
     return Evidence(

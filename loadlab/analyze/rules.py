@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
 from loadlab.metrics.limits import (
@@ -30,8 +31,27 @@ from loadlab.metrics.limits import (
     START_DELAY_P99_MAX,
 )
 
-CLIENT, KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "client", "kv_capacity", "memory_bandwidth", "compute"
-SCHEDULING, NETWORK, INSUFFICIENT_DATA = "scheduling", "network", "insufficient_data"
+# What a verdict can name: the rules' classes, the black-box patterns (loadlab.analyze.blackbox),
+# or that the evidence cannot say.
+Constraint = Literal[
+    "client",
+    "kv_capacity",
+    "memory_bandwidth",
+    "compute",
+    "scheduling",
+    "network",
+    "insufficient_data",
+    "queueing",
+    "batch_contention",
+    "prefill_cost",
+]
+CLIENT: Final = "client"
+KV_CAPACITY: Final = "kv_capacity"
+MEMORY_BANDWIDTH: Final = "memory_bandwidth"
+COMPUTE: Final = "compute"
+SCHEDULING: Final = "scheduling"
+NETWORK: Final = "network"
+INSUFFICIENT_DATA: Final = "insufficient_data"
 # The classes that can set per-token latency: the only ones an under-loaded step may name (a queue
 # or a full KV pool cannot bind where the server still has headroom).
 PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK)
@@ -61,7 +81,7 @@ class Term:
 
 @dataclass(frozen=True)
 class Rule:
-    constraint: str
+    constraint: Constraint
     combine: str  # "mean": weighted mean capped by key terms; "any": the strongest term
     terms: tuple[Term, ...]
 
@@ -164,7 +184,7 @@ NEEDS = {
 class Evidence:
     """One evidence row of a verdict (analysis.json's `evidence`)."""
 
-    constraint: str
+    constraint: Constraint
     name: str
     value: float
     unit: str
@@ -178,7 +198,7 @@ class Evidence:
 
 @dataclass
 class ClassScore:
-    constraint: str
+    constraint: Constraint
     score: float
     coverage: float
     evidence: list[Evidence]

@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
+from loadlab.store.schema import Mode
 
-UNDER_LOADED, AT_KNEE, PAST_KNEE, OVERLOADED, UNKNOWN = "under_loaded", "at_knee", "past_knee", "overloaded", "unknown"
+SaturationState = Literal["under_loaded", "at_knee", "past_knee", "overloaded", "unknown"]
+UNDER_LOADED: Final = "under_loaded"
+AT_KNEE: Final = "at_knee"
+PAST_KNEE: Final = "past_knee"
+OVERLOADED: Final = "overloaded"
+UNKNOWN: Final = "unknown"
 KNEE_GAIN = 0.05  # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
 KNEE_LOAD_GROWTH = 0.25  # ... when the offered load grew at least this much (judgement)
 SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this still scales (judgement)
@@ -41,7 +48,7 @@ class StepLoad:
     """What saturation reads of one step."""
 
     index: int
-    mode: str
+    mode: Mode
     target: float
     derived: dict[str, Derived]
     succeeded: int  # the step's successful measured requests (too_few)
@@ -49,7 +56,7 @@ class StepLoad:
 
 @dataclass
 class Saturation:
-    state: str
+    state: SaturationState
     reason: str
     versus: int | None = None  # the index of the step of lower load it was compared with
 

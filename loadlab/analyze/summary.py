@@ -43,7 +43,7 @@ from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import SUMMARY_JSON, RunData
-from loadlab.store.schema import ErrorCategory, StepInfo
+from loadlab.store.schema import ErrorCategory, Mode, StepInfo
 
 # The summary's types, re-exported: the name other modules import them by.
 __all__ = [
@@ -166,7 +166,7 @@ def steps_of(run: RunData) -> list[StepInfo]:
     steps = list(run.meta.steps)
     known = {s.index for s in steps}
     config = run.meta.config
-    mode = "open" if config.get("rate") else "closed"
+    mode: Mode = "open" if config.get("rate") else "closed"
     targets = config.get("rate") or config.get("concurrency") or []
     for index in sorted(set(int(i) for i in run.requests["step"].unique()) - known):
         target = float(targets[index]) if index < len(targets) else math.nan
@@ -178,7 +178,7 @@ def steps_of(run: RunData) -> list[StepInfo]:
     return sorted(steps, key=lambda s: s.index)
 
 
-def per_request(requests: pd.DataFrame, mode_of: dict[int, str]) -> pd.DataFrame:
+def per_request(requests: pd.DataFrame, mode_of: dict[int, Mode]) -> pd.DataFrame:
     """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
     undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot and
     user_tokens_per_s.

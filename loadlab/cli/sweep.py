@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loadlab.conductor.stepping import Judgement
     from loadlab.conductor.sweep import SweepOutcome
     from loadlab.metrics.slo import SloSpec
+    from loadlab.store.schema import Mode
 
 DEFAULT_MAX = 512  # users, or requests/s with --rate auto
 DEFAULT_STEP_SECONDS = 20.0
@@ -144,7 +145,7 @@ def start_sweep(
 
     if rate is not None and rate != "auto":
         raise UserError(f"--rate takes 'auto' in a sweep (it chooses the rates), got {rate!r}")
-    mode = "open" if rate else "closed"
+    mode: Mode = "open" if rate else "closed"
     top = DEFAULT_MAX if max_load is None else max_load
     steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
     if not (math.isfinite(start) and start > 0) or (mode == "closed" and not float(start).is_integer()):

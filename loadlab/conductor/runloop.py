@@ -52,10 +52,10 @@ from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
 from loadlab.metrics.slo import parse_slo
 from loadlab.report.live import LiveDisplay, LiveStatus
-from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED
+from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED, RunStatus
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
-from loadlab.store.schema import RequestRecord, Sample, StepInfo
+from loadlab.store.schema import Mode, RequestRecord, Sample, StepInfo
 from loadlab.workload.trace import TraceWorkload, replays_trace
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -71,7 +71,7 @@ class StepPlan:
 
     index: int
     label: str
-    mode: str  # "closed" | "open"
+    mode: Mode
     target: float  # users or requests/s
     seconds: float  # 0: no time limit (ends by request count)
     requests: int  # finished requests (warm-up included) that end it; 0: no count limit
@@ -81,7 +81,7 @@ def plan_steps(config: RunConfig) -> list[StepPlan]:
     """The steps of a run: one per --concurrency / --rate value, or one that replays a trace."""
     if replays_trace(config):
         return [_trace_step(config)]
-    mode = "closed" if config.concurrency else "open"
+    mode: Mode = "closed" if config.concurrency else "open"
     values: list[float] = list(config.concurrency or config.rate)
     if len(values) > 1:
         seconds = config.step_duration or config.duration
@@ -138,7 +138,7 @@ class Conductor:
             self.runner.quit()  # e.g. the folder already holds a run: end the workers too
             raise
         self.writer.start_autoflush(1.0)
-        self.status = FINISHED
+        self.status: RunStatus = FINISHED
         self.breach: Breach | None = None
         self.labels: dict[int, str] = {}  # the steps run so far
         self.live = LiveStats(mode == "open", in_flight=lambda: in_flight_total(self.env), keep_latencies=False)

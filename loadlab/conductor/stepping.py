@@ -28,6 +28,7 @@ from loadlab.analyze.saturation import (
     saturation,
     too_few,
 )
+from loadlab.store.schema import Mode
 
 MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
@@ -37,7 +38,7 @@ DEFAULT_MAX_STEPS = 12
 MAX_STRETCH = 4  # a step too short to judge is rerun longer, up to this many times --step-duration
 
 # Why a step is bad, or why the sweep stopped (Decision.stop).
-CLIENT, ERRORS, SLO, KNEE = "client-limited", "errors", "slo", "knee"
+CLIENT_LIMITED, ERRORS, SLO, KNEE = "client-limited", "errors", "slo", "knee"
 MAX_LOAD, MAX_STEPS, RUN_STOPPED, TOO_FEW = "max", "max-steps", "run-stopped", "too-few-requests"
 
 
@@ -46,7 +47,7 @@ class SweepLimits:
     """The sweep's bounds: closed loop (users) or open loop (requests/s), where it starts, the
     highest load it may try and how many steps it may run."""
 
-    mode: str = "closed"  # closed | open
+    mode: Mode = "closed"
     start: float = 1.0
     max_load: float = math.inf
     max_steps: int = DEFAULT_MAX_STEPS
@@ -70,7 +71,7 @@ class StepResult:
 
 @dataclass(frozen=True)
 class Judgement:
-    """A step's verdict for the sweep: `bad` is "" for a good step, else CLIENT/ERRORS/SLO/KNEE;
+    """A step's verdict for the sweep: `bad` is "" for a good step, else CLIENT_LIMITED/ERRORS/SLO/KNEE;
     a step that measured too little (`measured` False) is neither."""
 
     step: StepResult
@@ -98,7 +99,7 @@ def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judg
     """Whether `step` is good, given its saturation among all steps (the analyzer's rule);
     `label_of` names the steps by index."""
     if step.client_limited:
-        return Judgement(step, CLIENT, f"the load generator limited {step.label} ({step.client_limited})")
+        return Judgement(step, CLIENT_LIMITED, f"the load generator limited {step.label} ({step.client_limited})")
     if step.error_rate > MAX_ERROR_RATE:
         return Judgement(
             step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} (> {MAX_ERROR_RATE:.0%})"
@@ -114,7 +115,7 @@ def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judg
     return Judgement(step, "", state.reason, saturation=state.state)
 
 
-def judge_all(results: list[StepResult], mode: str) -> tuple[list[Judgement], Judgement | None]:
+def judge_all(results: list[StepResult], mode: Mode) -> tuple[list[Judgement], Judgement | None]:
     """Each step judged (in the order run), all steps' saturation taken together in load order as
     the analyzer takes them; and the knee step by the same rule (None: none seen)."""
     states, knee = saturation([_load(s, mode) for s in results])
@@ -180,7 +181,7 @@ def _doubled(top: float, limits: SweepLimits) -> float:
     return min(2 * top, limits.max_load)
 
 
-def _between(good: float, bad: float, mode: str, resolution: float) -> float | None:
+def _between(good: float, bad: float, mode: Mode, resolution: float) -> float | None:
     """The load halfway between, or None when the two are already within `resolution` x good."""
     if bad - good <= resolution * good + 1e-9:
         return None
@@ -189,6 +190,6 @@ def _between(good: float, bad: float, mode: str, resolution: float) -> float | N
     return (good + bad) / 2
 
 
-def _load(step: StepResult, mode: str) -> StepLoad:
+def _load(step: StepResult, mode: Mode) -> StepLoad:
     derived = {name: Derived(value, "", [], "sweep") for name, value in step.derived.items()}
     return StepLoad(step.index, mode, step.target, derived, step.succeeded)

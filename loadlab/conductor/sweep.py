@@ -22,6 +22,7 @@ from loadlab.gate.checks import FAIL, SLO, check_run
 from loadlab.metrics.slo import SloSpec
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
+from loadlab.store.schema import Mode
 
 SWEEP_JSON = "sweep.json"
 INTERRUPTED = "interrupted"
@@ -78,7 +79,7 @@ def run_sweep(
     return SweepOutcome(outcome, decision, results, Path(folder), limits)
 
 
-def step_plan(index: int, target: float, mode: str, seconds: float) -> StepPlan:
+def step_plan(index: int, target: float, mode: Mode, seconds: float) -> StepPlan:
     """One sweep step: a time-bounded closed- or open-loop step labelled like `loadlab run`'s."""
     name = "concurrency" if mode == "closed" else "rate"
     return StepPlan(index, f"{name}={target:g}", mode, target, seconds, 0)
@@ -95,7 +96,7 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
     failures: list[str] = []
     if spec is not None:
         suffix = f" [{plan.label}]"
-        checks = check_run(values, spec, analysis.to_dict()).checks
+        checks = check_run(values, spec, analysis).checks
         failures = [
             f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})"
             for c in checks

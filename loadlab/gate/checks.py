@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_runs, format_change
 from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
-from loadlab.store.reader import ANALYSIS_JSON, RunFolderError, load_run, read_stage_json
+from loadlab.store.reader import ANALYSIS_JSON, RunFolderError, load_run
 
 PASS, FAIL, INVALID, ERROR, SKIPPED = "pass", "fail", "invalid", "error", "skipped"
 VALIDITY, SLO, BASELINE = "validity", "slo", "baseline"
@@ -73,12 +73,12 @@ def unevaluated(run: str, why: str) -> GateResult:
 def check_run(
     values: RunValues,
     spec: SloSpec | None,
-    analysis: dict[str, Any] | str | None = None,
+    analysis: Analysis | str | None = None,
     base: RunValues | None = None,
     max_regression: float = 0.0,
     seed: int = 0,
 ) -> GateResult:
-    """The gate's checks on a measured run (`analysis`: analysis.json's object, None when there is
+    """The gate's checks on a measured run (`analysis`: the run's analysis, None when there is
     none, or why it could not be read); with `base`, the baseline check too. For callers that
     hold the run in memory, e.g. a sweep judging each step as it goes."""
     objectives = spec.objectives if spec else ()
@@ -95,7 +95,7 @@ def check_run(
 
 
 def _validity(
-    values: RunValues, objectives: tuple[Objective, ...], spec: SloSpec | None, analysis: dict[str, Any] | str | None
+    values: RunValues, objectives: tuple[Objective, ...], spec: SloSpec | None, analysis: Analysis | str | None
 ) -> list[Check]:
     """The run may be gated: it finished, and each gated step has enough requests and was not
     limited by the load generator."""
@@ -133,16 +133,15 @@ def _validity(
                     "; ".join(s.client.reasons or [f"under strain: {w}" for w in s.client.warnings]),
                 )
             )
-    if isinstance(analysis, dict) and (spec is None or spec.check_client):
-        overall = _entry(analysis, None)
-        limited = bool(overall.get("client_limited"))
+    if isinstance(analysis, Analysis) and (spec is None or spec.check_client):
+        limited = analysis.overall.client_limited
         checks.append(
             Check(
                 VALIDITY,
                 "not client-limited [analysis.json]",
                 INVALID if limited else PASS,
                 "client-limited" if limited else "ok",
-                str(overall.get("headline", "")) if limited else "",
+                analysis.overall.headline if limited else "",
             )
         )
     return checks
@@ -166,7 +165,7 @@ def _select(values: RunValues, step: int | str | None) -> list[StepValues] | Non
     return found or None
 
 
-def _objective_checks(objective: Objective, values: RunValues, analysis: dict[str, Any] | str | None) -> list[Check]:
+def _objective_checks(objective: Objective, values: RunValues, analysis: Analysis | str | None) -> list[Check]:
     steps = _select(values, objective.step)
     if steps is None:
         labels = ", ".join(s.label for s in values.steps)
@@ -191,16 +190,17 @@ def _metric_check(objective: Objective, step: StepValues) -> Check:
     )
 
 
-def _verdict_check(objective: Objective, step: StepValues, analysis: dict[str, Any] | str | None) -> Check:
+def _verdict_check(objective: Objective, step: StepValues, analysis: Analysis | str | None) -> Check:
     name = f"{objective.text} [{step.label}]"
-    if not isinstance(analysis, dict):
+    if not isinstance(analysis, Analysis):
         why = analysis or f"no {ANALYSIS_JSON} in the run folder (run `loadlab analyze RUN` first)"
         return Check(SLO, name, ERROR, detail=f"not checkable: {why}")
     key = "constraint" if objective.metric == "verdict" else "saturation"
-    entry = _entry(analysis, step.summary.index if step.summary.index >= 0 else None)
-    if key not in entry:
+    index = step.summary.index
+    entry = analysis.overall if index < 0 else next((s for s in analysis.steps if s.index == index), None)
+    if entry is None:
         return Check(SLO, name, ERROR, detail=f"not checkable: {ANALYSIS_JSON} has no {key} for this step")
-    found = str(entry[key])
+    found = entry.constraint if key == "constraint" else entry.saturation
     return Check(
         SLO,
         name,
@@ -227,24 +227,10 @@ def _baseline_check(change: Change, max_regression: float) -> Check:
     return Check(BASELINE, name, FAIL if change.call == REGRESSION else PASS, measured, detail)
 
 
-def _entry(analysis: dict[str, Any], index: int | None) -> dict[str, Any]:
-    """analysis.json's entry for step `index` (None: `overall`); {} when it has none."""
-    if index is None:
-        entry = analysis.get("overall")
-    else:
-        steps = analysis.get("steps")
-        entry = (
-            next((s for s in steps if isinstance(s, dict) and s.get("index") == index), None)
-            if isinstance(steps, list)
-            else None
-        )
-    return entry if isinstance(entry, dict) else {}
-
-
-def _read_analysis(folder: Path) -> dict[str, Any] | str | None:
-    """analysis.json as a dict; None when absent; a string saying why when unreadable."""
+def _read_analysis(folder: Path) -> Analysis | str | None:
+    """The run's analysis; None when absent; a string saying why when unreadable."""
     try:
-        return read_stage_json(folder, ANALYSIS_JSON)
+        return read_analysis(folder)
     except RunFolderError as e:
         return str(e)
 

@@ -7,14 +7,18 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from loadlab.clock import ClockAnchor
 from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
-RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
-STOPPED, FAILED = "stopped", "failed"  # the run stopped itself (see conductor/budget.py); a write error
-DEGRADED = "degraded"  # ran to its end, but a load-generator process died on the way (see warnings)
+RunStatus = Literal["running", "finished", "degraded", "interrupted", "stopped", "failed"]
+RUNNING: Final = "running"
+FINISHED: Final = "finished"
+INTERRUPTED: Final = "interrupted"
+STOPPED: Final = "stopped"  # the run stopped itself (see conductor/budget.py)
+FAILED: Final = "failed"  # a write error
+DEGRADED: Final = "degraded"  # ran to its end, but a load-generator process died on the way (see warnings)
 
 
 @dataclass
@@ -33,7 +37,7 @@ class CacheReset:
 class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
-    status: str  # running | finished | degraded | interrupted | stopped | failed
+    status: RunStatus
     config: dict[str, Any]  # RunConfig.to_dict()
     versions: dict[str, str]
     host: dict[str, Any]

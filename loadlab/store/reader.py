@@ -231,9 +231,15 @@ def _step_warnings(meta: RunMeta) -> list[str]:
 
 def _check_types(record: Any, where: str = "") -> None:
     """TypeError when a field of the dataclass `record`, as parsed from JSON, is not of its
-    declared type (str, int, float, bool, dict or list; an int stands for a float)."""
+    declared type (str, int, float, bool, dict or list; an int stands for a float), or not one of
+    the names a `Literal` field allows."""
     for name, hint in typing.get_type_hints(type(record)).items():
         kind = typing.get_origin(hint) or hint
+        if kind is typing.Literal:
+            value = getattr(record, name)
+            if value not in typing.get_args(hint):
+                raise TypeError(f"{where}{name} is {str(value)[:40]!r}, not one of {', '.join(typing.get_args(hint))}")
+            continue
         if kind not in (str, int, float, bool, dict, list):
             continue
         value = getattr(record, name)

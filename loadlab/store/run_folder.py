@@ -33,7 +33,7 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.offload import off_the_event_loop
-from loadlab.store.meta import FAILED, FINISHED, RUNNING, CacheReset, RunMeta, write_json_atomic
+from loadlab.store.meta import FAILED, FINISHED, RUNNING, CacheReset, RunMeta, RunStatus, write_json_atomic
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
@@ -162,7 +162,7 @@ class RunWriter:
         )
         self._autoflush.start()
 
-    def close(self, status: str = FINISHED, coverage: Sequence[Coverage] = (), reason: str = "") -> None:
+    def close(self, status: RunStatus = FINISHED, coverage: Sequence[Coverage] = (), reason: str = "") -> None:
         """Final flush, stop autoflush, compact the parts and finish run.json.
 
         After a write error the status becomes `failed`, the reason says what was lost (also in

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Literal
 
-FORMAT_VERSION = 4
+# A step's loop: closed, a number of users each sending its next request when the last ends;
+# open, requests sent at a rate whatever the server does.
+Mode = Literal["closed", "open"]
+
+FORMAT_VERSION = 5
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 # RequestRecord.token_events: how a request's tokens were counted (docs/run-folder.md).
@@ -91,7 +96,7 @@ class StepInfo:
 
     index: int
     label: str  # e.g. "concurrency=8" or "rate=5"
-    mode: str  # "closed" | "open"
+    mode: Mode
     target: float  # users (closed) or requests/s (open)
     start_time: float  # epoch seconds
     end_time: float = float("nan")

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from loadlab.analyze.analysis import CONFIDENT, analyze_run, write_analysis
-from loadlab.analyze.derive import WAITING_BY_REASON
+from loadlab.analyze.analysis import CONFIDENT, Analysis, analyze_run, read_analysis, write_analysis
+from loadlab.analyze.derive import WAITING_BY_REASON, Derived
 from loadlab.analyze.measures import measure
 from loadlab.analyze.peaks import given
-from loadlab.analyze.rules import NEEDS, W
+from loadlab.analyze.rules import NEEDS, Evidence, W
 from loadlab.analyze.summary import RunSummary, write_summary
+from loadlab.analyze.window import Window
 from loadlab.cli.plan import curve_points
 from loadlab.gate.checks import INVALID, PASS, gate_run
 from loadlab.metrics.slo import parse_slo
@@ -25,7 +26,7 @@ from loadlab.report.console import print_summary
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
 from loadlab.report.verdict import print_analysis, verdict_line
-from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, load_run
+from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, RunFolderError, load_run
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, req
 from tests.support.runs import DECODE_HEAVY, PREFILL_HEAVY, loaded_run, run_of, vllm_samples, write_run
@@ -363,6 +364,37 @@ def test_analysis_json_holds_the_contract(tmp_path):
         "advice",
     }
     assert "NaN" not in (tmp_path / ANALYSIS_JSON).read_text()
+
+
+def test_analysis_json_reads_back_into_the_dataclasses_that_wrote_it(tmp_path):
+    write_run(tmp_path, lambda t0: loaded_run(start=t0, gauges=KV_BOUND, users=2))
+    written = write_analysis(load_run(tmp_path))
+    read = read_analysis(tmp_path)
+    assert read is not None and read.to_dict() | {"generated_at": 0} == written.to_dict() | {"generated_at": 0}
+    step = read.steps[0]
+    assert isinstance(step.window, Window) and isinstance(step.evidence[0], Evidence)
+    assert isinstance(step.derived["kv_usage_p90"], Derived) and step.constraint == "kv_capacity"
+    # Two vLLM steps: a step-time fit, work estimates against a CPU's peaks, NaN written as null.
+    samples = vllm_samples([replace(s, flops=3.3e9, read_bytes=0.9e9) for s in DECODE_HEAVY])
+    records = []
+    for i, s in enumerate(DECODE_HEAVY):
+        records += loaded_run(users=int(s.running), ttft=0.02, e2e=1.0, step=i, start=s.start)[0]
+    steps = [closed(s.running, s.start, s.start + 20, index=i) for i, s in enumerate(DECODE_HEAVY)]
+    built = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
+    assert built.overall.step_time_fit is not None and "intensity_over_ridge" in built.steps[1].derived
+    assert Analysis.from_dict(json.loads(json.dumps(built.to_dict()))).to_dict() == built.to_dict()
+
+
+def test_an_analysis_json_that_is_not_an_analysis_is_one_line_and_an_absent_one_is_none(tmp_path):
+    assert read_analysis(tmp_path) is None
+    (tmp_path / ANALYSIS_JSON).write_text('{"steps": [3, null], "overall": null}')
+    with pytest.raises(RunFolderError, match="analysis.json is not an analysis"):
+        read_analysis(tmp_path)
+    good = analyze_run(run_of([], [])).to_dict()
+    good["steps"][0]["saturation"] = 7
+    (tmp_path / ANALYSIS_JSON).write_text(json.dumps(good))
+    with pytest.raises(RunFolderError, match=r"steps\[0\]\.saturation is 7, not one of under_loaded"):
+        read_analysis(tmp_path)
 
 
 def test_saturation_compares_steps_by_load_not_by_run_order():

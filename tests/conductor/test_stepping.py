@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loadlab.analyze.saturation import MIN_SUCCEEDED
 from loadlab.conductor.stepping import (
-    CLIENT,
+    CLIENT_LIMITED,
     ERRORS,
     KNEE,
     MAX_LOAD,
@@ -149,7 +149,7 @@ def test_errors_above_one_percent_are_bad():
 def test_a_client_limited_step_stops_the_sweep_at_the_lowest_load():
     targets, decision = sweep(lambda c: {"tps": 100 * c, "client_limited": "event loop lag p99 40 ms"})
     assert targets == [1]
-    assert decision.stop == CLIENT and decision.good is None and "lowest load" in decision.reason
+    assert decision.stop == CLIENT_LIMITED and decision.good is None and "lowest load" in decision.reason
 
 
 def test_the_step_limit_bounds_the_sweep():

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.measures import measure
 from loadlab.errors import UserError
 from loadlab.gate.checks import BASELINE, ERROR, FAIL, INVALID, PASS, SKIPPED, SLO, VALIDITY, check_run, gate_run
 from loadlab.metrics.slo import parse_slo
+from loadlab.store.reader import load_run
 from tests.support.records import T, closed
 from tests.support.runs import DRAWN_EVERY, drawn_records, run_of, write_drawn_run
 
@@ -109,11 +111,9 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     write_drawn_run(tmp_path / "run", seed=1)
     absent = gate_run(tmp_path / "run", parse_slo("verdict_not=kv_capacity"))
     assert absent.exit_code == 2 and "not checkable: no analysis.json" in absent.checks[-1].detail
-    analysis = {
-        "format": 1,
-        "steps": [{"index": 0, "label": "concurrency=2", "constraint": "kv_capacity", "saturation": "past_knee"}],
-        "overall": {"constraint": "kv_capacity", "client_limited": False},
-    }
+    analysis = analyze_run(load_run(tmp_path / "run")).to_dict()  # its verdict, then one set by hand
+    analysis["steps"][0] |= {"constraint": "kv_capacity", "saturation": "past_knee"}
+    analysis["overall"] |= {"constraint": "kv_capacity", "client_limited": False}
     (tmp_path / "run" / "analysis.json").write_text(json.dumps(analysis))
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=kv_capacity|compute")).exit_code == 1
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=compute,saturation_not=overloaded")).exit_code == 0
@@ -123,7 +123,7 @@ def test_verdict_checks_read_analysis_json_and_are_not_checkable_without_it(tmp_
     assert gate_run(tmp_path / "run", parse_slo("verdict_not=compute")).exit_code == 2
     (tmp_path / "run" / "analysis.json").write_text('{"steps": [3, null], "overall": null}')  # odd shapes
     odd = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
-    assert odd.exit_code == 2 and "analysis.json has no constraint for this step" in odd.checks[-1].detail
+    assert odd.exit_code == 2 and "not checkable: analysis.json is not an analysis" in odd.checks[-1].detail
     (tmp_path / "run" / "analysis.json").write_text("{not json")
     broken = gate_run(tmp_path / "run", parse_slo("verdict_not=compute"))
     assert broken.exit_code == 2 and "analysis.json is unreadable" in broken.checks[-1].detail
@@ -155,7 +155,8 @@ def test_usage_errors(tmp_path: Path) -> None:
 
 def test_a_run_in_memory_is_checked_the_same_way() -> None:
     values = measure(run_of(drawn_records(T, 1, 50), [closed(2, start=T, end=T + 50 * DRAWN_EVERY)]))
-    analysis = {"steps": [{"index": 0, "constraint": "compute"}], "overall": {"client_limited": False}}
+    analysis = analyze_run(run_of(drawn_records(T, 1, 50), [closed(2, start=T, end=T + 50 * DRAWN_EVERY)]))
+    analysis.steps[0].constraint, analysis.overall.client_limited = "compute", False
     result = check_run(values, parse_slo("ttft_p99=2s,verdict_not=compute"), analysis)
     assert statuses(result) == {
         "run finished": PASS,

@@ -72,6 +72,13 @@ def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) ->
         (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
         (lambda p: _valid_run_json_with(p, config=[1]), "config"),
         (lambda p: _valid_run_json_with(p, status=5), "status"),
+        (lambda p: _valid_run_json_with(p, status="done"), "status is 'done', not one of running, finished"),
+        (
+            lambda p: _valid_run_json_with(
+                p, steps=[{"index": 0, "label": "x", "mode": "closed-loop", "target": 1, "start_time": 0}]
+            ),
+            r"steps\[0\]\.mode is 'closed-loop', not one of closed, open",
+        ),
         (
             lambda p: _valid_run_json_with(
                 p, steps=[{"index": 0, "label": "x", "mode": 7, "target": 1, "start_time": 0}]

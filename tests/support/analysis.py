@@ -24,10 +24,11 @@ def analysis(labels: list[str], text: str = "", knee: int | None = 1) -> dict[st
                 "target": float(i + 1),
                 "window": {"start": 0.0, "end": 10.0, "seconds": 10.0, "how": "from in-flight reaching the target"},
                 "saturation": "past_knee" if past else "under_loaded",
+                "saturation_reason": "throughput grew 2 % for 100 % more load" if past else "",
                 "constraint": "kv_capacity" if past else "memory_bandwidth",
                 "score": 0.71,
                 "confidence": 0.64,
-                "runner_up": {"constraint": "compute", "score": 0.62} if past else None,
+                "runner_up": {"constraint": "compute", "score": 0.62, "confidence": 0.55} if past else None,
                 "headline": f"step {i} headline {text}",
                 "evidence": [
                     {
@@ -45,12 +46,20 @@ def analysis(labels: list[str], text: str = "", knee: int | None = 1) -> dict[st
                 ],
                 "advice": [f"vLLM: raise --gpu-memory-utilization {text}"],
                 "missing": ["gpu: no GPU collector"],
-                "derived": {"achieved_concurrency": {"value": 7.9, "unit": "requests", "signals": ["client.requests"]}},
+                "derived": {
+                    "achieved_concurrency": {
+                        "value": 7.9,
+                        "unit": "requests",
+                        "signals": ["client.requests"],
+                        "source": "client",
+                    }
+                },
             }
         )
     return {
         "format": 1,
         "generated_at": 1764550000.0,
+        "path": "run",
         "cut_off": False,
         "notes": [f"a note {text}"],
         "steps": steps,
@@ -62,6 +71,7 @@ def analysis(labels: list[str], text: str = "", knee: int | None = 1) -> dict[st
             "confidence": 0.8,
             "headline": f"KV capacity binds at the knee {text}",
             "advice": [f"add KV blocks {text}"],
+            "server": "vllm",
         },
     }
 

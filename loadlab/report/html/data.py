@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.analyze.intervals import GPU_SOURCES, Bins
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.requests import read_gaps
-from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, RunData, RunFolderError, read_stage_json
+from loadlab.store.reader import SUMMARY_JSON, RunData, RunFolderError, read_stage_json
 from loadlab.store.schema import Coverage, ErrorCategory
 
 MAX_INTERVALS = 2000  # a long run gets wider intervals rather than a heavier page
@@ -100,7 +101,7 @@ class StepExtra:
 
 @dataclass
 class ReportData:
-    """Everything one run's report shows. `analysis` is analysis.json as read (None: not written)."""
+    """Everything one run's report shows. `analysis` is analysis.json as read (None: not written or unreadable)."""
 
     name: str
     path: str
@@ -113,7 +114,7 @@ class ReportData:
     config: dict[str, Any]
     versions: dict[str, str]
     host: dict[str, Any]
-    analysis: dict[str, Any] | None = None
+    analysis: Analysis | None = None
     analysis_problem: str = ""  # why analysis.json could not be used
     warnings: list[str] = field(default_factory=list)
 
@@ -166,9 +167,9 @@ def _interval(run: RunData) -> float:
     return float(max(1, math.ceil((end - start) / MAX_INTERVALS)))
 
 
-def _analysis(folder: Path) -> tuple[dict[str, Any] | None, str]:
+def _analysis(folder: Path) -> tuple[Analysis | None, str]:
     try:
-        return read_stage_json(folder, ANALYSIS_JSON), ""
+        return read_analysis(folder), ""
     except RunFolderError as e:
         return None, str(e)
 

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from loadlab.analyze.analysis import RunnerUp, StepVerdict
 from loadlab.analyze.summary import bunched_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
@@ -151,37 +152,36 @@ def _verdict(data: ReportData) -> str:
     if analysis is None:
         problem = _note(data.analysis_problem) if data.analysis_problem else ""
         return f'<p class="missing">{NO_ANALYSIS.format(path=esc(data.path))}</p>{problem}'
-    overall = analysis.get("overall") or {}
-    steps = [s for s in analysis.get("steps") or [] if isinstance(s, dict)]
-    label_of = {s.get("index"): s.get("label", "") for s in steps}
-    knee = overall.get("knee_step")
+    overall, steps = analysis.overall, analysis.steps
+    label_of = {s.index: s.label for s in steps}
+    knee = overall.knee_step
     chips = [
-        ("constraint", overall.get("constraint")),
-        ("saturation", overall.get("saturation")),
+        ("constraint", overall.constraint),
+        ("saturation", overall.saturation),
         ("knee", label_of.get(knee, knee) if knee is not None else "none found"),
-        ("client-limited", "yes" if overall.get("client_limited") else "no"),
-        ("confidence", _num(overall.get("confidence"), 2)),
+        ("client-limited", "yes" if overall.client_limited else "no"),
+        ("confidence", _num(overall.confidence, 2)),
     ]
     parts = [
-        f'<p class="headline">{esc(overall.get("headline") or "(no headline)")}</p>',
+        f'<p class="headline">{esc(overall.headline or "(no headline)")}</p>',
         '<p class="chips">' + "".join(f'<span class="chip"><b>{k}</b> {esc(v)}</span>' for k, v in chips) + "</p>",
     ]
-    if analysis.get("cut_off"):
+    if analysis.cut_off:
         parts.append(_note("The run was cut off: the analysis used what it left."))
-    parts += _list("Advice", overall.get("advice")) + _list("Notes", analysis.get("notes"))
+    parts += _list("Advice", overall.advice) + _list("Notes", analysis.notes)
     if steps:
         parts.append(
             _table(
                 ["step", "saturation", "constraint", "score", "confidence", "runner-up", "headline"],
                 [
                     (
-                        esc(s.get("label", s.get("index"))),
-                        esc(s.get("saturation", "–")),
-                        esc(s.get("constraint", "–")),
-                        _num(s.get("score"), 2),
-                        _num(s.get("confidence"), 2),
-                        _runner_up(s.get("runner_up")),
-                        esc(s.get("headline", "")),
+                        esc(s.label),
+                        esc(s.saturation),
+                        esc(s.constraint),
+                        _num(s.score, 2),
+                        _num(s.confidence, 2),
+                        _runner_up(s.runner_up),
+                        esc(s.headline),
                     )
                     for s in steps
                 ],
@@ -191,47 +191,43 @@ def _verdict(data: ReportData) -> str:
     return "".join(parts)
 
 
-def _list(title: str, items: Any) -> list[str]:
+def _list(title: str, items: list[str]) -> list[str]:
     if not items:
         return []
     return [f"<p><b>{title}</b></p><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
 
 
-def _runner_up(value: Any) -> str:
-    if not isinstance(value, dict):
+def _runner_up(value: RunnerUp | None) -> str:
+    if value is None:
         return "–"
-    return f"{esc(value.get('constraint', '?'))} ({_num(value.get('score'), 2)})"
+    return f"{esc(value.constraint)} ({_num(value.score, 2)})"
 
 
-def _step_evidence(step: dict[str, Any]) -> str:
-    evidence = [e for e in step.get("evidence") or [] if isinstance(e, dict)]
+def _step_evidence(step: StepVerdict) -> str:
     rows = [
         (
-            esc(e.get("constraint", "")),
-            esc(e.get("name", "")),
-            f"{_num(e.get('value'), 3)} {esc(e.get('unit', ''))}",
-            _num(e.get("threshold"), 3),
-            esc(e.get("direction", "")),
-            esc(e.get("source", "")),
-            esc(e.get("text", "")),
+            esc(e.constraint),
+            esc(e.name),
+            f"{_num(e.value, 3)} {esc(e.unit)}",
+            _num(e.threshold, 3),
+            esc(e.direction),
+            esc(e.source),
+            esc(e.text),
         )
-        for e in evidence
+        for e in step.evidence
     ]
     body = (
         _table(["constraint", "signal", "value", "threshold", "direction", "source", "what it says"], rows)
         if rows
         else _note("No evidence recorded for this step.")
     )
-    body += "".join(_list("Advice", step.get("advice")) + _list("Missing signals", step.get("missing")))
-    return (
-        f'<details><summary>Evidence for {esc(step.get("label", step.get("index")))}: '
-        f'{esc(step.get("constraint", "–"))}</summary>{body}</details>'
-    )
+    body += "".join(_list("Advice", step.advice) + _list("Missing signals", step.missing))
+    return f"<details><summary>Evidence for {esc(step.label)}: {esc(step.constraint)}</summary>{body}</details>"
 
 
 def _steps_table(data: ReportData) -> str:
     steps = data.summary.steps
-    verdicts = {s.get("index"): s for s in (data.analysis or {}).get("steps") or [] if isinstance(s, dict)}
+    verdicts = {s.index: s for s in data.analysis.steps} if data.analysis else {}
     p10 = {e.index: e.user_tokens_per_s_p10 for e in data.extras}
     # The analysis' words next to the step's name, where a reader starts; then the numbers.
     headers = [
@@ -256,16 +252,15 @@ def _steps_table(data: ReportData) -> str:
         "goodput req/s",
         "client-limited",
     ]
-    overall = (data.analysis or {}).get("overall")
-    knee = overall.get("knee_step") if isinstance(overall, dict) else None
+    knee = data.analysis.overall.knee_step if data.analysis else None
     pooling = any(s.items for s in steps)  # embeddings or rerank: no stream, so no TTFT, ITL or TPOT
     if pooling:
         headers += ["items/s", "in tok/s"]
     rows = []
     for s in steps:
-        v = verdicts.get(s.index, {})
+        v = verdicts.get(s.index)
         streamed = _ms if not s.items else _streamed_ms
-        words = [f'<span class="word">{esc(v.get(k, "–"))}</span>' for k in ("saturation", "constraint")]
+        words = [f'<span class="word">{esc(w)}</span>' for w in ((v.saturation, v.constraint) if v else ("–", "–"))]
         if s.index == knee:  # one knee, the analyzer's, though later steps may scale less than their load too
             words[0] += ' <span class="word">(the knee)</span>'
         rows.append(

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from loadlab.analyze.analysis import Analysis
 from loadlab.report.html.data import (
     COLLECTIVE_MISSING,
     GPU_MISSING,
@@ -107,7 +108,7 @@ def test_analysis_json_is_read_when_present_and_explained_when_unreadable(tmp_pa
     fill_run(tmp_path / "run")
     assert build_report_data(load_run(tmp_path / "run")).analysis is None
     written = write_analysis(tmp_path / "run", ["x"])
-    assert build_report_data(load_run(tmp_path / "run")).analysis == written
+    assert build_report_data(load_run(tmp_path / "run")).analysis == Analysis.from_dict(written)
     (tmp_path / "run" / "analysis.json").write_text('{"overall": ')
     data = build_report_data(load_run(tmp_path / "run"))
     assert data.analysis is None and data.analysis_problem.startswith("analysis.json is unreadable (JSONDecodeError")
