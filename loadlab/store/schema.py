@@ -15,7 +15,7 @@ from typing import Literal
 # open, requests sent at a rate whatever the server does.
 Mode = Literal["closed", "open"]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 4
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 # RequestRecord.token_events: how a request's tokens were counted (docs/run-folder.md).

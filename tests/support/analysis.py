@@ -1,4 +1,4 @@
-"""analysis.json written by hand, as the analyzer writes it (/work/wt/CONTRACT-analysis.md, docs/run-folder.md)."""
+"""analysis.json written by hand, as the analyzer writes it (docs/run-folder.md)."""
 
 from __future__ import annotations
 
