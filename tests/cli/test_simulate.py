@@ -42,6 +42,7 @@ def simulated(tmp_path_factory) -> Path:
     return simulate(tmp_path_factory.mktemp("sim") / "run", 2)
 
 
+@pytest.mark.serial  # the real twin must keep its modelled pace: the host's cores to itself
 @pytest.mark.parametrize("users", [1, 4])
 def test_simulate_agrees_with_a_real_run_against_the_twin(users: int, tmp_path: Path) -> None:
     real = tmp_path / "real"
