@@ -17,6 +17,7 @@ import pandas as pd
 from loadlab.analyze.histograms import SampleIndex, near, window_histogram, window_increase
 from loadlab.analyze.intervals import GPU_SOURCES, NCCL_COLLECTIVE_SECONDS, collective_share
 from loadlab.analyze.summary import StepSummary
+from loadlab.analyze.warm_cache import hit_rate
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
 from loadlab.metrics.stats import percentile
@@ -24,10 +25,6 @@ from loadlab.store.schema import ErrorCategory, StepInfo
 
 # Host collector signals (loadlab.collect.host): CPU cores busy per process, label `role`.
 PROCESS_CPU = "process_cpu"
-# Raw names (no canonical signal) of the prefix-cache counters, in tokens (vLLM) and SGLang's gauge.
-PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
-PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
-SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
 # vLLM's waiting requests by reason (raw name, label `reason`): "capacity" = waiting for KV blocks
 # or a seat among the running, "deferred" = held by transient constraints.
 WAITING_BY_REASON, CAPACITY = "vllm:num_requests_waiting_by_reason", "capacity"
@@ -289,7 +286,7 @@ def _server_side(d: StepData) -> None:
     ]
     share = collective_share(pd.concat(parts, ignore_index=True), bins)[0]
     d.put("collective_share", share, "fraction", [sig.COLLECTIVE_TIME, sig.STEP_TIME], SERVER)
-    d.put("prefix_cache_hit_rate", _prefix_hit_rate(s, d.window), "fraction", ["vllm:prefix_cache_hits"], SERVER)
+    d.put("prefix_cache_hit_rate", hit_rate(s, d.window), "fraction", [sig.PREFIX_CACHE_HITS], SERVER)
     d.put("capacity_wait_share", _capacity_wait_share(s, d.window), "fraction", [WAITING_BY_REASON], SERVER)
 
 
@@ -345,13 +342,3 @@ def _capacity_wait_share(s: SampleIndex, window: Window) -> float:
     reason = df["labels"].map({t: json.loads(t).get("reason") for t in df["labels"].unique()})
     total = float(df["value"].sum())
     return float(df.loc[(reason == CAPACITY).to_numpy(bool), "value"].sum()) / total if total > 0 else math.nan
-
-
-def _prefix_hit_rate(s: SampleIndex, window: Window) -> float:
-    bins = window.as_bins()
-    for queries_name, hits_name in zip(PREFIX_QUERIES, PREFIX_HITS, strict=True):
-        queries = window_increase(s, queries_name, bins)
-        if queries > 0:
-            return window_increase(s, hits_name, bins) / queries
-    gauge = _in_window(s.of(SGLANG_CACHE_HIT_RATE), window)["value"]
-    return float(gauge.mean()) if len(gauge) else math.nan

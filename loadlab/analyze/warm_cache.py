@@ -23,19 +23,23 @@ MARGIN = 0.25  # hit rate above the ceiling by more than this: warned (judgement
 MIN_HIT_RATE = 0.3  # below it, a warm cache cannot flatter much (judgement)
 
 
-def step_hit_rate(samples: SampleIndex, start: float, end: float) -> float:
-    """The server's prefix-cache hit rate over [start, end]: hit tokens / looked-up tokens
-    (vLLM, the reference server), else the mean of an engine's own hit-rate gauge (SGLang,
+def hit_rate(samples: SampleIndex, window: Window) -> float:
+    """The server's prefix-cache hit rate over `window`: hit tokens / looked-up tokens (vLLM,
+    the reference server), else the mean of an engine's own hit-rate gauge (SGLang,
     TensorRT-LLM); NaN without either."""
+    queries = window_increase(samples, sig.PREFIX_CACHE_QUERIES, window.as_bins())
+    if queries > 0:
+        return window_increase(samples, sig.PREFIX_CACHE_HITS, window.as_bins()) / queries
+    gauge = samples.of(sig.PREFIX_CACHE_HIT_RATE)
+    inside = gauge[window.contains(gauge["time"])]["value"]
+    return float(inside.mean()) if len(inside) else math.nan
+
+
+def step_hit_rate(samples: SampleIndex, start: float, end: float) -> float:
+    """`hit_rate` over [start, end]; NaN where the span is not a finite, positive interval."""
     if not (math.isfinite(start) and math.isfinite(end) and end > start):
         return math.nan
-    bins = Window(start, end, end - start, "the step").as_bins()  # its end included
-    queries = window_increase(samples, sig.PREFIX_CACHE_QUERIES, bins)
-    if queries > 0:
-        return window_increase(samples, sig.PREFIX_CACHE_HITS, bins) / queries
-    gauge = samples.of(sig.PREFIX_CACHE_HIT_RATE)
-    inside = gauge[(gauge["time"] >= start) & (gauge["time"] <= end)]["value"]
-    return float(inside.mean()) if len(inside) else math.nan
+    return hit_rate(samples, Window(start, end, end - start, "the step"))
 
 
 def own_traffic_ceiling(requests: pd.DataFrame, workload: dict[str, Any]) -> float:

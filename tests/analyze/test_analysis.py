@@ -434,12 +434,13 @@ def test_gpu_host_collective_and_prefix_cache_quantities_name_their_signals():
         )
     ]
     host = [Sample(T + t, "host", "process_cpu", 1.5, {"role": "server", "pid": "9"}) for t in range(20)]
-    # vLLM's prefix-cache counters keep their raw names: 1000 tokens queried and 250 hit per second.
+    # The prefix-cache counters as the collector stores vLLM's (canonical names): 1000 tokens
+    # queried and 250 hit per second.
     counters = {
         "step_time_sum": 0.8,
         "collective_time_sum": 0.2,
-        "vllm:prefix_cache_queries_total": 1000,
-        "vllm:prefix_cache_hits_total": 250,
+        "prefix_cache_queries": 1000,
+        "prefix_cache_hits": 250,
     }
     records, samples = loaded_run(
         gauges={"kv_usage": 0.3, "requests_waiting": 0, "requests_running": 4}, counters=counters, extra=gpu + host
