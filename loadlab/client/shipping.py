@@ -43,8 +43,6 @@ import math
 import os
 import socket
 import time
-import types
-import typing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +53,7 @@ from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
+from loadlab.store.convert import from_json
 from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
 HELLO, CONTEXT, RECORDS, FLUSH, DONE = (
@@ -218,10 +217,10 @@ class WorkerShipper:
 
     def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
         data = msg.data
-        config = _from_dict(RunConfig, data["config"])
+        config = from_json(RunConfig, data["config"])
         config.url = data["url"]  # secrets travel beside the stored form of the config
         config.api_key = data["api_key"]
-        step = StepInfo(**data["step"]) if data["step"] else None
+        step = from_json(StepInfo, data["step"]) if data["step"] else None
         context = find_context(environment)
         if context is None:
             context = ClientContext(config=config, worker=self.worker)
@@ -441,19 +440,3 @@ class MasterShipper:
     def _on_done(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.data["round"] == self._round:
             self._pending.discard(msg.node_id)
-
-
-def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a config dataclass from `dataclasses.asdict` output (nested dataclasses included)."""
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value, hint = data[f.name], hints[f.name]
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = _from_dict(hint, value)
-        values[f.name] = value
-    return cls(**values)

@@ -306,7 +306,9 @@ class Conductor:
         """Empty the server's prefix cache for this step, recorded in run.json; the first failure
         is also a warning (a server without a reset fails alike at every step)."""
         self.show("resetting the prefix cache")
-        reset = reset_prefix_cache(self.config.url, self.config.api_key, min(self.config.timeout, RESET_TIMEOUT_S))
+        reset = reset_prefix_cache(
+            self.config.parsed_url(), self.config.api_key, min(self.config.timeout, RESET_TIMEOUT_S)
+        )
         reset.step, reset.time = plan.index, now()
         self.writer.add_cache_reset(reset)
         if not reset.ok and all(r.ok for r in self.writer.meta.cache_resets[:-1]):
