@@ -224,7 +224,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
         table.add_row(
             j.step.label,
             f"{j.step.seconds:g}",
-            str(j.step.succeeded),
+            str(j.step.succeeded) + (f" +{j.step.aborted} cut off" if j.step.aborted else ""),
             format_number(d.get("output_tokens_per_s")),
             format_number(d.get("tokens_per_s_per_user_p50")),
             format_number(d.get("e2e_p50")),

@@ -10,6 +10,8 @@ possibly on other hosts). Messages are Locust custom messages with msgpack-able 
                                started: [request sent], in_flight, ready, seq}
                                                               every SHIP_INTERVAL_S, after a CONTEXT,
                                                               and (started only) as soon as a request is sent
+    master -> worker  CUT_OFF  {reason}                       requests still in flight a grace after
+                                                              their step's end: cut off (aborted)
     master -> worker  FLUSH    {round}                        at the master's test_stop
     worker -> master  DONE     {round}                        after the worker's users stopped and
                                                               its last records were sent
@@ -56,10 +58,11 @@ from loadlab.config import RunConfig
 from loadlab.store.convert import from_json
 from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
-HELLO, CONTEXT, RECORDS, FLUSH, DONE = (
+HELLO, CONTEXT, RECORDS, CUT_OFF, FLUSH, DONE = (
     "loadlab_hello",
     "loadlab_context",
     "loadlab_records",
+    "loadlab_cut_off",
     "loadlab_flush",
     "loadlab_done",
 )
@@ -93,6 +96,17 @@ def publish_context(environment: Environment) -> None:
     shipper = _master_of(environment)
     if shipper is not None:
         shipper.send_context()
+
+
+def cut_off_total(environment: Environment, reason: str) -> None:
+    """Cut off the requests in flight (recorded as aborted, `reason` their detail; the users go
+    on): on a master, those of every worker; elsewhere this process's."""
+    shipper = _master_of(environment)
+    if shipper is not None:
+        for client_id in shipper.ready_workers():
+            shipper.runner.send_message(CUT_OFF, {"reason": reason}, client_id=client_id)
+    else:
+        users.cut_off(environment, reason)
 
 
 def ready_total(environment: Environment) -> int:
@@ -149,6 +163,7 @@ class WorkerShipper:
         # Users stopped (stop message, quit, or our FLUSH): nothing new will come, send the rest.
         events.test_stop.add_listener(lambda **_: self.ship())
         runner.register_message(CONTEXT, self._on_context)
+        runner.register_message(CUT_OFF, lambda msg, **_: users.cut_off(environment, msg.data["reason"]))
         runner.register_message(FLUSH, self._on_flush)
         runner.greenlet.spawn(self._ship_loop)
         # Each load-generator process watches its own CPU and event-loop lag (for the summary's

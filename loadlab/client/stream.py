@@ -282,7 +282,7 @@ def error_category(e: BaseException, responded: bool) -> tuple[ErrorCategory, st
     if isinstance(e, _Failure):
         return e.category, e.detail
     if isinstance(e, GreenletExit):
-        return ErrorCategory.ABORTED, "stopped with the run"
+        return ErrorCategory.ABORTED, str(e) or "stopped with the run"  # (a CutOff says why)
     if not responded:
         if isinstance(e, (HTTPParseError, ConnectionResetError, BrokenPipeError)):
             return ErrorCategory.DISCONNECT, f"closed before the response: {e}"

@@ -163,7 +163,8 @@ def _notes(summary: RunSummary) -> list[Text]:
             )
         )
     if o.aborted:
-        notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
+        why = "in flight when the run stopped or its step's grace ran out"
+        notes.append(Text(f"aborted ({why}; not counted as failed): {o.aborted}"))
     checks = [
         (o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
         (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),

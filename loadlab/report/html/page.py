@@ -387,8 +387,8 @@ def _errors(data: ReportData) -> str:
         return _note("No failed request.")
     rows = [(esc(k.category), f"{k.total:,}", "<br>".join(esc(d) for d in k.examples) or "–") for k in data.errors]
     note = (
-        "By the interval in which each request ended. aborted: still in flight when the run stopped "
-        "(not the server's failure)."
+        "By the interval in which each request ended. aborted: still in flight when the run stopped, "
+        "or cut off after the grace at its step's end (not the server's failure)."
     )
     return (
         _figure(charts.errors_over_time(data.errors, data.timeseries), "fig-errors")
