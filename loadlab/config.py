@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from loadlab.urls import without_credentials
+from loadlab.urls import HttpUrl, parse_http_url, without_credentials
+
+# Where a RunConfig keeps its parsed url (with the text it was parsed from): not a field, so it is
+# neither stored, compared nor sent; see RunConfig.parsed_url.
+_PARSED_URL = "_parsed_url"
 
 
 @dataclass
@@ -97,6 +101,15 @@ class RunConfig:
     # SLOs in docs/slo.md's inline syntax ("" = none); a scenario's [slo] table is turned into it.
     # Per-request objectives define the summary's goodput; `loadlab run` gates the run on them all.
     slo: str = ""
+
+    def parsed_url(self, what: str = "--url") -> HttpUrl:
+        """`url` checked and taken apart, once per value: every stage from the CLI's checks to
+        the requests' endpoint takes it from here. UserError naming `what` when it is bad."""
+        memo: tuple[str, HttpUrl] | None = self.__dict__.get(_PARSED_URL)
+        if memo is None or memo[0] != self.url:
+            memo = (self.url, parse_http_url(self.url, what))
+            self.__dict__[_PARSED_URL] = memo
+        return memo[1]
 
     def to_dict(self) -> dict:
         """The config as stored in run.json: everything but secrets."""

@@ -35,6 +35,7 @@ PARTS = {
     "loadlab.urls": "helpers",
     "loadlab.offload": "helpers",
     "loadlab.terminal": "helpers",
+    "loadlab.numbers": "helpers",
     "loadlab.store": "store",
     "loadlab.workload": "workload",
     "loadlab.metrics": "metrics",

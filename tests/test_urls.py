@@ -45,3 +45,18 @@ def test_the_rules_of_every_url_loadlab_is_given():
         parse_http_url("http://user:s3cret@[::1")
     assert "s3cret" not in str(e.value)
     assert without_credentials("see http://u:pw@h:1/x and https://t@h") == "see http://h:1/x and https://h"
+
+
+def test_a_run_config_parses_its_url_once_per_value():
+    from loadlab.config import RunConfig
+
+    config = RunConfig(url="http://bob:pw@h:8000/v1")
+    parsed = config.parsed_url()
+    assert parsed.origin == "http://h:8000" and parsed.has_credentials
+    assert config.parsed_url() is parsed  # carried, not parsed again
+    config.url = "http://h:9000"
+    assert config.parsed_url().origin == "http://h:9000"  # a new value is parsed anew
+    # Not part of the config: neither stored nor compared.
+    assert "parsed" not in str(config.to_dict()) and config == RunConfig(url="http://h:9000")
+    with pytest.raises(UserError, match="bad url"):
+        RunConfig(url="ftp://x").parsed_url("url")

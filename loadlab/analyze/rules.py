@@ -18,7 +18,6 @@ Every threshold and its source is in docs/diagnosis.md; change both together.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -30,6 +29,7 @@ from loadlab.metrics.limits import (
     MIN_RATE_RATIO,
     START_DELAY_P99_MAX,
 )
+from loadlab.numbers import format_value
 
 # What a verdict can name: the rules' classes, the black-box patterns (loadlab.analyze.blackbox),
 # or that the evidence cannot say.
@@ -279,14 +279,3 @@ def _unique(lines: list[str]) -> list[str]:
 
 def _opposite(op: str) -> str:
     return "<" if op == ">=" else ">"
-
-
-def format_value(value: float, unit: str) -> str:
-    """A value as the evidence texts write it (percent for fractions, ms under a second)."""
-    if not math.isfinite(value):
-        return "n/a"
-    if unit == "fraction":
-        return f"{value * 100:.0f} %"
-    if unit == "s":
-        return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
-    return f"{value:.3g} {unit}"

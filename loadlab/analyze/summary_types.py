@@ -57,7 +57,7 @@ class StepSummary:
     sent: int  # non-warm-up requests: succeeded + failed + aborted
     succeeded: int
     failed: int  # failed requests, aborted ones not included
-    aborted: int  # still in flight when the run was stopped: not the server's failure
+    aborted: int  # in flight when the run was stopped, or cut off at a step's end: not the server's failure
     warmup: int  # warm-up requests, stored but excluded from everything here
     errors: dict[str, int]  # failed requests by ErrorCategory value (aborted not included)
     requests_per_s: float  # `completed` / `rate_window`

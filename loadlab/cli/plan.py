@@ -137,12 +137,18 @@ def _usable(objectives: tuple[Objective, ...]) -> tuple[tuple[Objective, ...], l
 def _curve_table(points: list[CurvePoint], objectives: tuple[Objective, ...]) -> Table:
     from rich.table import Table
 
+    from loadlab.numbers import format_number
+
     table = Table(title="measured curve (one replica)", title_justify="left")
     for name in ("concurrency", "tok/s", "user tok/s p50", "E2E mean s", *(o.text for o in objectives)):
         table.add_column(name, justify="right")
     for p in points:
-        marks = [f"{p.values[o.text]:.4g} {'ok' if o.passes(p.values[o.text]) else 'BREACH'}" for o in objectives]
-        table.add_row(f"{p.concurrency:g}", f"{p.output_tps:.0f}", f"{p.user_tps:.1f}", f"{p.e2e:.2f}", *marks)
+        marks = [
+            f"{format_number(p.values[o.text], 4)} {'ok' if o.passes(p.values[o.text]) else 'BREACH'}"
+            for o in objectives
+        ]
+        figures = (format_number(v) for v in (p.output_tps, p.user_tps, p.e2e))
+        table.add_row(f"{p.concurrency:g}", *figures, *marks)
     return table
 
 

@@ -287,7 +287,7 @@ def prepare_run(
     raise the open-file limit for `streams` connections (0: open loop's cap) and make Ctrl-C and
     SIGTERM end the run cleanly; prints the first line. Shared by `run`, `sweep` and `diagnose`."""
     from loadlab.errors import UserError
-    from loadlab.urls import parse_http_url, without_credentials
+    from loadlab.urls import without_credentials
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import check
 
@@ -295,7 +295,7 @@ def prepare_run(
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
     make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
-    if api_key and parse_http_url(cfg.url).has_credentials:
+    if api_key and cfg.parsed_url().has_credentials:
         raise UserError(
             "--url holds credentials (sent as Basic auth) and --api-key is set: both are "
             "the Authorization header; drop one"
@@ -314,7 +314,7 @@ def prepare_run(
 
     cfg.api_key = api_key or api_key_from_env()
     if not cfg.model:
-        cfg.model = discover_model(cfg.url, cfg.api_key, min(cfg.timeout, 10.0))
+        cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
     warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
     if warning:

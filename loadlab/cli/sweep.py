@@ -206,6 +206,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
     from rich.table import Table
 
     from loadlab.conductor.stepping import judge_all
+    from loadlab.numbers import format_number
     from loadlab.report.console import table_console
 
     table = Table(title="sweep", title_justify="left")
@@ -223,10 +224,10 @@ def print_sweep(outcome: SweepOutcome) -> None:
         table.add_row(
             j.step.label,
             f"{j.step.seconds:g}",
-            str(j.step.succeeded),
-            _figure(d.get("output_tokens_per_s"), ".0f"),
-            _figure(d.get("tokens_per_s_per_user_p50"), ".1f"),
-            _figure(d.get("e2e_p50"), ".2f"),
+            str(j.step.succeeded) + (f" +{j.step.aborted} cut off" if j.step.aborted else ""),
+            format_number(d.get("output_tokens_per_s")),
+            format_number(d.get("tokens_per_s_per_user_p50")),
+            format_number(d.get("e2e_p50")),
             f"{j.step.error_rate:.1%}",
             verdict + (" [bold](the knee)[/bold]" if j is knee else ""),
         )
@@ -249,10 +250,6 @@ def knee_line(knee: Judgement | None) -> str:
     if knee is None:
         return "knee: none seen among the steps measured"
     return f"knee: {knee.step.label} ({knee.reason})"
-
-
-def _figure(value: float | None, spec: str) -> str:
-    return "-" if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from loadlab.store.meta import CacheReset
-from loadlab.urls import parse_http_url
+from loadlab.urls import HttpUrl
 
 RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")
 NO_RESET_HINT = (
@@ -22,14 +22,13 @@ NO_RESET_HINT = (
 )
 
 
-def reset_prefix_cache(url: str, api_key: str = "", timeout: float = 30.0) -> CacheReset:
-    """POST each of RESET_PATHS on the server of the API URL `url` until one answers 2xx.
+def reset_prefix_cache(server: HttpUrl, api_key: str = "", timeout: float = 30.0) -> CacheReset:
+    """POST each of RESET_PATHS on the server of the API URL `server` until one answers 2xx.
     Never raises: an unreachable server or an error status comes back as a failed CacheReset."""
     # Imported here, as in loadlab.client.discovery: after Locust's gevent patching.
     import urllib.error
     import urllib.request
 
-    server = parse_http_url(url, "--url")
     authorization = server.authorization(api_key)
     tried = []
     for path in RESET_PATHS:

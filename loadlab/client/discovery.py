@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from loadlab.errors import UserError
+from loadlab.urls import HttpUrl
 
 API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")  # looked up in this order
 
@@ -18,7 +19,7 @@ def api_key_from_env() -> str:
     return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
 
 
-def discover_model(url: str, api_key: str, timeout: float, flag: str = "--model") -> str:
+def discover_model(url: HttpUrl, api_key: str, timeout: float, flag: str = "--model") -> str:
     """The first model id the endpoint lists (GET /v1/models); UserError when it cannot say,
     naming `flag`, the option that gives the model instead (Locust's is --loadlab-model)."""
     # Imported here: the CLI imports this module at start-up, and urllib.request imports ssl,

@@ -10,6 +10,8 @@ possibly on other hosts). Messages are Locust custom messages with msgpack-able 
                                started: [request sent], in_flight, ready, seq}
                                                               every SHIP_INTERVAL_S, after a CONTEXT,
                                                               and (started only) as soon as a request is sent
+    master -> worker  CUT_OFF  {reason}                       requests still in flight a grace after
+                                                              their step's end: cut off (aborted)
     master -> worker  FLUSH    {round}                        at the master's test_stop
     worker -> master  DONE     {round}                        after the worker's users stopped and
                                                               its last records were sent
@@ -43,8 +45,6 @@ import math
 import os
 import socket
 import time
-import types
-import typing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,12 +55,14 @@ from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
+from loadlab.store.convert import from_json
 from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
-HELLO, CONTEXT, RECORDS, FLUSH, DONE = (
+HELLO, CONTEXT, RECORDS, CUT_OFF, FLUSH, DONE = (
     "loadlab_hello",
     "loadlab_context",
     "loadlab_records",
+    "loadlab_cut_off",
     "loadlab_flush",
     "loadlab_done",
 )
@@ -94,6 +96,17 @@ def publish_context(environment: Environment) -> None:
     shipper = _master_of(environment)
     if shipper is not None:
         shipper.send_context()
+
+
+def cut_off_total(environment: Environment, reason: str) -> None:
+    """Cut off the requests in flight (recorded as aborted, `reason` their detail; the users go
+    on): on a master, those of every worker; elsewhere this process's."""
+    shipper = _master_of(environment)
+    if shipper is not None:
+        for client_id in shipper.ready_workers():
+            shipper.runner.send_message(CUT_OFF, {"reason": reason}, client_id=client_id)
+    else:
+        users.cut_off(environment, reason)
 
 
 def ready_total(environment: Environment) -> int:
@@ -150,6 +163,7 @@ class WorkerShipper:
         # Users stopped (stop message, quit, or our FLUSH): nothing new will come, send the rest.
         events.test_stop.add_listener(lambda **_: self.ship())
         runner.register_message(CONTEXT, self._on_context)
+        runner.register_message(CUT_OFF, lambda msg, **_: users.cut_off(environment, msg.data["reason"]))
         runner.register_message(FLUSH, self._on_flush)
         runner.greenlet.spawn(self._ship_loop)
         # Each load-generator process watches its own CPU and event-loop lag (for the summary's
@@ -218,10 +232,10 @@ class WorkerShipper:
 
     def _on_context(self, environment: Environment, msg: Message, **_: Any) -> None:
         data = msg.data
-        config = _from_dict(RunConfig, data["config"])
+        config = from_json(RunConfig, data["config"])
         config.url = data["url"]  # secrets travel beside the stored form of the config
         config.api_key = data["api_key"]
-        step = StepInfo(**data["step"]) if data["step"] else None
+        step = from_json(StepInfo, data["step"]) if data["step"] else None
         context = find_context(environment)
         if context is None:
             context = ClientContext(config=config, worker=self.worker)
@@ -441,19 +455,3 @@ class MasterShipper:
     def _on_done(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.data["round"] == self._round:
             self._pending.discard(msg.node_id)
-
-
-def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a config dataclass from `dataclasses.asdict` output (nested dataclasses included)."""
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value, hint = data[f.name], hints[f.name]
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = _from_dict(hint, value)
-        values[f.name] = value
-    return cls(**values)

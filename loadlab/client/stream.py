@@ -49,7 +49,7 @@ from loadlab.store.schema import (
     ErrorCategory,
     RequestRecord,
 )
-from loadlab.urls import parse_http_url
+from loadlab.urls import HttpUrl
 from loadlab.workload.spec import RequestSpec
 
 API_PATHS = {
@@ -77,7 +77,7 @@ class Endpoint:
     @classmethod
     def from_config(cls, config: RunConfig) -> Endpoint:
         """Validate the URL and API flavour (UserError when wrong) and build the endpoint."""
-        base_url, prefix, authorization = split_url(config.url, config.api_key)
+        base_url, prefix, authorization = split_url(config.parsed_url(), config.api_key)
         if config.api not in API_PATHS:
             raise UserError(f"unknown --api {config.api!r} (use {', '.join(API_PATHS)})")
         return cls(
@@ -98,13 +98,12 @@ class Endpoint:
         return h
 
 
-def split_url(url: str, api_key: str = "") -> tuple[str, str, str]:
+def split_url(url: HttpUrl, api_key: str = "") -> tuple[str, str, str]:
     """`http://[user:pw@]host:port[/v1]` -> ("http://host:port", "/v1", Authorization header value:
-    Basic from the URL's credentials, else Bearer `api_key`, else ""); UserError for a bad URL."""
-    parsed = parse_http_url(url, "--url")
-    path = parsed.path.rstrip("/")
+    Basic from the URL's credentials, else Bearer `api_key`, else "")."""
+    path = url.path.rstrip("/")
     prefix = path if path.endswith("/v1") else path + "/v1"
-    return parsed.origin, prefix, parsed.authorization(api_key)
+    return url.origin, prefix, url.authorization(api_key)
 
 
 def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
@@ -283,7 +282,7 @@ def error_category(e: BaseException, responded: bool) -> tuple[ErrorCategory, st
     if isinstance(e, _Failure):
         return e.category, e.detail
     if isinstance(e, GreenletExit):
-        return ErrorCategory.ABORTED, "stopped with the run"
+        return ErrorCategory.ABORTED, str(e) or "stopped with the run"  # (a CutOff says why)
     if not responded:
         if isinstance(e, (HTTPParseError, ConnectionResetError, BrokenPipeError)):
             return ErrorCategory.DISCONNECT, f"closed before the response: {e}"

@@ -22,16 +22,18 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import gevent
+from gevent import GreenletExit
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 from geventhttpclient.url import URL
+from greenlet import greenlet
 
 from loadlab.client.context import ClientContext, LoadlabEvents, add_loadlab_events, context_of
 from loadlab.client.stream import Endpoint, StreamResult, stream_request
 from loadlab.clock import now
 from loadlab.config import RunConfig
-from loadlab.store.schema import RequestRecord, StepInfo
+from loadlab.store.schema import ErrorCategory, RequestRecord, StepInfo
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.base import Workload
@@ -66,6 +68,11 @@ class RequestFailed(Exception):
     """What Locust's statistics see for a failed request: its error category."""
 
 
+class CutOff(GreenletExit):
+    """Thrown into a request still in flight at its step's end (ProcessState.cut_off): recorded
+    as aborted with this detail; the user goes on."""
+
+
 class ProcessState:
     """What all users of one process share: the endpoint, the workload, request budgets, counters."""
 
@@ -84,6 +91,21 @@ class ProcessState:
         self._ramp_places = itertools.count()  # closed-loop users that took a place in a ramp-up
         self._step_begun = Event()  # set (and replaced) when a step begins: see `listen`
         self._listening = False
+        self.streaming: set[greenlet] = set()  # greenlets inside stream_request now
+        self.cut: set[greenlet] = set()  # ... of those, the ones cut off
+
+    def cut_off(self, reason: str) -> None:
+        """Cut off every request in flight here: each is recorded as aborted with `reason` and
+        its user goes on."""
+        for request in self.streaming:
+            gevent.get_hub().loop.run_callback(self._throw, request, reason)
+
+    def _throw(self, request: greenlet, reason: str) -> None:
+        # From the event loop, as gevent's own kill: the greenlet waits inside stream_request
+        # (it may have finished its request meanwhile: then nothing is thrown).
+        if request in self.streaming:
+            self.cut.add(request)
+            request.throw(CutOff(reason))
 
     def listen(self, events: LoadlabEvents) -> None:
         """Hear when a step begins (`llm_step`), once per process: `wait_for_step` needs it."""
@@ -193,6 +215,13 @@ def in_flight(environment: Environment) -> int:
     return state.in_flight if state is not None else 0
 
 
+def cut_off(environment: Environment, reason: str) -> None:
+    """Cut off the requests in flight in this process (ProcessState.cut_off)."""
+    state = _state_of(environment)
+    if state is not None:
+        state.cut_off(reason)
+
+
 def ready_users(environment: Environment) -> int:
     """Closed-loop users of this process whose connection is open (0 where none has started)."""
     state = _state_of(environment)
@@ -228,6 +257,7 @@ class LLMUser(FastHttpUser):
         ctx = state.ctx
         request_id = state.next_id()
         state.in_flight += 1
+        current = gevent.getcurrent()
         self.loadlab_events.llm_request_sent.fire(
             request_id=request_id,
             step=step,
@@ -237,6 +267,7 @@ class LLMUser(FastHttpUser):
             input_tokens=spec.input_tokens,
             max_tokens=spec.max_tokens,
         )
+        state.streaming.add(current)  # (no switch between this and the request: see _throw)
         try:
             result = stream_request(
                 self.http,
@@ -251,9 +282,12 @@ class LLMUser(FastHttpUser):
             )
         finally:
             state.in_flight -= 1
+            state.streaming.discard(current)
         workload.complete(spec, result.text, result.record.ok)
         self._report(result)
-        if result.aborted:
+        if current in state.cut:
+            state.cut.discard(current)  # cut off at its step's end: the user goes on
+        elif result.aborted:
             raise gevent.GreenletExit
         return result.record
 
@@ -344,7 +378,11 @@ class ClosedLoopUser(LLMUser):
             else:
                 gevent.sleep(_IDLE_S)
             return
-        self._pause_after(self.send_one(time.perf_counter(), step.index, warmup))
+        record = self.send_one(time.perf_counter(), step.index, warmup)
+        if record.error == ErrorCategory.ABORTED.value:  # cut off at its step's end: not a failure
+            self._open_connection()  # (its socket closed with it) ready before the next step
+            return
+        self._pause_after(record)
 
 
 class OpenLoopUser(LLMUser):

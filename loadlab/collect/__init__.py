@@ -22,9 +22,9 @@ def server_metrics_urls(config: RunConfig) -> list[str]:
     if config.server_metrics is None:
         return []
     if config.server_metrics == "":
-        return [metrics_url(config.url), metrics_url(config.url, TRTLLM_METRICS_PATH)]
+        return [metrics_url(config.parsed_url()), metrics_url(config.parsed_url(), TRTLLM_METRICS_PATH)]
     if config.server_metrics.startswith("/"):
-        return [metrics_url(config.url, config.server_metrics)]
+        return [metrics_url(config.parsed_url(), config.server_metrics)]
     return [config.server_metrics]
 
 

@@ -19,10 +19,10 @@ from loadlab.urls import HttpUrl, parse_http_url
 TRTLLM_METRICS_PATH = "/prometheus/metrics"
 
 
-def metrics_url(endpoint_url: str, path: str = "/metrics") -> str:
+def metrics_url(endpoint: HttpUrl, path: str = "/metrics") -> str:
     """The metrics URL of the server behind an API URL (`http://h:8000/v1` -> `http://h:8000/metrics`),
     with the API URL's credentials, if any: the same server, the same login."""
-    return parse_http_url(endpoint_url, "--url").on_path(path)
+    return endpoint.on_path(path)
 
 
 class MetricsNotFound(Exception):

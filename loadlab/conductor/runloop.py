@@ -10,8 +10,12 @@ set-up nor a burst of simultaneous first requests lands in the measured TTFT.
 
 Stop conditions: each step lasts `--step-duration` (or `--duration`) seconds and/or until its
 `--requests` (plus `--warmup-requests`) have finished. With neither given a step lasts
-DEFAULT_STEP_SECONDS. After the last step no new request starts; requests in flight get up to the
-per-request timeout to finish; on Ctrl-C they are aborted (counted, category "aborted").
+DEFAULT_STEP_SECONDS. Between steps that pause (a sweep deciding its next step, a prefix-cache
+reset) and after the last step no new request starts, and the requests in flight get a grace to
+finish (`step_grace`: a quarter of the step, 2 s at least, the per-request timeout at most); those
+still in flight then are cut off, so a step ends on time however slow the endpoint: each is
+recorded as aborted (category "aborted", the detail saying so, tokens received kept), counted
+apart and never as the server's failure. On Ctrl-C they are aborted at once.
 
 A run also stops itself, aborting what is in flight: when the endpoint rejects every request or a
 step misses its error budget (status `stopped`, see budget.py), or when the run folder cannot be
@@ -22,7 +26,7 @@ A run whose worker process died (`--processes N`) ends `degraded`, with a warnin
 from __future__ import annotations
 
 from locust.env import Environment
-from locust.runners import LocalRunner, Runner
+from locust.runners import Runner
 
 import logging
 import math
@@ -39,7 +43,7 @@ from loadlab.analyze.summary import write_summary
 from loadlab.client.cache_reset import NO_RESET_HINT, reset_prefix_cache
 from loadlab.client.context import ClientContext, add_loadlab_events, context_of, set_context
 from loadlab.client.selfcheck import SelfCheck
-from loadlab.client.shipping import in_flight_total, publish_context, ready_total, worker_id
+from loadlab.client.shipping import cut_off_total, in_flight_total, publish_context, ready_total, worker_id
 from loadlab.client.stream import Endpoint
 from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
@@ -63,6 +67,18 @@ READY_WAIT_S = 10.0  # a step waits at most this long for its users' connections
 RESET_TIMEOUT_S = 30.0  # a prefix-cache reset waits at most this long (it waits for the engine's step)
 _TICK_S = 0.25  # how often the loop checks stop conditions and redraws
 _SPAWN_RATE = 10_000.0  # users per second: all at once (the ramp-up spreads their first requests)
+STEP_GRACE_SHARE = 0.25  # requests in flight at a step's end get this share of the step to finish,
+STEP_GRACE_MIN_S = 2.0  # ... at least this long (and at most the per-request timeout)
+CUT_OFF_WAIT_S = 5.0  # at most this long for the records of the requests cut off (a worker's travel)
+
+
+def step_grace(seconds: float, timeout: float) -> float:
+    """How long the requests in flight at the end of a step of `seconds` (0: ended by its request
+    count) get to finish before they are cut off: STEP_GRACE_SHARE of the step, at least
+    STEP_GRACE_MIN_S, at most the per-request timeout (all of it for a step without a time limit)."""
+    if seconds <= 0:
+        return timeout
+    return min(timeout, max(STEP_GRACE_MIN_S, STEP_GRACE_SHARE * seconds))
 
 
 @dataclass(frozen=True)
@@ -145,6 +161,7 @@ class Conductor:
         self.budget = ErrorBudget(config.max_error_rate)
         self._finished: Counter[int] = Counter()  # requests finished per step, warm-up included
         self._users = 0  # users the last step asked for (open loop: schedulers)
+        self._last: StepPlan | None = None  # the step run last
         # The live verdict of the last seconds, judged in a process of its own (liveverdict.py).
         self.verdict = LiveVerdict(config.to_dict(), lambda: context_of(self.env).step, now)
         events = add_loadlab_events(self.env.events)
@@ -163,6 +180,7 @@ class Conductor:
         """Run one step to its end; False when the run stopped itself (see `status`)."""
         self._begin(plan)
         self.labels[plan.index] = plan.label
+        self._last = plan
         of = f"/{self.step_count}" if self.step_count else ""
         label = plan.label if self.step_count == 1 else f"step {plan.index + 1}{of} {plan.label}"
         end = time.perf_counter() + plan.seconds if plan.seconds else math.inf
@@ -182,9 +200,9 @@ class Conductor:
 
     def pause(self) -> bool:
         """Between steps (a sweep deciding its next one): no new request starts, those in flight
-        finish (at most the per-request timeout) and the run folder is brought up to date, so
-        the step just run can be read whole and nothing is sent meanwhile. False when the
-        folder could not be written (the run then ends `failed`)."""
+        get the step's grace to finish and are then cut off (`_drain`), and the run folder is
+        brought up to date, so the step just run can be read whole and nothing is sent
+        meanwhile. False when the folder could not be written (the run then ends `failed`)."""
         context_of(self.env).step = None
         publish_context(self.env)
         self._drain()
@@ -203,12 +221,12 @@ class Conductor:
     def close(self) -> RunOutcome:
         """End the run: drain (when it finished), stop the users, close the run folder."""
         env, runner = self.env, self.runner
-        # No new requests from here (users idle without a step); those in flight get the
-        # per-request timeout to finish (none on Ctrl-C or when the run stopped itself).
+        # No new requests from here (users idle without a step); those in flight get the last
+        # step's grace to finish, then are cut off (none on Ctrl-C or when the run stopped itself).
         context_of(env).step = None
         try:
-            if self.status == FINISHED and isinstance(runner, LocalRunner):
-                self._drain()  # (a master's stop drains its workers)
+            if self.status == FINISHED:
+                self._drain()
         except KeyboardInterrupt:
             self.status = INTERRUPTED
         self.selfcheck.stop()  # what follows is shutdown, not measurement
@@ -306,7 +324,9 @@ class Conductor:
         """Empty the server's prefix cache for this step, recorded in run.json; the first failure
         is also a warning (a server without a reset fails alike at every step)."""
         self.show("resetting the prefix cache")
-        reset = reset_prefix_cache(self.config.url, self.config.api_key, min(self.config.timeout, RESET_TIMEOUT_S))
+        reset = reset_prefix_cache(
+            self.config.parsed_url(), self.config.api_key, min(self.config.timeout, RESET_TIMEOUT_S)
+        )
         reset.step, reset.time = plan.index, now()
         self.writer.add_cache_reset(reset)
         if not reset.ok and all(r.ok for r in self.writer.meta.cache_resets[:-1]):
@@ -331,15 +351,30 @@ class Conductor:
         return self.breach is not None
 
     def _drain(self) -> None:
-        """Wait until this process has nothing in flight (at most the per-request timeout).
+        """Let the requests in flight finish within the last step's grace (`step_grace`), then cut
+        off the rest: recorded as aborted, saying so, with a warning in run.json counting them.
 
         Done before runner.stop(), which blocks the event loop for tens of ms (it inspects the call
         stack for a debug message) and would delay the timestamps of requests still streaming.
         """
-        deadline = time.perf_counter() + self.config.timeout
+        plan = self._last
+        grace = step_grace(plan.seconds, self.config.timeout) if plan else self.config.timeout
+        deadline = time.perf_counter() + grace
         while in_flight_total(self.env) and time.perf_counter() < deadline:
             self.show("finishing requests in flight")
             gevent.sleep(0.02)
+        left = in_flight_total(self.env)
+        if not left or plan is None:
+            return
+        cut_off_total(self.env, f"cut off {grace:g} s after the end of step {plan.label} (the step's grace)")
+        deadline = time.perf_counter() + CUT_OFF_WAIT_S
+        while in_flight_total(self.env) and time.perf_counter() < deadline:
+            self.show("cutting off requests in flight")
+            gevent.sleep(0.02)
+        self.writer.add_warning(
+            f"{plan.label}: {left} request(s) still in flight {grace:g} s after the step's end were cut off "
+            "(recorded as aborted, not as failures)"
+        )
 
     def _warning(self) -> str:
         lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in self.losses)

@@ -67,6 +67,7 @@ class StepResult:
     client_limited: str = ""  # why the load generator limited the step ("" = it did not)
     succeeded: int = 0  # the step's successful requests (saturation.too_few)
     seconds: float = 0.0  # how long the step was run
+    aborted: int = 0  # its requests cut off at its end, still in flight after the grace (not failures)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
         "; ".join(client.reasons) if limited else "",
         step.summary.succeeded,
         plan.seconds,
+        step.summary.aborted,
     )
 
 
@@ -128,6 +129,7 @@ def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, resu
             "target": j.step.target,
             "seconds": j.step.seconds,
             "succeeded": j.step.succeeded,
+            "aborted": j.step.aborted,
             "judged": j.measured,
             "bad": j.bad,
             "saturation": j.saturation,

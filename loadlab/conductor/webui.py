@@ -16,7 +16,6 @@ from __future__ import annotations
 from locust.env import Environment
 
 import json
-import math
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -29,6 +28,7 @@ from loadlab.client.context import add_loadlab_events
 from loadlab.collect import signals as sig
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
+from loadlab.numbers import format_number
 from loadlab.store.schema import Sample
 
 TAB_KEY = "llm"
@@ -154,14 +154,14 @@ def tab_rows(snapshot: dict, verdict: str = "") -> list[dict]:
             {
                 "metric": title,
                 "value": "",
-                **{k: _fmt(d[k]) for k in ("p50", "p90", "p99", "mean")},
+                **{k: format_number(d[k]) for k in ("p50", "p90", "p99", "mean")},
                 "count": d["count"],
             }
         )
     window = f"last {snapshot['window_s']:.0f} s"
     rows += [
-        {"metric": f"Output tokens/s ({window})", "value": _fmt(snapshot["output_tokens_per_s"])},
-        {"metric": f"Requests/s ({window})", "value": _fmt(snapshot["requests_per_s"])},
+        {"metric": f"Output tokens/s ({window})", "value": format_number(snapshot["output_tokens_per_s"])},
+        {"metric": f"Requests/s ({window})", "value": format_number(snapshot["requests_per_s"])},
         {"metric": "Requests in flight", "value": snapshot["in_flight"]},
         {"metric": "Requests OK", "value": snapshot["requests_ok"]},
         {"metric": "Requests failed", "value": snapshot["requests_failed"]},
@@ -170,7 +170,3 @@ def tab_rows(snapshot: dict, verdict: str = "") -> list[dict]:
     rows += [{"metric": f"Errors: {category}", "value": n} for category, n in sorted(snapshot["errors"].items())]
     blank = {key: "" for key, _ in _COLUMNS}
     return [{**blank, **row} for row in rows]
-
-
-def _fmt(value: float | None) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"

@@ -16,10 +16,12 @@ from loadlab.analyze.compare import NOT_COMPARABLE, REGRESSION, Change, compare_
 from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.errors import UserError
 from loadlab.metrics.slo import METRICS, Objective, SloSpec
+from loadlab.numbers import format_value
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError, load_run
 
 PASS, FAIL, INVALID, ERROR, SKIPPED = "pass", "fail", "invalid", "error", "skipped"
 VALIDITY, SLO, BASELINE = "validity", "slo", "baseline"
+DIGITS = 4  # significant figures of a gate's values: one more than elsewhere, as they meet a limit
 
 
 @dataclass(frozen=True)
@@ -181,12 +183,16 @@ def _metric_check(objective: Objective, step: StepValues) -> Check:
         return Check(SLO, name, ERROR, detail="goodput needs a per-request objective (ttft, itl, tpot or e2e)")
     value = step.value(objective.metric, objective.stat, objective.share)
     unit = "fraction" if objective.share else METRICS[objective.metric].unit
-    limit = format_value(objective.limit, unit)
+    limit = format_value(objective.limit, unit, DIGITS)
     sense = ">=" if METRICS[objective.metric].higher_is_better else "<="
     if math.isnan(value):
         return Check(SLO, name, FAIL, "no value", f"nothing measured to compare with {sense} {limit}")
     return Check(
-        SLO, name, PASS if objective.passes(value) else FAIL, format_value(value, unit), f"limit {sense} {limit}"
+        SLO,
+        name,
+        PASS if objective.passes(value) else FAIL,
+        format_value(value, unit, DIGITS),
+        f"limit {sense} {limit}",
     )
 
 
@@ -212,7 +218,7 @@ def _verdict_check(objective: Objective, step: StepValues, analysis: Analysis | 
 
 def _baseline_check(change: Change, max_regression: float) -> Check:
     name = f"baseline {change.metric} [{change.step}]"
-    base, new = format_value(change.base, change.unit), format_value(change.new, change.unit)
+    base, new = format_value(change.base, change.unit, DIGITS), format_value(change.new, change.unit, DIGITS)
     if change.call == NOT_COMPARABLE:
         why = f"; {change.note}" if change.note else ""
         return Check(BASELINE, name, SKIPPED, "not comparable", f"baseline {base}, now {new}{why}")
@@ -233,14 +239,3 @@ def _read_analysis(folder: Path) -> Analysis | str | None:
         return read_analysis(folder)
     except RunFolderError as e:
         return str(e)
-
-
-def format_value(value: float, unit: str) -> str:
-    """A value in the unit people read it in: latencies in ms (s from 1 s), fractions in %."""
-    if not math.isfinite(value):
-        return "–"
-    if unit == "s":
-        return f"{value:.4g} s" if value >= 1 else f"{value * 1000:.4g} ms"
-    if unit == "fraction":
-        return f"{value * 100:.4g} %"
-    return f"{value:.4g} {unit}"

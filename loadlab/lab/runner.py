@@ -5,12 +5,11 @@ Every process is a child started here and ended here by its PID, in a `finally`,
 limit: the server (SIGTERM, then SIGKILL; vLLM's whole process group), and `loadlab run`
 (SIGTERM past its limit, which ends the run like Ctrl-C with its records kept). The verdict
 comes from the run folder's analysis.json (docs/run-folder.md), written by `loadlab analyze RUN`
-when the run did not leave one: the lab reads the analyzer's contract, not its classes.
+when the run did not leave one, and read back by the analyzer's own typed reader.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,9 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.lab.engines import VLLM, Engine, reference_engine
 from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
+from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
 
 FULL_SECONDS = 30.0  # seconds per load step
 SHORT_SECONDS = 12.0  # --short: enough for the analyzer's steady window on a busy 2-core host
@@ -174,10 +175,9 @@ def _load(
         end_child(client)
 
 
-def _analysis(run: Path) -> dict:
-    """The run's analysis.json; `loadlab analyze` writes it when the run did not."""
-    path = run / "analysis.json"
-    if not path.exists():
+def _analysis(run: Path) -> Analysis:
+    """The run's analysis.json, typed; `loadlab analyze` writes it when the run did not."""
+    if not (run / ANALYSIS_JSON).exists():
         done = subprocess.run(
             [sys.executable, "-m", "loadlab.cli", "analyze", str(run), "--json"],
             capture_output=True,
@@ -189,28 +189,26 @@ def _analysis(run: Path) -> dict:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise LabFailure(f"loadlab analyze failed (exit code {done.returncode}): {last}")
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise LabFailure(f"unreadable {path}: {e}") from None
+        analysis = read_analysis(run)
+    except RunFolderError as e:
+        raise LabFailure(f"unreadable {run / ANALYSIS_JSON}: {e}") from None
+    if analysis is None:
+        raise LabFailure(f"no {run / ANALYSIS_JSON}")
+    return analysis
 
 
-def _judge(result: Result, analysis: dict, scenario: Scenario) -> None:
+def _judge(result: Result, analysis: Analysis, scenario: Scenario) -> None:
     """Fill `result` from the last step's verdict of analysis.json."""
-    steps = analysis.get("steps") or []
-    if not steps:
-        raise LabFailure("analysis.json has no steps")
-    step = steps[-1]
-    result.constraint = step.get("constraint", "")
-    result.saturation = step.get("saturation", "")
-    result.confidence = step.get("confidence")
-    result.runner_up = (step.get("runner_up") or {}).get("constraint", "")
-    result.server_side = (step.get("server_side") or {}).get("constraint", "")
-    result.headline = step.get("headline", "")
-    result.evidence = [
-        e["text"]
-        for e in step.get("evidence", [])
-        if e.get("constraint") == result.constraint and e.get("direction") == "for"
-    ]
+    if not analysis.steps:
+        raise LabFailure(f"{ANALYSIS_JSON} has no steps")
+    step = analysis.steps[-1]
+    result.constraint = step.constraint
+    result.saturation = step.saturation
+    result.confidence = step.confidence
+    result.runner_up = step.runner_up.constraint if step.runner_up else ""
+    result.server_side = step.server_side.constraint if step.server_side else ""
+    result.headline = step.headline
+    result.evidence = [e.text for e in step.evidence if e.constraint == result.constraint and e.direction == "for"]
     saturation_ok = not scenario.expect_saturation or result.saturation in scenario.expect_saturation
     if result.constraint == CLIENT and scenario.expect != CLIENT:
         # (a light-load scenario is judged on saturation alone, which the analyzer still reports)

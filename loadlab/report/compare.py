@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Change, Comparison, format_change
+from loadlab.numbers import format_value
 
 _STYLE = {REGRESSION: "bold red", IMPROVEMENT: "bold green"}
 
@@ -45,8 +46,8 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         table.add_row(
             escape(c.step),
             c.metric,
-            _num(c.base, c.unit),
-            _num(c.new, c.unit),
+            format_value(c.base, c.unit),
+            format_value(c.new, c.unit),
             interval,
             format_change(c.noise, c.unit, sign=""),
             _call(c),
@@ -63,11 +64,3 @@ def _call(change: Change) -> str:
     if change.call in _STYLE:
         return f"[{_STYLE[change.call]}]{change.call}[/]"
     return change.call + (" (error rate differs)" if change.note else "")
-
-
-def _num(value: float, unit: str) -> str:
-    if not math.isfinite(value):
-        return "–"
-    if unit == "fraction":
-        return f"{value:.1%}"
-    return f"{value * 1000:.1f} ms" if unit == "s" else f"{value:.3g} {unit}"

@@ -13,9 +13,9 @@ from rich.text import Text
 
 from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note
 from loadlab.metrics.stats import Distribution
+from loadlab.numbers import DASH, format_number
 from loadlab.terminal import inert_console
 
-DASH = "–"
 NOT_APPLICABLE = "n/a"  # a figure the step's requests cannot have (no stream: no TTFT, ITL or TPOT)
 WIDE = 160  # a table printed into a file or pipe should not wrap at 80 columns
 
@@ -86,19 +86,19 @@ def _steps_table(summary: RunSummary) -> Table:
         cells = [
             escape(step.label),
             _counts(step),
-            _num(step.requests_per_s),
-            _num(step.output_tokens_per_s) if not step.items else NOT_APPLICABLE,
+            format_number(step.requests_per_s),
+            format_number(step.output_tokens_per_s) if not step.items else NOT_APPLICABLE,
             _streamed(step.ttft, pooled),
             _streamed(step.itl, pooled),
             _streamed(step.tpot, pooled),
             _ms(step.e2e),
-            _streamed(step.user_tokens_per_s, pooled, _num(step.user_tokens_per_s.p50)),
+            _streamed(step.user_tokens_per_s, pooled, format_number(step.user_tokens_per_s.p50)),
             _achieved(step),
         ]
         if pooling:
-            cells += [_num(step.items_per_s), _num(step.prompt_tokens_per_s)]
+            cells += [format_number(step.items_per_s), format_number(step.prompt_tokens_per_s)]
         if summary.slo is not None:
-            cells.append(_num(step.goodput))
+            cells.append(format_number(step.goodput))
         table.add_row(*cells, style="bold" if step.index < 0 else None)
     return table
 
@@ -118,8 +118,8 @@ def _turns_table(summary: RunSummary) -> Table:
         table.add_column(header, justify="right")
     for t in summary.turns:
         hits = DASH if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"
-        cells = [str(t.turn), f"{t.requests}/{t.failed}", _num(t.prompt_tokens_p50)]
-        table.add_row(*cells, _num(t.ttft_p50 * 1000), _num(t.ttft_p99 * 1000), hits)
+        cells = [str(t.turn), f"{t.requests}/{t.failed}", format_number(t.prompt_tokens_p50)]
+        table.add_row(*cells, format_number(t.ttft_p50 * 1000), format_number(t.ttft_p99 * 1000), hits)
     return table
 
 
@@ -138,9 +138,9 @@ def _media_table(summary: RunSummary) -> Table:
     for header in headers:
         table.add_column(header, justify="right")
     for m in summary.media:
-        media = [str(m.images), _num(m.image_pixels / 1e6), _num(m.audio_seconds)]
-        counts = [f"{m.requests}/{m.failed}", _num(m.prompt_tokens_p50)]
-        table.add_row(*media, *counts, _num(m.ttft_p50 * 1000), _num(m.ttft_p99 * 1000))
+        media = [str(m.images), format_number(m.image_pixels / 1e6), format_number(m.audio_seconds)]
+        counts = [f"{m.requests}/{m.failed}", format_number(m.prompt_tokens_p50)]
+        table.add_row(*media, *counts, format_number(m.ttft_p50 * 1000), format_number(m.ttft_p99 * 1000))
     return table
 
 
@@ -163,7 +163,8 @@ def _notes(summary: RunSummary) -> list[Text]:
             )
         )
     if o.aborted:
-        notes.append(Text(f"aborted (in flight when the run stopped, not counted as failed): {o.aborted}"))
+        why = "in flight when the run stopped or its step's grace ran out"
+        notes.append(Text(f"aborted ({why}; not counted as failed): {o.aborted}"))
     checks = [
         (o.tokens.over_max_tokens, "requests returned more tokens than max_tokens"),
         (o.tokens.under_max_tokens, "requests stopped before max_tokens (pinned output length not honoured)"),
@@ -199,16 +200,7 @@ def _counts(step: StepSummary) -> str:
 def _achieved(step: StepSummary) -> str:
     if math.isnan(step.achieved):
         return DASH
-    return f"{_num(step.achieved)}/{step.target:g}"  # users (closed) or req/s (open), as the label says
-
-
-def _num(value: float | None) -> str:
-    """Three significant figures or so: enough to compare steps, short enough for one line."""
-    if value is None or math.isnan(value):
-        return DASH
-    if abs(value) >= 99.95:
-        return f"{value:.0f}"
-    return f"{value:.1f}" if abs(value) >= 0.995 else f"{value:.2f}"
+    return f"{format_number(step.achieved)}/{step.target:g}"  # users (closed) or req/s (open), as the label says
 
 
 def _streamed(d: Distribution, pooled: bool, text: str = "") -> str:
@@ -222,4 +214,4 @@ def _streamed(d: Distribution, pooled: bool, text: str = "") -> str:
 def _ms(d: Distribution) -> str:
     if d.count == 0:
         return DASH
-    return "/".join(_num(v * 1000) for v in (d.p50, d.p90, d.p99))
+    return "/".join(format_number(v * 1000) for v in (d.p50, d.p90, d.p99))

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from loadlab.numbers import format_number
+
 MAX_REFRESH_PER_S = 4  # rich.live redraws at most this often
 PLAIN_INTERVAL_S = 5.0  # not a terminal (CI logs, pipes): one line at most this often
 
@@ -34,7 +36,7 @@ def format_status(stats: LiveStatus) -> str:
     """One line of text for `stats`, and the live verdict on a second line when there is one."""
     line = (
         f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
-        f"errors {stats.errors}  out tokens {stats.output_tokens}  {stats.tokens_per_s:.1f} tok/s"
+        f"errors {stats.errors}  out tokens {stats.output_tokens}  {format_number(stats.tokens_per_s)} tok/s"
     )
     line += f"  ! {stats.warning}" if stats.warning else ""
     return line + (f"\n          {stats.verdict}" if stats.verdict else "")

@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from loadlab.analyze.analysis import NAMES, Analysis, StepVerdict
-from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, format_value
+from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA
 from loadlab.analyze.saturation import UNDER_LOADED
+from loadlab.numbers import DASH, format_number, format_value
 
-DASH = "–"
 MAX_EVIDENCE = 6  # rows of evidence shown in the panel (analysis.json has them all)
 KEY_FIGURES = (
     ("kv_usage_p90", "KV p90"),
@@ -159,4 +159,5 @@ def verdict_line(step: StepVerdict) -> str:
 
 
 def _short(value: float, unit: str) -> str:
-    return f"{value * 100:.0f} %" if unit == "fraction" else f"{value:.3g}"
+    # The line names what each figure is: only a share keeps its unit (%).
+    return format_value(value, unit) if unit == "fraction" else format_number(value)

@@ -30,7 +30,6 @@ from typing import Any
 from loadlab.config import LengthDist, RunConfig, WorkloadConfig
 from loadlab.errors import UserError
 from loadlab.metrics.slo import parse_slo, slo_text
-from loadlab.urls import parse_http_url
 from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
 from loadlab.workload.base import APIS, POOLING_APIS, TOKEN_COUNTS
@@ -138,7 +137,7 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
             f"or shared_prefix, not {cfg.workload.kind}"
         )
     if cfg.url:
-        parse_http_url(cfg.url, "url")
+        cfg.parsed_url("url")
     if complete:
         if not cfg.url:
             raise UserError("no url: set url in the scenario file or pass --url")

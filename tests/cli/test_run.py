@@ -262,6 +262,26 @@ def test_every_fault_is_counted_and_the_run_goes_on(tmp_path):
         assert (rec.error == "") == (fault is None) or rec.error == ErrorCategory.ABORTED.value
 
 
+def test_a_run_ends_its_last_step_within_the_grace_and_cuts_off_what_is_left(tmp_path):
+    """Requests slower than the run: after its 4 s the two in flight get the grace (2 s here,
+    docs/sweep.md), then are cut off: aborted, saying so, the run `finished` (exit 0), not failed,
+    and not held for the 300 s per-request timeout."""
+    url, proc = start_mock("--ttft", "100", "--itl", "0.01")
+    out = tmp_path / "slow"
+    with proc:
+        result = run_ok("--url", url, "--model", "m", "--concurrency", "2", "--duration", "4", "--out", str(out))
+    run = load_run(out)
+    (step,) = run.meta.steps
+    req = run.requests
+    assert len(req) == 2 and (req["error"] == ErrorCategory.ABORTED.value).all()
+    assert (req["error_detail"] == "cut off 2 s after the end of step concurrency=2 (the step's grace)").all()
+    assert (req["end_time"] - step.end_time).between(2.0 - 0.1, 2.0 + 5.0).all()
+    assert run.meta.status == "finished" and run.meta.ended_at - step.end_time < 2.0 + 30.0
+    summary = json.loads((out / "summary.json").read_text())["steps"][0]
+    assert (summary["sent"], summary["failed"], summary["aborted"]) == (2, 0, 2)
+    assert "not counted as failed): 2" in result.stdout + result.stderr
+
+
 def test_api_key_from_the_environment_is_sent_and_never_stored(tmp_path):
     url, proc = start_mock("--api-key", "sekret-123")
     out = tmp_path / "auth"

@@ -4,6 +4,7 @@ and their bad input: one line, exit code 2."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,64 @@ def test_a_sweep_against_an_endpoint_slower_than_its_steps_judges_nothing_and_pl
     assert plan.returncode == 2 and "Traceback" not in plan.stderr
     lines = plan.stderr.strip().splitlines()
     assert len(lines) == 1 and "no closed-loop step measured enough to plan from" in lines[0], plan.stderr
+
+
+# A sweep's own work between steps (reading the step back and judging it) and its start-up, on a
+# busy 2-core host: generous, and still far below the old wait for requests in flight.
+SWEEP_SLACK_S = 60.0
+
+
+def test_a_step_ends_within_its_grace_and_cuts_off_what_is_still_in_flight(tmp_path):
+    # Each answer takes 100 s, a step 1 s (rerun at 2 and 4 s: too short to judge). Each step's
+    # request gets the grace (2 s: step_grace) and is then cut off: recorded as aborted, never
+    # a failure. Before, every step's end waited for it (up to --timeout): > 300 s here.
+    out = tmp_path / "run"
+    with mock_server("--ttft", "100", "--itl", "0.01", "--output-len", "8") as (url, _):
+        started = time.monotonic()
+        result = loadlab(
+            "sweep",
+            "--url",
+            url,
+            "--step-duration",
+            "1",
+            "--max",
+            "2",
+            "--output-len",
+            "8",
+            "--slo",
+            NOT_ON_CLIENT,
+            "--no-gpu",
+            "--out",
+            str(out),
+            timeout=200,
+        )
+        wall = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    sweep = read(out, "sweep.json")
+    steps = sweep["steps"]
+    assert sweep["stop"] == "too-few-requests" and [s["seconds"] for s in steps] == [1, 2, 4]
+    grace = 2.0  # each step's: STEP_GRACE_MIN_S
+    budget = sum(s["seconds"] for s in steps) + grace * len(steps)
+    assert wall < budget + SWEEP_SLACK_S, f"the sweep took {wall:.0f} s for a budget of {budget:.0f} s"
+    # Each step's one request was cut off at its step's end plus the grace, counted apart.
+    from loadlab.store.reader import load_run
+
+    run = load_run(out)
+    ends = {s.index: s.end_time for s in run.meta.steps}
+    requests = run.requests
+    assert len(requests) == len(steps) and (requests["error"] == "aborted").all()
+    for _, r in requests.iterrows():
+        label = steps[r["step"]]["label"]
+        assert r["error_detail"] == f"cut off 2 s after the end of step {label} (the step's grace)"
+        assert grace - 0.1 <= r["end_time"] - ends[r["step"]] <= grace + 5.0
+    assert [s["aborted"] for s in steps] == [1, 1, 1] and not any(s["bad"] for s in steps)
+    assert "+1 cut off" in result.stdout
+    warnings = read(out, "run.json")["warnings"]
+    assert sum("were cut off (recorded as aborted, not as failures)" in w for w in warnings) == len(steps)
+    # The next step started once the one before was cut off, not after the request's 100 s.
+    starts = [s.start_time for s in run.meta.steps]
+    for before, after in zip(run.meta.steps, starts[1:], strict=False):
+        assert after - before.end_time < grace + SWEEP_SLACK_S / 2
 
 
 CONTEXT_DELAY_MAX_S = 1.0

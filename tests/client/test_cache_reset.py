@@ -8,6 +8,7 @@ import json
 import pytest
 
 from loadlab.client.cache_reset import reset_prefix_cache
+from loadlab.urls import parse_http_url
 from tests.support.mock_load import mock_server
 from tests.support.procs import free_port, loadlab
 from tests.support.reference_server import start_server
@@ -28,23 +29,23 @@ def mock(tmp_path_factory):
 
 
 def test_the_reference_server_resets_through_the_api_url(server):
-    reset = reset_prefix_cache(server.url + "/v1", KEY)
+    reset = reset_prefix_cache(parse_http_url(server.url + "/v1"), KEY)
     assert reset.ok and reset.path == "/reset_prefix_cache" and reset.detail == ""
 
 
 def test_a_refused_reset_says_why_and_is_not_retried_elsewhere(server):
-    reset = reset_prefix_cache(server.url + "/v1", "wrong key")
+    reset = reset_prefix_cache(parse_http_url(server.url + "/v1"), "wrong key")
     assert not reset.ok and reset.path == "/reset_prefix_cache" and "HTTP 401" in reset.detail
 
 
 def test_a_server_without_a_reset_tries_each_engines_path(mock):
-    reset = reset_prefix_cache(mock + "/v1")
+    reset = reset_prefix_cache(parse_http_url(mock + "/v1"))
     assert not reset.ok and reset.path == ""
     assert "/reset_prefix_cache: HTTP 404" in reset.detail and "/flush_cache: HTTP 404" in reset.detail
 
 
 def test_an_unreachable_server_is_a_failed_reset_not_an_exception():
-    reset = reset_prefix_cache(f"http://127.0.0.1:{free_port()}/v1", timeout=2)
+    reset = reset_prefix_cache(parse_http_url(f"http://127.0.0.1:{free_port()}/v1"), timeout=2)
     assert not reset.ok and reset.detail.startswith("POST /reset_prefix_cache failed")
 
 

@@ -201,6 +201,27 @@ def test_interrupt_mid_stream_loses_no_record(tmp_path, stop):
     assert df["worker"].nunique() == 2
 
 
+def test_the_workers_requests_still_in_flight_after_the_grace_are_cut_off(tmp_path):
+    """Answers slower than the run on both workers: after the step's grace the master has each
+    worker cut off its requests (recorded as aborted, saying so, none lost), and the run ends
+    finished instead of waiting for the per-request timeout."""
+    port, out = free_port(), tmp_path / "run"
+    with mock(port, "--ttft", "100"):
+        res = loadlab(
+            *run_args(port, out, "--concurrency", "4", "--duration", "3", "--processes", "2"),
+            env={"OPENAI_API_KEY": KEY},
+            timeout=150,
+        )
+        served = truth(port)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = load_run(out)
+    df = run.requests
+    assert sorted(df["request_id"]) == sorted(t["request_id"] for t in served) and len(df) == 4
+    assert (df["error"] == "aborted").all() and df["worker"].nunique() == 2
+    assert (df["error_detail"] == "cut off 2 s after the end of step concurrency=4 (the step's grace)").all()
+    assert run.meta.status == "finished"
+
+
 def test_a_worker_killed_mid_run_is_accounted_for(tmp_path):
     """kill -9 of one worker: the master notices at once (it watches the PIDs it started), records
     the worker's requests in flight as aborted, says so live, goes on with the other worker and

@@ -15,7 +15,7 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlab.client.stream import Endpoint, build_body, error_category, split_url
+from loadlab.client.stream import Endpoint, build_body, error_category
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.store.schema import ErrorCategory
@@ -252,7 +252,7 @@ def test_tokens_a_chunks_logprobs_name_are_counted_even_when_chunks_merge_or_are
 @pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port", "http://[::1"])
 def test_bad_urls_are_user_errors(bad):
     with pytest.raises(UserError):
-        split_url(bad)
+        Endpoint.from_config(RunConfig(url=bad, model="m"))
 
 
 def test_credentials_in_the_url_are_basic_auth_and_leave_the_url():

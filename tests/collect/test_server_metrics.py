@@ -18,6 +18,7 @@ from loadlab.clock import now
 from loadlab.collect.server_metrics import ServerMetricsCollector, metrics_url
 from loadlab.errors import UserError
 from loadlab.store.schema import Sample
+from loadlab.urls import parse_http_url
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -173,17 +174,17 @@ def test_falls_back_to_tensorrt_llm_path_on_404():
 
 def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
     with metrics_server({"/metrics": (200, "vllm:num_requests_running 3\n")}) as (url, pages):
-        collector = ServerMetricsCollector(metrics_url(url.replace("http://", "http://bob:pw@") + "/v1"))
+        collector = ServerMetricsCollector(
+            metrics_url(parse_http_url(url.replace("http://", "http://bob:pw@") + "/v1"))
+        )
         batch = collector.poll()
     assert pages.authorization == "Basic Ym9iOnB3" and batch  # base64("bob:pw")
     assert collector.url == url + "/metrics" and collector.urls == [url + "/metrics"]
 
 
 def test_metrics_url_from_api_url():
-    assert metrics_url("http://h:8000/v1") == "http://h:8000/metrics"
-    assert metrics_url("https://h/v1/", "/prometheus/metrics") == "https://h/prometheus/metrics"
-    with pytest.raises(UserError):
-        metrics_url("localhost:8000")
+    assert metrics_url(parse_http_url("http://h:8000/v1")) == "http://h:8000/metrics"
+    assert metrics_url(parse_http_url("https://h/v1/"), "/prometheus/metrics") == "https://h/prometheus/metrics"
     with pytest.raises(UserError):
         ServerMetricsCollector("ftp://h/metrics")
 

@@ -8,30 +8,35 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.analyze.analysis import Analysis
 from loadlab.lab import runner
 from loadlab.lab.runner import CLIENT_LIMITED, FAILED, MATCH, MISMATCH, Result
 from loadlab.lab.scenarios import Scenario
+from tests.support.analysis import analysis as written_analysis
 
 
 def scenario(expect: str | None, saturation: tuple[str, ...] = ()) -> Scenario:
     return Scenario("s", expect, "why", server=(), load=("--concurrency", "1,2"), expect_saturation=saturation)
 
 
-def analysis(constraint: str, saturation: str = "past_knee", server_side: str | None = None) -> dict:
-    step = {
-        "constraint": constraint,
-        "saturation": saturation,
-        "confidence": 0.8,
-        "runner_up": None,
-        "server_side": {"constraint": server_side, "score": 0.9} if server_side else None,
-        "headline": "h",
-        "evidence": [
-            {"constraint": constraint, "direction": "for", "text": "KV usage p90 97 % >= 90 %"},
-            {"constraint": constraint, "direction": "against", "text": "not this"},
-            {"constraint": "other", "direction": "for", "text": "nor this"},
+def analysis(constraint: str, saturation: str = "past_knee", server_side: str | None = None) -> Analysis:
+    """Two steps, the last one judged `constraint` with evidence for it, against it, and for another class."""
+    data = written_analysis(["concurrency=1", "concurrency=2"])
+    first, step = data["steps"]
+    first.update(constraint="insufficient_data", saturation="unknown")
+    evidence = step["evidence"][0]
+    step.update(
+        constraint=constraint,
+        saturation=saturation,
+        runner_up=None,
+        server_side={"constraint": server_side, "score": 0.9, "confidence": 0.7} if server_side else None,
+        evidence=[
+            {**evidence, "constraint": constraint, "direction": "for", "text": "KV usage p90 97 % >= 90 %"},
+            {**evidence, "constraint": constraint, "direction": "against", "text": "not this"},
+            {**evidence, "constraint": "kv_capacity" if constraint != "kv_capacity" else "compute", "text": "nor this"},
         ],
-    }
-    return {"steps": [{"constraint": "insufficient_data", "saturation": "unknown"}, step]}
+    )
+    return Analysis.from_dict(data)
 
 
 @pytest.mark.parametrize(
@@ -64,6 +69,9 @@ def test_a_run_without_analysis_is_a_failure_with_the_analyzers_line(tmp_path: P
     with pytest.raises(runner.LabFailure, match="loadlab analyze failed"):
         runner._analysis(run)  # no run.json: `loadlab analyze` refuses it in one line
     (run / "analysis.json").write_text(json.dumps({"steps": []}))
+    with pytest.raises(runner.LabFailure, match="is not an analysis"):  # the typed reader's one line
+        runner._analysis(run)
+    (run / "analysis.json").write_text(json.dumps(written_analysis([])))
     with pytest.raises(runner.LabFailure, match="no steps"):
         runner._judge(Result("s", "x", [], FAILED), runner._analysis(run), scenario("x"))
 

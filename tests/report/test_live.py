@@ -31,7 +31,7 @@ def test_the_line_shows_every_figure_and_the_warning() -> None:
         "done 42",
         "errors 1",
         "out tokens 4000",
-        "321.0 tok/s",
+        "321 tok/s",
         "client CPU 0.9 cores > 0.6",
     ):
         assert part in line

@@ -12,13 +12,13 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.analysis import RunnerUp, StepVerdict
 from loadlab.analyze.summary import bunched_note
+from loadlab.numbers import format_number, format_value
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
 
@@ -86,14 +86,9 @@ def _table(headers: Iterable[str] | None, rows: Iterable[Iterable[str]], cls: st
     return f'<div class="scroll"><table class="{cls}">{head}<tbody>{body}</tbody></table></div>'
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return esc(value) if value is not None else "–"
-    return "–" if not math.isfinite(value) else f"{value:,.{digits}f}"
-
-
 def _ms(seconds: float) -> str:
-    return "–" if not math.isfinite(seconds) else f"{seconds * 1000:,.{0 if seconds >= 0.1 else 1}f}"
+    """A latency in the tables' unit, ms."""
+    return format_number(seconds * 1000, group=True)
 
 
 def _streamed_ms(seconds: float) -> str:
@@ -160,7 +155,7 @@ def _verdict(data: ReportData) -> str:
         ("saturation", overall.saturation),
         ("knee", label_of.get(knee, knee) if knee is not None else "none found"),
         ("client-limited", "yes" if overall.client_limited else "no"),
-        ("confidence", _num(overall.confidence, 2)),
+        ("confidence", format_number(overall.confidence, 2)),
     ]
     parts = [
         f'<p class="headline">{esc(overall.headline or "(no headline)")}</p>',
@@ -178,8 +173,8 @@ def _verdict(data: ReportData) -> str:
                         esc(s.label),
                         esc(s.saturation),
                         esc(s.constraint),
-                        _num(s.score, 2),
-                        _num(s.confidence, 2),
+                        format_number(s.score, 2),
+                        format_number(s.confidence, 2),
                         _runner_up(s.runner_up),
                         esc(s.headline),
                     )
@@ -200,7 +195,7 @@ def _list(title: str, items: list[str]) -> list[str]:
 def _runner_up(value: RunnerUp | None) -> str:
     if value is None:
         return "–"
-    return f"{esc(value.constraint)} ({_num(value.score, 2)})"
+    return f"{esc(value.constraint)} ({format_number(value.score, 2)})"
 
 
 def _step_evidence(step: StepVerdict) -> str:
@@ -208,8 +203,8 @@ def _step_evidence(step: StepVerdict) -> str:
         (
             esc(e.constraint),
             esc(e.name),
-            f"{_num(e.value, 3)} {esc(e.unit)}",
-            _num(e.threshold, 3),
+            esc(format_value(e.value, e.unit)),
+            esc(format_value(e.threshold, e.unit)),
             esc(e.direction),
             esc(e.source),
             esc(e.text),
@@ -267,15 +262,15 @@ def _steps_table(data: ReportData) -> str:
             [
                 esc(s.label),
                 *(words if verdicts else []),
-                _num(s.achieved, 2),
+                format_number(s.achieved, group=True),
                 f"{s.sent:,}",
                 f"{s.succeeded:,}",
                 f"{s.failed:,}",
                 f"{s.aborted:,}",
-                _num(s.requests_per_s, 2),
-                _num(s.output_tokens_per_s, 0),
-                _num(s.user_tokens_per_s.p50, 1),
-                _num(p10.get(s.index, math.nan), 1),
+                format_number(s.requests_per_s, group=True),
+                format_number(s.output_tokens_per_s, group=True),
+                format_number(s.user_tokens_per_s.p50, group=True),
+                format_number(p10.get(s.index, math.nan), group=True),
                 streamed(s.ttft.p50),
                 streamed(s.ttft.p99),
                 streamed(s.itl.p50),
@@ -283,9 +278,13 @@ def _steps_table(data: ReportData) -> str:
                 streamed(s.tpot.p50),
                 _ms(s.e2e.p50),
                 _ms(s.e2e.p99),
-                _num(s.goodput, 2) if s.goodput is not None else "–",
+                format_number(s.goodput, group=True),
                 "yes" if s.client.limited else "no",
-                *([_num(s.items_per_s, 1), _num(s.prompt_tokens_per_s, 0)] if pooling else []),
+                *(
+                    [format_number(s.items_per_s, group=True), format_number(s.prompt_tokens_per_s, group=True)]
+                    if pooling
+                    else []
+                ),
             ]
         )
     note = (
@@ -350,7 +349,7 @@ def _breakdown(data: ReportData) -> str:
     if s.turns:
         headers = ["turn", "requests", "failed", "prompt tokens p50", "TTFT p50 ms", "TTFT p99 ms", "prefix-cache hits"]
         rows = [
-            [str(t.turn), f"{t.requests:,}", f"{t.failed:,}", _num(t.prompt_tokens_p50, 0)]
+            [str(t.turn), f"{t.requests:,}", f"{t.failed:,}", format_number(t.prompt_tokens_p50, group=True)]
             + [_ms(t.ttft_p50), _ms(t.ttft_p99), "–" if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"]
             for t in s.turns
         ]
@@ -369,8 +368,14 @@ def _breakdown(data: ReportData) -> str:
             "TTFT p99 ms",
         ]
         rows = [
-            [str(m.images), _num(m.image_pixels / 1e6, 2), _num(m.audio_seconds, 1), f"{m.requests:,}", f"{m.failed:,}"]
-            + [_num(m.prompt_tokens_p50, 0), _ms(m.ttft_p50), _ms(m.ttft_p99)]
+            [
+                str(m.images),
+                format_number(m.image_pixels / 1e6, group=True),
+                format_number(m.audio_seconds, group=True),
+                f"{m.requests:,}",
+                f"{m.failed:,}",
+            ]
+            + [format_number(m.prompt_tokens_p50, group=True), _ms(m.ttft_p50), _ms(m.ttft_p99)]
             for m in s.media
         ]
         parts.append(_note("TTFT against the images and audio each request carried.") + _table(headers, rows))
@@ -382,8 +387,8 @@ def _errors(data: ReportData) -> str:
         return _note("No failed request.")
     rows = [(esc(k.category), f"{k.total:,}", "<br>".join(esc(d) for d in k.examples) or "–") for k in data.errors]
     note = (
-        "By the interval in which each request ended. aborted: still in flight when the run stopped "
-        "(not the server's failure)."
+        "By the interval in which each request ended. aborted: still in flight when the run stopped, "
+        "or cut off after the grace at its step's end (not the server's failure)."
     )
     return (
         _figure(charts.errors_over_time(data.errors, data.timeseries), "fig-errors")
