@@ -8,8 +8,11 @@ the group, filled in. `configure` turns the groups into a RunConfig. So a new sh
 field here, plus its use; every command that takes the group takes the flag.
 
     @takes_flags
-    def run(..., workload: WorkloadFlags, ...) -> None:
-        cfg = configure(RunConfig(), workload, ...)
+    def run(url: str | None = typer.Option(None, "--url"), *, workload: WorkloadFlags) -> None:
+        cfg = configure(RunConfig(), workload, url=url)
+
+The groups come after `*` (keyword-only, no default: typer never sees the parameter itself).
+Any other command that sends or plans requests takes the same groups.
 """
 
 from __future__ import annotations
@@ -249,7 +252,7 @@ class ClientFlags(ConfigFlags):
 
 @dataclass(frozen=True)
 class CollectorFlags(ConfigFlags):
-    """What is measured beside the requests (docs/collectors.md): `run`, `sweep` and `diagnose`."""
+    """What is measured beside the requests: `run`, `sweep` and `diagnose`."""
 
     panel: ClassVar[str] = "Collectors"
     server_metrics: Annotated[

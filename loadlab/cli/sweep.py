@@ -48,7 +48,7 @@ class SweepFlags(FlagGroup):
         ),
     ] = None
     max_load: Annotated[
-        float, typer.Option("--max", help="Highest concurrency (or rate, with --rate auto) to try.")
+        float, typer.Option("--max", help="Highest load to try: users (requests/s with `sweep --rate auto`).")
     ] = DEFAULT_MAX
     step_duration: Annotated[float, typer.Option("--step-duration", help="Seconds per step.")] = DEFAULT_STEP_SECONDS
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Most steps to run (default 12).")] = None
