@@ -129,9 +129,7 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_out_folder(folder)
     cfg.out = str(folder)
-    # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
-    import locust  # noqa: F401
-
+    import_load_generator()
     from loadlab.cli.output import say
     from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
@@ -156,6 +154,12 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
         markup=False,
     )
     return folder, console
+
+
+def import_load_generator() -> None:
+    """Import Locust, which patches sockets with gevent on import: before anything that opens one
+    or imports ssl (the conductor's modules do, through the analyzer's)."""
+    import locust  # noqa: F401
 
 
 def exit_on_outcome(outcome: RunOutcome) -> None:

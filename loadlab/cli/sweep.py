@@ -93,7 +93,9 @@ def start_sweep(
 ) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
     from loadlab.cli.output import say
-    from loadlab.cli.run import prepare_run
+    from loadlab.cli.run import import_load_generator, prepare_run
+
+    import_load_generator()
     from loadlab.conductor.sweep import run_sweep, sweep_config, sweep_limits
     from loadlab.config import RunConfig
     from loadlab.metrics.slo import read_slo
