@@ -9,47 +9,32 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from loadlab.cli.sweep import DEFAULT_STEP_SECONDS
-from loadlab.client.discovery import API_KEY_ENV
+from loadlab.cli.options import ClientFlags, CollectorFlags, WorkloadFlags, takes_flags
+from loadlab.cli.sweep import SweepFlags
 
 if TYPE_CHECKING:
     from loadlab.store.reader import RunData
 
 
+@takes_flags
 def diagnose(
     url: str = typer.Argument(..., help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
-    slo: str | None = typer.Option(
-        None,
-        "--slo",
-        help="Stop the sweep at the first step that breaches these SLOs (docs/slo.md).",
-    ),
-    max_load: float | None = typer.Option(None, "--max", help="Highest concurrency to try (default 512)."),
-    step_duration: float = typer.Option(DEFAULT_STEP_SECONDS, "--step-duration", help="Seconds per step."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
-    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     report_file: Path | None = typer.Option(
         None,
         "--report",
         help="HTML report to write (default reports/<run name>.html).",
     ),
-    input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
-    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
-    processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
-    no_server_metrics: bool = typer.Option(
-        False,
-        "--no-server-metrics",
-        help="Do not scrape the server: the verdict comes from the client's curves alone (docs/diagnosis.md).",
-    ),
-    api_key: str | None = typer.Option(
-        None,
-        "--api-key",
-        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
-    ),
+    *,
+    limits: SweepFlags,
+    workload: WorkloadFlags,
+    client: ClientFlags,
+    collectors: CollectorFlags,
 ) -> None:
     """Sweep the concurrency to the knee (as `loadlab sweep`) with the server's metrics (probed at
     /metrics, then /prometheus/metrics) and the GPUs when NVML answers; analyze the run, write
-    its report, print the verdict and where the report is."""
+    its report, print the verdict and where the report is. The workload flags are `loadlab run`'s
+    (a trace gives its lengths only)."""
     from loadlab.cli.analyze import analyze_folder
     from loadlab.cli.report import DEFAULT_FOLDER
     from loadlab.cli.run import exit_on_outcome, print_final_summary
@@ -58,29 +43,7 @@ def diagnose(
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
-    outcome = start_sweep(
-        url=url,
-        slo=slo,
-        max_load=max_load,
-        rate=None,
-        start=1.0,
-        step_duration=step_duration,
-        max_steps=max_steps,
-        model=model,
-        api=None,
-        out=out,
-        input_len=input_len,
-        output_len=output_len,
-        workload=None,
-        dataset=None,
-        timeout=None,
-        processes=processes,
-        server_metrics=None,
-        no_server_metrics=no_server_metrics,
-        no_gpu=False,
-        api_key=api_key,
-        command="diagnose",
-    )
+    outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
     folder = outcome.folder
     print_final_summary(folder)
     analysis = analyze_folder(folder)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from loadlab.client.discovery import API_KEY_ENV
+from loadlab.cli.options import ClientFlags, CollectorFlags, LoadFlags, WorkloadFlags, configure, takes_flags
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,154 +42,31 @@ EXIT_CODES = {"error-budget": 3, "rejected": 4, "write-error": 5}  # by RunOutco
 EXIT_DEGRADED = 6
 
 
+@takes_flags
 def run(
     url: str | None = typer.Option(
         None,
         "--url",
         help="Endpoint base URL, e.g. http://127.0.0.1:8000 (with or without /v1).",
     ),
-    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: str | None = typer.Option(
-        None, "--api", help="chat | completions | embeddings | rerank (default chat; docs/workloads.md)."
-    ),
-    token_count: str | None = typer.Option(
-        None,
-        "--token-count",
-        help="chunks (default: the stream's token chunks) | logprobs (ask for each token's logprob and count those: "
-        "exact where a server merges or skips chunks, at a little cost to the server).",
-    ),
     scenario: Path | None = typer.Option(None, "-c", "--scenario", help="TOML scenario file; flags override it."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
-    concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: users, or steps such as 1,8,32."),
-    rate: str | None = typer.Option(None, "--rate", help="Open loop: requests/s, or steps such as 1,5,10."),
-    arrival: str | None = typer.Option(None, "--arrival", help="Open-loop arrivals: poisson | constant | gamma."),
-    burstiness: float | None = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
-    think_time: str | None = typer.Option(
-        None,
-        "--think-time",
-        help="Closed-loop pause between a user's requests, seconds (a distribution, e.g. uniform:0:2).",
-    ),
-    duration: float | None = typer.Option(
-        None,
-        "--duration",
-        help="Seconds to run (per step when there are several and no --step-duration). Without it or --requests a "
-        "step lasts 60 s.",
-    ),
-    requests: int | None = typer.Option(None, "--requests", help="Stop after this many measured requests (per step)."),
-    step_duration: float | None = typer.Option(None, "--step-duration", help="Seconds per step."),
-    warmup_requests: int | None = typer.Option(
-        None,
-        "--warmup-requests",
-        help="First N requests of each step, excluded from results.",
-    ),
-    ramp_up: float | None = typer.Option(
-        None,
-        "--ramp-up",
-        help="Closed loop: a step's new users start their first requests spread over this many seconds (default 1; 0:"
-        " all at once). Their connections open before the step begins.",
-    ),
-    timeout: float | None = typer.Option(
-        None,
-        "--timeout",
-        help="Per-request timeout in seconds (covers stalled streams; default 300).",
-    ),
+    *,
+    load: LoadFlags,
     max_error_rate: str | None = typer.Option(
         None,
         "--max-error-rate",
         help="End the run when a step's measured requests fail more often than this (0-1, default 0.5, judged after "
         "20 requests); off for a deliberate fault test.",
     ),
-    processes: int | None = typer.Option(None, "--processes", help="Load-generator processes on this host."),
-    workload: str | None = typer.Option(
-        None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn | tools | trace (or --trace FILE)."
-    ),
-    input_len: str | None = typer.Option(
-        None,
-        "--input-len",
-        help="Prompt tokens: 128, uniform:64:256, normal:128:32, lognormal:128:64.",
-    ),
-    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (same forms)."),
-    turns: int | None = typer.Option(
-        None, "--turns", help="Turns per conversation (multiturn), model calls per session (tools)."
-    ),
-    tool_time: str | None = typer.Option(
-        None, "--tool-time", help="Tool sessions: seconds each tool call takes (a distribution, e.g. lognormal:1:0.5)."
-    ),
-    tool_output_len: str | None = typer.Option(
-        None, "--tool-output-len", help="Tool sessions: tokens of each tool result (a distribution)."
-    ),
-    dataset: str | None = typer.Option(
-        None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt), or a trace (--workload trace)."
-    ),
-    images: str | None = typer.Option(
-        None,
-        "--images",
-        help="Chat: images per request, one count drawn per request from the list (e.g. 0,1,2,4).",
-    ),
-    image_size: str | None = typer.Option(
-        None,
-        "--image-size",
-        help="Synthetic images' sizes WxH, one drawn per image (default 512x512; e.g. 256x256,1024x1024).",
-    ),
-    image_dir: str | None = typer.Option(
-        None, "--image-dir", help="Send the PNG/JPEG files of this folder as the images."
-    ),
-    audio_seconds: str | None = typer.Option(
-        None,
-        "--audio-seconds",
-        help="Chat: a synthetic WAV clip per request, its length drawn from the list (e.g. 5,30).",
-    ),
-    trace: str | None = typer.Option(
-        None,
-        "--trace",
-        help="Replay a trace (Azure, BurstGPT, Mooncake, or any CSV/JSONL with --trace-columns): each request at its "
-        "recorded time with its recorded lengths. With --concurrency or --rate, its lengths only.",
-    ),
-    trace_speed: float | None = typer.Option(
-        None, "--trace-speed", help="Replay the trace this many times faster (0.5: half as fast)."
-    ),
-    trace_window: str | None = typer.Option(
-        None, "--trace-window", help="Replay the slice A:B of the trace, in seconds of trace time (e.g. 600:1200)."
-    ),
-    trace_columns: str | None = typer.Option(
-        None,
-        "--trace-columns",
-        help="The trace's columns, when not detected: time=COL,input=COL,output=COL[,hash_ids=COL][,unit=s|ms|us].",
-    ),
-    items: int | None = typer.Option(
-        None, "--items", help="Per request: inputs (--api embeddings) or documents (--api rerank); default 1."
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
-    server_metrics: str | None = typer.Option(
-        None,
-        "--server-metrics",
-        help="Server /metrics URL or path (default <url>/metrics).",
-    ),
-    no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
-    reset_prefix_cache: bool = typer.Option(
-        False,
-        "--reset-prefix-cache",
-        help="Empty the server's prefix cache before each step (vLLM, SGLang, the reference server).",
-    ),
-    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus server URL to query during the run."),
-    selector: str | None = typer.Option(None, "--selector", help="Prometheus label selector, e.g. job=\"vllm\"."),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
-    nccl_inspector_dir: str | None = typer.Option(
-        None,
-        "--nccl-inspector-dir",
-        help="Folder the NCCL Inspector plugin writes to.",
-    ),
-    server_pid: int | None = typer.Option(None, "--server-pid", help="Sample this server process's CPU (same host)."),
     slo: str | None = typer.Option(
         None,
         "--slo",
         help="Gate the run on these SLOs (inline or a TOML file, docs/slo.md): exit 0 pass, 1 fail, 2 invalid run.",
     ),
-    api_key: str | None = typer.Option(
-        None,
-        "--api-key",
-        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
-    ),
+    workload: WorkloadFlags,
+    client: ClientFlags,
+    collectors: CollectorFlags,
 ) -> None:
     """Load-test an endpoint: closed loop (--concurrency) or open loop (--rate), one step per value,
     or replay a trace on its own clock (--trace).
@@ -206,70 +83,20 @@ def run(
     2 invalid for gating.
     """
     from loadlab.config import RunConfig
-    from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
-    from loadlab.workload.scenario import apply_overrides, load_scenario
+    from loadlab.workload.scenario import load_scenario
 
-    cfg = load_scenario(scenario) if scenario is not None else RunConfig()
-    if concurrency is not None:
-        cfg.rate = []  # a flag chooses the load model over the file's
-    if rate is not None:
-        cfg.concurrency = []
-    if trace is not None:
-        if workload not in (None, "trace"):
-            raise UserError(f"--trace replays a trace: it does not go with --workload {workload}")
-        workload, dataset = "trace", dataset or trace
-        if dataset != trace:
-            raise UserError("--trace names the trace file: leave out --dataset")
-    cfg = apply_overrides(
-        cfg,
+    cfg = configure(
+        load_scenario(scenario) if scenario is not None else RunConfig(),
+        load,
+        workload,
+        client,
+        collectors,
         url=url,
-        model=model,
-        api=api,
-        token_count=token_count,
-        concurrency=concurrency,
-        rate=rate,
-        arrival=arrival,
-        burstiness=burstiness,
-        think_time=think_time,
-        duration=duration,
-        requests=requests,
-        step_duration=step_duration,
-        warmup_requests=warmup_requests,
-        ramp_up=ramp_up,
-        timeout=timeout,
         max_error_rate=max_error_rate,
-        processes=processes,
-        kind=workload,
-        input_len=input_len,
-        output_len=output_len,
-        turns=turns,
-        tool_time=tool_time,
-        tool_output_len=tool_output_len,
-        dataset=dataset,
-        images=images,
-        image_sizes=image_size,
-        image_dir=image_dir,
-        audio_seconds=audio_seconds,
-        trace_speed=trace_speed,
-        trace_window=trace_window,
-        trace_columns=trace_columns,
-        items=items,
-        seed=seed,
-        server_metrics=server_metrics,
-        prometheus=prometheus,
-        prometheus_selector=selector,
-        nccl_inspector_dir=nccl_inspector_dir,
-        server_pid=server_pid,
         slo=read_slo(slo).text if slo is not None else None,
     )
-    if no_server_metrics:
-        cfg.server_metrics = None
-    if reset_prefix_cache:
-        cfg.reset_prefix_cache = True
-    if no_gpu:
-        cfg.gpu = False
-    folder, console = prepare_run(cfg, out, api_key, max(cfg.concurrency, default=0), "run")
+    folder, console = prepare_run(cfg, out, max(cfg.concurrency, default=0), "run")
     from loadlab.conductor.runloop import run_load
 
     outcome = run_load(cfg, folder, console)
@@ -280,10 +107,9 @@ def run(
     sys.exit(gate_code)
 
 
-def prepare_run(
-    cfg: RunConfig, out: Path | None, api_key: str | None, streams: int, command: str
-) -> tuple[Path, Console]:
-    """Check a complete config, choose and check the run folder, find the model and the API key,
+def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) -> tuple[Path, Console]:
+    """Check a complete config, choose and check the run folder, find the model and the API key
+    (`cfg.api_key`, else the environment's),
     raise the open-file limit for `streams` connections (0: open loop's cap) and make Ctrl-C and
     SIGTERM end the run cleanly; prints the first line. Shared by `run`, `sweep` and `diagnose`."""
     from loadlab.errors import UserError
@@ -295,7 +121,7 @@ def prepare_run(
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
     make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
-    if api_key and cfg.parsed_url().has_credentials:
+    if cfg.api_key and cfg.parsed_url().has_credentials:
         raise UserError(
             "--url holds credentials (sent as Basic auth) and --api-key is set: both are "
             "the Authorization header; drop one"
@@ -303,16 +129,14 @@ def prepare_run(
     folder = out or Path(cfg.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_out_folder(folder)
     cfg.out = str(folder)
-    # Locust patches sockets with gevent on import: before anything that opens one (or imports ssl).
-    import locust  # noqa: F401
-
+    import_load_generator()
     from loadlab.cli.output import say
     from loadlab.client.discovery import api_key_from_env, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
     from loadlab.terminal import inert_console
 
-    cfg.api_key = api_key or api_key_from_env()
+    cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
@@ -330,6 +154,12 @@ def prepare_run(
         markup=False,
     )
     return folder, console
+
+
+def import_load_generator() -> None:
+    """Import Locust, which patches sockets with gevent on import: before anything that opens one
+    or imports ssl (the conductor's modules do, through the analyzer's)."""
+    import locust  # noqa: F401
 
 
 def exit_on_outcome(outcome: RunOutcome) -> None:

@@ -6,14 +6,25 @@ Exit codes as `loadlab run` (0 when the sweep stopped by itself, whatever the re
 
 from __future__ import annotations
 
-import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
-from loadlab.client.discovery import API_KEY_ENV
+from loadlab.cli.options import (
+    ClientFlags,
+    CollectorFlags,
+    ConfigFlags,
+    FlagGroup,
+    WorkloadFlags,
+    configure,
+    takes_flags,
+)
+
+DEFAULT_MAX = 512  # users, or requests/s with --rate auto
+DEFAULT_STEP_SECONDS = 20.0
 
 if TYPE_CHECKING:
     from loadlab.conductor.stepping import Judgement
@@ -21,88 +32,54 @@ if TYPE_CHECKING:
     from loadlab.metrics.slo import SloSpec
     from loadlab.store.schema import Mode
 
-DEFAULT_MAX = 512  # users, or requests/s with --rate auto
-DEFAULT_STEP_SECONDS = 20.0
+
+@dataclass(frozen=True)
+class SweepFlags(FlagGroup):
+    """How far and how long a sweep goes: `sweep` and `diagnose` (conductor/sweep.py checks them)."""
+
+    panel: ClassVar[str] = "Sweep"
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            help="Stop at the first step that breaches these SLOs (inline or a TOML file, docs/slo.md), e.g. "
+            "ttft_p99=2s,itl_p99=100ms.",
+        ),
+    ] = None
+    max_load: Annotated[
+        float, typer.Option("--max", help="Highest load to try: users (requests/s with `sweep --rate auto`).")
+    ] = DEFAULT_MAX
+    step_duration: Annotated[float, typer.Option("--step-duration", help="Seconds per step.")] = DEFAULT_STEP_SECONDS
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Most steps to run (default 12).")] = None
 
 
+@takes_flags
 def sweep(
     url: str = typer.Option(..., "--url", help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
-    slo: str | None = typer.Option(
-        None,
-        "--slo",
-        help="Stop at the first step that breaches these SLOs (inline or a TOML file, docs/slo.md), e.g. "
-        "ttft_p99=2s,itl_p99=100ms.",
-    ),
-    max_load: float | None = typer.Option(
-        None,
-        "--max",
-        help=f"Highest concurrency (or rate) to try (default {DEFAULT_MAX}).",
-    ),
     rate: str | None = typer.Option(
         None,
         "--rate",
         help="auto: sweep the open-loop request rate instead of the concurrency.",
     ),
     start: float = typer.Option(1.0, "--start", help="First step's concurrency (or requests/s)."),
-    step_duration: float = typer.Option(DEFAULT_STEP_SECONDS, "--step-duration", help="Seconds per step."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Most steps to run (default 12)."),
-    model: str | None = typer.Option(None, "--model", help="Model name; default: the first id from GET /v1/models."),
-    api: str | None = typer.Option(
-        None, "--api", help="chat | completions | embeddings | rerank (default chat; docs/workloads.md)."
-    ),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
-    input_len: str | None = typer.Option(None, "--input-len", help="Prompt tokens (as `loadlab run`)."),
-    output_len: str | None = typer.Option(None, "--output-len", help="Output tokens (as `loadlab run`)."),
-    workload: str | None = typer.Option(None, "--workload", help="synthetic | sharegpt | shared_prefix | multiturn."),
-    dataset: str | None = typer.Option(None, "--dataset", help="ShareGPT-format JSON file (--workload sharegpt)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Per-request timeout in seconds (default 300)."),
-    processes: int | None = typer.Option(
-        None,
-        "--processes",
-        help="Load-generator processes on this host (when a step comes out client-limited).",
-    ),
-    server_metrics: str | None = typer.Option(
-        None,
-        "--server-metrics",
-        help="Server /metrics URL or path (default <url>/metrics, then /prometheus/metrics).",
-    ),
-    no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape the server's /metrics."),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="Do not sample GPUs with NVML."),
-    api_key: str | None = typer.Option(
-        None,
-        "--api-key",
-        help=f"API key (else ${API_KEY_ENV[0]} or ${API_KEY_ENV[1]}); never written to disk.",
-    ),
+    *,
+    limits: SweepFlags,
+    workload: WorkloadFlags,
+    client: ClientFlags,
+    collectors: CollectorFlags,
 ) -> None:
     """Find the server's knee: concurrency 1, 2, 4, ... (or a rising rate with --rate auto), then
     bisect between the last good and the first bad step. A step is bad when the load generator
     limited it, more than 1 % of its requests failed, it breached --slo, or it is past the knee
-    (throughput +<5 % for load +>=25 %). One run folder, analyzed at the end; prints why it stopped."""
+    (throughput +<5 % for load +>=25 %). One run folder, analyzed at the end; prints why it stopped.
+    The workload flags are `loadlab run`'s; a trace gives its lengths only (docs/sweep.md)."""
     from loadlab.cli.run import exit_on_outcome, print_final_analysis, print_final_summary
+    from loadlab.errors import UserError
 
-    outcome = start_sweep(
-        url=url,
-        slo=slo,
-        max_load=max_load,
-        rate=rate,
-        start=start,
-        step_duration=step_duration,
-        max_steps=max_steps,
-        model=model,
-        api=api,
-        out=out,
-        input_len=input_len,
-        output_len=output_len,
-        workload=workload,
-        dataset=dataset,
-        timeout=timeout,
-        processes=processes,
-        server_metrics=server_metrics,
-        no_server_metrics=no_server_metrics,
-        no_gpu=no_gpu,
-        api_key=api_key,
-        command="sweep",
-    )
+    if rate is not None and rate != "auto":
+        raise UserError(f"--rate takes 'auto' in a sweep (it chooses the rates), got {rate!r}")
+    outcome = start_sweep(url, "open" if rate else "closed", start, limits, out, "sweep", workload, client, collectors)
     folder = Path(outcome.folder)
     print_final_summary(folder)
     print_final_analysis(folder)
@@ -111,82 +88,24 @@ def sweep(
 
 
 def start_sweep(
-    *,
-    url: str,
-    slo: str | None,
-    max_load: float | None,
-    rate: str | None,
-    start: float,
-    step_duration: float,
-    max_steps: int | None,
-    model: str | None,
-    api: str | None,
-    out: Path | None,
-    input_len: str | None,
-    output_len: str | None,
-    workload: str | None,
-    dataset: str | None,
-    timeout: float | None,
-    processes: int | None,
-    server_metrics: str | None,
-    no_server_metrics: bool,
-    no_gpu: bool,
-    api_key: str | None,
-    command: str,
+    url: str, mode: Mode, start: float, flags: SweepFlags, out: Path | None, command: str, *groups: ConfigFlags
 ) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
     from loadlab.cli.output import say
-    from loadlab.cli.run import prepare_run
-    from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
-    from loadlab.config import RunConfig
-    from loadlab.errors import UserError
-    from loadlab.metrics.slo import read_slo
-    from loadlab.workload.scenario import apply_overrides
+    from loadlab.cli.run import import_load_generator, prepare_run
 
-    if rate is not None and rate != "auto":
-        raise UserError(f"--rate takes 'auto' in a sweep (it chooses the rates), got {rate!r}")
-    mode: Mode = "open" if rate else "closed"
-    top = DEFAULT_MAX if max_load is None else max_load
-    steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
-    if not (math.isfinite(start) and start > 0) or (mode == "closed" and not float(start).is_integer()):
-        what = "a whole number of users" if mode == "closed" else "a rate"
-        raise UserError(f"--start must be {what} > 0, got {start:g}")
-    if not (math.isfinite(top) and top >= start) or (mode == "closed" and not float(top).is_integer()):
-        what = "a whole number" if mode == "closed" else "a number"
-        raise UserError(f"--max must be {what} >= --start ({start:g}), got {top:g}")
-    if not (math.isfinite(step_duration) and step_duration > 0):
-        raise UserError(f"--step-duration must be a number of seconds > 0, got {step_duration:g}")
-    if steps < 1:
-        raise UserError(f"--max-steps must be >= 1, got {steps}")
-    spec = read_slo(slo) if slo is not None else None
+    import_load_generator()
+    from loadlab.conductor.sweep import run_sweep, sweep_config, sweep_limits
+    from loadlab.config import RunConfig
+    from loadlab.metrics.slo import read_slo
+
+    limits = sweep_limits(mode, start, flags.max_load, flags.max_steps, flags.step_duration)
+    spec = read_slo(flags.slo) if flags.slo is not None else None
     note = goodput_note(spec)
     if note:
         say("note", note)
-    cfg = apply_overrides(
-        RunConfig(),
-        url=url,
-        model=model,
-        api=api,
-        concurrency=None if rate else str(int(start)),
-        rate=str(start) if rate else None,
-        step_duration=step_duration,
-        timeout=timeout,
-        processes=processes,
-        kind=workload,
-        input_len=input_len,
-        output_len=output_len,
-        dataset=dataset,
-        server_metrics=server_metrics,
-        slo=spec.text if spec else None,
-    )
-    if no_server_metrics:
-        cfg.server_metrics = None
-    if no_gpu:
-        cfg.gpu = False
-    folder, console = prepare_run(cfg, out, api_key, int(top) if mode == "closed" else 0, command)
-    from loadlab.conductor.sweep import run_sweep
-
-    limits = SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps, step_seconds=step_duration)
+    cfg = sweep_config(configure(RunConfig(), *groups, url=url, slo=spec.text if spec else None), limits)
+    folder, console = prepare_run(cfg, out, int(limits.max_load) if mode == "closed" else 0, command)
     return run_sweep(cfg, folder, console, limits, spec)
 
 

@@ -36,6 +36,7 @@ from loadlab.store.schema import Coverage, RequestRecord, StepInfo
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.distributions import sample_seconds
+from loadlab.workload.trace import replays_trace
 
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
@@ -92,8 +93,23 @@ def planned_requests(cfg: RunConfig) -> Iterator[dict[str, Any]]:
             "body": json.loads(build_body(spec, endpoint)),
             "think": think,
             "gap": next(gaps),
-            "meta": [spec.input_tokens, spec.max_tokens],
+            "meta": [spec.input_tokens, spec.max_tokens, spec.images, spec.image_pixels, spec.audio_seconds],
         }
+
+
+def check_simulable(cfg: RunConfig) -> None:
+    """UserError (one line) for a run the simulation cannot make as `loadlab run` would."""
+    if cfg.api not in ("chat", "completions"):
+        raise UserError(f"the simulation sends chat and completions requests: --api {cfg.api} is not simulated")
+    if cfg.workload.kind in ("multiturn", "tools"):
+        raise UserError(
+            f"the simulation plans every request ahead, so a session's later turns (which carry the "
+            f"server's answers) cannot be planned: --workload {cfg.workload.kind} is not simulated"
+        )
+    if replays_trace(cfg):
+        raise UserError(
+            "the simulation does not keep a trace's clock: add --concurrency or --rate to take its lengths only"
+        )
 
 
 def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> SimulationResult:
@@ -211,7 +227,7 @@ def _write_folder(
 
 def _record(item: dict[str, Any], api: str, origin: float) -> RequestRecord:
     tokens = [origin + t for t in item["tokens"]]
-    input_tokens, max_tokens = item["meta"]
+    input_tokens, max_tokens, images, image_pixels, audio_seconds = item["meta"]
     return RequestRecord(
         request_id=item["id"],
         worker=WORKER,
@@ -229,6 +245,9 @@ def _record(item: dict[str, Any], api: str, origin: float) -> RequestRecord:
         client_tokens=len(tokens),
         input_tokens=input_tokens,
         max_tokens=max_tokens,
+        images=images,
+        image_pixels=image_pixels,
+        audio_seconds=audio_seconds,
         finish_reason=item["finish"],
         status=item["status"],
         error=item["error"],

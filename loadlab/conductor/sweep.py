@@ -15,7 +15,15 @@ from rich.console import Console
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.measures import measure
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
-from loadlab.conductor.stepping import RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all, next_step
+from loadlab.conductor.stepping import (
+    DEFAULT_MAX_STEPS,
+    RUN_STOPPED,
+    Decision,
+    StepResult,
+    SweepLimits,
+    judge_all,
+    next_step,
+)
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.gate.checks import FAIL, SLO, check_run
@@ -23,6 +31,7 @@ from loadlab.metrics.slo import SloSpec
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
+from loadlab.workload.scenario import apply_overrides
 
 SWEEP_JSON = "sweep.json"
 INTERRUPTED = "interrupted"
@@ -37,6 +46,41 @@ class SweepOutcome:
     results: list[StepResult]
     folder: Path
     limits: SweepLimits
+
+
+def sweep_limits(mode: Mode, start: float, top: float, max_steps: int | None, step_seconds: float) -> SweepLimits:
+    """The sweep's limits from its flags (`max_steps` None: the default), or UserError naming the bad one."""
+    steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
+    closed = mode == "closed"
+    if not (math.isfinite(start) and start > 0) or (closed and not float(start).is_integer()):
+        raise UserError(f"--start must be {'a whole number of users' if closed else 'a rate'} > 0, got {start:g}")
+    if not (math.isfinite(top) and top >= start) or (closed and not float(top).is_integer()):
+        raise UserError(
+            f"--max must be {'a whole number' if closed else 'a number'} >= --start ({start:g}), got {top:g}"
+        )
+    if not (math.isfinite(step_seconds) and step_seconds > 0):
+        raise UserError(f"--step-duration must be a number of seconds > 0, got {step_seconds:g}")
+    if steps < 1:
+        raise UserError(f"--max-steps must be >= 1, got {steps}")
+    return SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps, step_seconds=step_seconds)
+
+
+def sweep_config(config: RunConfig, limits: SweepLimits) -> RunConfig:
+    """The run config a sweep starts from: its first step's load and length. UserError for a
+    workload setting the sweep cannot keep: a trace's clock (a sweep sets the load itself and
+    takes a trace's lengths only, docs/sweep.md)."""
+    if config.workload.kind == "trace" and config.workload.trace_speed != 1:
+        raise UserError(
+            "--trace-speed sets a trace's clock, which a sweep does not keep (it sets the load and takes "
+            "the trace's lengths only): leave it out"
+        )
+    load = f"{limits.start:g}"
+    return apply_overrides(
+        config,
+        concurrency=load if limits.mode == "closed" else [],
+        rate=load if limits.mode == "open" else [],
+        step_duration=limits.step_seconds,
+    )
 
 
 def run_sweep(

@@ -17,6 +17,7 @@ import pytest
 from loadlab.store.reader import load_run
 from tests.support.procs import loadlab
 from tests.support.reference_server import start_server
+from tests.support.traces import write_burstgpt
 
 TWIN = "a100:llama-3-70b:tp4"
 ENGINE = ("--max-num-seqs", "8")
@@ -96,3 +97,40 @@ def test_a_bad_twin_is_one_line_and_exit_2(tmp_path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_traces_lengths_and_images_are_simulated(tmp_path) -> None:
+    """The workload flags are `loadlab run`'s: a trace's lengths (under --concurrency) and images."""
+    rows = [(i * 0.5, 200 + 10 * i, 4 + i % 3) for i in range(6)]
+    trace = write_burstgpt(tmp_path / "BurstGPT_1.csv", rows)
+    out = tmp_path / "run"
+    result = loadlab(
+        "simulate", "--twin", "h100:llama-3-8b", "--trace", str(trace), "--concurrency", "2", "--requests", "12",
+        "--images", "0,2", "--image-size", "64x64", "--out", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    req = load_run(out).requests
+    assert len(req) >= 12 and (req["error"] == "").all()
+    assert set(zip(req["input_tokens"], req["max_tokens"], strict=True)) <= {(i, o) for _, i, o in rows}
+    assert set(req["images"]) == {0, 2} and set(req["image_pixels"]) == {0, 2 * 64 * 64}
+    # the twin charges the images' patches as prompt tokens (docs/reference-server-api.md)
+    assert (req[req["images"] == 2]["prompt_tokens"] > req[req["images"] == 2]["input_tokens"]).all()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--api", "embeddings", "--concurrency", "1"), "--api embeddings is not simulated"),
+        (("--workload", "tools", "--concurrency", "1"), "--workload tools is not simulated"),
+        (("--workload", "multiturn", "--concurrency", "1"), "--workload multiturn is not simulated"),
+        (("--trace", "TRACE"), "does not keep a trace's clock"),
+        (("--concurrency", "1", "--images", "1", "--image-size", "big"), "image"),
+    ],
+)
+def test_what_the_simulation_cannot_plan_is_one_line_and_exit_2(flags, message, tmp_path) -> None:
+    trace = write_burstgpt(tmp_path / "BurstGPT_1.csv", [(0.0, 20, 2), (1.0, 30, 3)])
+    args = [str(trace) if f == "TRACE" else f for f in flags]
+    result = loadlab("simulate", "--twin", TWIN, *args, "--out", str(tmp_path / "r"), timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error:") and message in result.stderr
+    assert not (tmp_path / "r").exists()

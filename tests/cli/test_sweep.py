@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.store.reader import load_run
 from tests.support.mock_load import mock_server
 from tests.support.procs import loadlab
+from tests.support.reference_server import start_server
 from tests.support.runs import write_drawn_run
+from tests.support.traces import write_burstgpt
 
 # On the shared 2-core test machine the client's self-check may flag event-loop lag; these tests
 # are about the stepping, so they tell the sweep not to stop on it (the SLO setting of the gate).
@@ -290,6 +293,44 @@ def test_an_slo_breach_stops_the_sweep(tmp_path):
     assert "SLO breached at concurrency=1: ttft_p50=10ms measured" in result.stdout
 
 
+def test_a_sweep_sends_embeddings_with_the_workload_flags_run_has(tmp_path):
+    """The workload flags are `loadlab run`'s: a sweep of /v1/embeddings requests of 4 inputs each,
+    against the reference server's real model, judged by the sweep's rules to its end."""
+    out = tmp_path / "run"
+    with start_server(tmp_path / "server.log") as server:
+        result = loadlab(
+            "sweep", "--url", server.url, "--api", "embeddings", "--items", "4", "--input-len", "uniform:10:40",
+            "--max", "4", "--step-duration", "3", "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=240,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "api embeddings" in result.stderr and "Traceback" not in result.stderr
+    sweep, req = read(out, "sweep.json"), load_run(out).requests
+    assert sweep["stop"] in ("max", "knee", "errors", "too-few-requests", "max-steps"), sweep
+    assert [s["target"] for s in sweep["steps"]][:2] == [1, 2] and len(req) > 0
+    assert (req["api"] == "embeddings").all() and (req["items"] == 4).all()
+    ok = req[req["error"] == ""]
+    assert len(ok) > 0 and (ok["prompt_tokens"] >= 4 * 10).all() and (ok["completion_tokens"] == 0).all()
+
+
+def test_a_sweep_takes_a_traces_lengths_and_not_its_clock(tmp_path):
+    rows = [(i * 0.5, 20 + i, 2 + i % 3) for i in range(8)]
+    trace = write_burstgpt(tmp_path / "BurstGPT_1.csv", rows)
+    out = tmp_path / "run"
+    with mock_server("--ttft", "0.02", "--itl", "0.01") as (url, _):
+        result = loadlab(
+            "sweep", "--url", url, "--trace", str(trace), "--max", "2", "--step-duration", "2",
+            "--slo", NOT_ON_CLIENT, "--no-gpu", "--out", str(out), timeout=180,
+        )  # fmt: skip
+        clocked = loadlab("sweep", "--url", url, "--trace", str(trace), "--trace-speed", "2", timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = load_run(out)
+    assert [s.label for s in run.meta.steps][:2] == ["concurrency=1", "concurrency=2"]  # the sweep's load
+    lengths = set(zip(run.requests["input_tokens"], run.requests["max_tokens"], strict=True))
+    assert lengths <= {(tokens_in, tokens_out) for _, tokens_in, tokens_out in rows} and len(lengths) > 1
+    assert clocked.returncode == 2 and clocked.stderr.count("\n") == 1, clocked.stderr
+    assert clocked.stderr.startswith("error: --trace-speed sets a trace's clock, which a sweep does not keep")
+
+
 def test_diagnose_sweeps_analyzes_and_writes_the_report(tmp_path):
     out, report = tmp_path / "run", tmp_path / "r" / "diag.html"
     with mock_server("--ttft", "0.02", "--itl", "0.01", "--output-len", "8") as (url, _):
@@ -338,6 +379,10 @@ def test_plan_reads_a_concurrency_curve(tmp_path):
         (("plan", ".", "--users", "0"), "--users must be >= 1"),
         (("plan", ".", "--users", "5", "--think-time", "soon"), "think"),
         (("diagnose", "not a url", "--max", "2"), "url"),
+        (("sweep", "--url", "http://127.0.0.1:9", "--api", "rerank", "--workload", "tools"), "api rerank draws"),
+        (("sweep", "--url", "http://127.0.0.1:9", "--images", "1", "--image-size", "12"), "image"),
+        (("diagnose", "http://127.0.0.1:9", "--trace", "t.csv", "--workload", "multiturn"), "--trace replays"),
+        (("diagnose", "http://127.0.0.1:9", "--workload", "trace", "--trace-speed", "3"), "trace file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
