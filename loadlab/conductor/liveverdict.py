@@ -405,11 +405,16 @@ class _Judge(Protocol):
 
 class _ForkedJudge:
     """The judge process, forked from the run's: `serve` on two pipes, at the lowest priority
-    (the load generator, and a server on the same machine, come first)."""
+    (the load generator, and a server on the same machine, come first). Freezes the run's
+    objects out of garbage collection (gc.freeze) before it forks."""
 
     def __init__(self) -> None:
         judge_in, self._to_judge = os.pipe()
         self._from_judge, judge_out = os.pipe()
+        # Every object of the run so far (its imports, mostly) out of garbage collection, in both
+        # processes: a collection writes to each object it visits, and in either process that
+        # copies the pages they share (a full collection, every page of the heap).
+        gc.freeze()
         self.pid = os.fork()
         if self.pid == 0:
             _judge(judge_in, judge_out)
@@ -460,9 +465,6 @@ def _judge(inp: int, out: int) -> NoReturn:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.nice(19)
-        # The run's objects stay as they are: collections skip them, so the pages this process
-        # shares with the run are not copied for the collector's bookkeeping.
-        gc.freeze()
         serve(os.fdopen(0, "rb"), os.fdopen(1, "wb"))
         code = 0
     finally:
