@@ -158,7 +158,7 @@ def test_the_judge_process_holds_none_of_the_runs_descriptors_and_ignores_ctrl_c
             assert judge.poll() is None
         finally:
             live.close()
-    assert judge.poll() == 0  # it ended when its input closed
+    assert judge.poll() is not None  # ended with the run (by its input's end, or killed after 2 s)
 
 
 def test_a_judge_process_that_dies_shows_unavailable_and_is_logged_once(caplog):
