@@ -29,7 +29,7 @@ from gevent.event import AsyncResult
 from gevent.hub import get_hub
 from gevent.monkey import get_original
 from gevent.ssl import SSLSocket
-from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPResponse, HTTPSocketResponse
 
 # Linux's value (epoll, below, is Linux-only too); Python does not name it. The reply is a
 # struct timespec of CLOCK_REALTIME.
@@ -70,7 +70,21 @@ class Body(NamedTuple):
 class _Stream:
     """One response being read: its socket (non-blocking while registered) and where lines go."""
 
-    __slots__ = ("resp", "sock", "sink", "done", "nbytes", "end", "kernel_times", "tls", "saved_timeout", "recvmsg")
+    __slots__ = (
+        "resp",
+        "sock",
+        "sink",
+        "done",
+        "nbytes",
+        "end",
+        "kernel_times",
+        "tls",
+        "saved_timeout",
+        "recvmsg",
+        "block_size",
+        "feed",
+        "received",
+    )
 
     def __init__(self, resp: HTTPSocketResponse, sink: LineSink) -> None:
         self.resp = resp
@@ -92,6 +106,14 @@ class _Stream:
         # per call, per token) has nothing to add.
         raw = getattr(self.sock, "_sock", self.sock)
         self.recvmsg = raw.recvmsg if self.kernel_times and raw is not None else None
+        self.block_size = resp.block_size
+        # The body's bytes go straight to the C parser, and from it straight into the response's
+        # buffer: geventhttpclient's Python wrappers of both (a frame each, per token) add only
+        # the special case of a HEAD response, which never streams. The parser looks its body
+        # callback up on the response each time.
+        self.feed = super(HTTPResponse, resp).feed
+        self.received = resp._body_buffer
+        resp._on_body = self.received.extend  # type: ignore[method-assign,assignment]
         self.saved_timeout: float | None = None
 
     def body(self) -> Body:
@@ -100,7 +122,7 @@ class _Stream:
     def hand_on(self, t: float) -> int:
         """Pass every complete line in the response's decoded-body buffer to the sink; returns
         the number of tokens they held."""
-        received = self.resp._body_buffer
+        received = self.received
         end = received.rfind(b"\n") + 1
         if not end:
             return 0
@@ -116,23 +138,23 @@ class _Stream:
     def take(self, skew: float) -> int:
         """Read what the socket has (never waits) and return the number of tokens it completed.
         `skew` converts the kernel's wall-clock stamps to perf_counter() seconds."""
-        resp, sock = self.resp, self.sock
-        assert sock is not None  # only a stream with a socket is read (BodyReader.read)
         t = time.perf_counter()
         try:
             if self.recvmsg is not None:
-                data, ancillary, _flags, _addr = self.recvmsg(resp.block_size, _ANCILLARY_SIZE)
+                data, ancillary, _flags, _addr = self.recvmsg(self.block_size, _ANCILLARY_SIZE)
                 if ancillary:
                     sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
                     t = min(t, sec + nsec * 1e-9 - skew)
             else:
-                data = sock.recv(resp.block_size)
+                sock = self.sock
+                assert sock is not None  # only a stream with a socket is read (BodyReader.read)
+                data = sock.recv(self.block_size)
                 while self.tls and _tls(sock).pending():  # decrypted bytes the descriptor cannot signal
-                    data += sock.recv(resp.block_size)
+                    data += sock.recv(self.block_size)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return 0  # nothing to read after all; epoll reports it again
-        resp.feed(data)  # may complete the message and return the socket to its pool
-        if not data and not resp.message_complete:
+        self.feed(data)  # may complete the message and return the socket to its pool
+        if not data and not self.resp.message_complete:
             raise HTTPConnectionClosed("connection closed mid-body.")
         self.end = t
         return self.hand_on(t)

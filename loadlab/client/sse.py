@@ -12,6 +12,10 @@ tokens of CJK text or emoji). A chunk without choices (usage) is no token. A chu
 text is empty beside a `role` is a role event: vLLM and OpenAI open a chat stream with one that
 is no token, while other servers send the role with the first token. Which held, and whether the
 empty chunks stood for tokens, is checked per request against usage.completion_tokens (stream.py).
+
+A server writes the token events of one stream alike but for their text: given the stream's
+TokenShape, a line made of the same bytes around a text without a quote is recognised without
+the scans (see TokenShape for why that is exact).
 """
 
 from __future__ import annotations
@@ -65,6 +69,30 @@ _DONE_EVENT = Event(done=True)
 _EMPTY_EVENT = Event()
 
 
+class TokenShape:
+    """The bytes before and after the text of one stream's last plain token event (TOKEN_EVENT),
+    learned by parse_data. Any line made of the same head and tail around a non-empty text without
+    a `"` is a plain token event as well: the scans of parse_data match only at a `"`, every key
+    they look for is followed by `":`, the head ends with the quote that opens the text and the
+    tail starts with the quote that closes it, followed by `,` or `}`; so no match can start or
+    end inside the text, and those in the head and tail are the ones the learned line had."""
+
+    __slots__ = ("head", "tail", "size")
+
+    def __init__(self) -> None:
+        self.head = b"\n"  # (no line holds a newline: nothing fits before a shape is learned)
+        self.tail = b""
+        self.size = 0  # len(head) + len(tail)
+
+    def learn(self, line: bytes, text_at: int) -> None:
+        """`line` is a plain token event in the usual shape (parsed in place) whose text starts
+        at `text_at`."""
+        close = line.find(b'"', text_at)
+        if close > 0 and line[close + 1 : close + 2] in (b",", b"}"):
+            self.head, self.tail = line[:text_at], line[close:]
+            self.size = len(line) - close + text_at
+
+
 def line_kind(line: bytes) -> str:
     """Classify one raw SSE line: "data", "blank", "other" (comment / event / id / retry) or "invalid"."""
     if line.startswith(b"data:"):
@@ -76,19 +104,35 @@ def line_kind(line: bytes) -> str:
     return "invalid"
 
 
-def parse_data(line: bytes) -> Event:
-    """Interpret one `data:` line. Raises MalformedEvent or StreamErrorEvent."""
-    payload = line[5:].strip()
-    if not (payload.startswith(b"{") and payload.endswith(b"}")):
-        if payload == DONE:
-            return _DONE_EVENT
-        raise MalformedEvent(_short(payload))
-    if _DECODE.search(payload):
-        return _decode(payload)
-    found = _TOKEN.search(payload)
+def parse_data(line: bytes, shape: TokenShape | None = None) -> Event:
+    """Interpret one `data:` line; with the `shape` of its stream's token events, recognise a
+    token in that shape without a scan, and learn the shape from the line. Raises MalformedEvent
+    or StreamErrorEvent."""
+    if shape is not None:  # the common case first: a token written like the stream's last one
+        head, tail = shape.head, shape.tail
+        if (
+            len(line) > shape.size
+            and line.startswith(head)
+            and line.endswith(tail)
+            and line.find(b'"', len(head), len(line) - len(tail)) < 0
+        ):
+            return TOKEN_EVENT
+    if line.startswith(b"data: {") and line.endswith(b"}"):  # the usual shape: scanned in place
+        payload, start = line, 6
+    else:
+        payload, start = line[5:].strip(), 0
+        if not (payload.startswith(b"{") and payload.endswith(b"}")):
+            if payload == DONE:
+                return _DONE_EVENT
+            raise MalformedEvent(_short(payload))
+    if _DECODE.search(payload, start):
+        return _decode(payload[start:])
+    found = _TOKEN.search(payload, start)
     if found is None:
         return _EMPTY_EVENT
     if found.group(1) is None:
+        if shape is not None and start:
+            shape.learn(line, found.end())
         return TOKEN_EVENT
     return _ROLE_EVENT if _ROLE in payload else _EMPTY_TOKEN_EVENT
 

@@ -34,6 +34,7 @@ from loadlab.client.sse import (
     Event,
     MalformedEvent,
     StreamErrorEvent,
+    TokenShape,
     event_id,
     event_text,
     line_kind,
@@ -311,6 +312,7 @@ class _EventReader:
         self.logprob_times: list[float] = []  # one per token a chunk's logprobs named (sse.Event.logprobs)
         self.content_lines: list[bytes] = []
         self.keep_text = keep_text
+        self.shape = TokenShape()  # how this stream's token events are written (sse.py)
         self.seen_event = False
         self.done = False
 
@@ -329,7 +331,7 @@ class _EventReader:
                 if not self.seen_event:
                     self._first(line)
                 try:
-                    event = parse_data(line)
+                    event = parse_data(line, self.shape)
                 except MalformedEvent as e:
                     raise _Failure(ErrorCategory.MALFORMED, f"malformed event: {e}") from None
                 except StreamErrorEvent as e:

@@ -6,10 +6,12 @@ the current step is judged over its last WINDOW_S seconds by `loadlab.analyze.an
 on an in-memory run of that window (`LiveRun.judge`): the rules, thresholds and figures are the
 analyzer's; none is made here. Costs: bench/results/live.md.
 
-The judging runs in a process of its own (`main()`, niced):
+The judging runs in a process of its own (`_ForkedJudge`, niced):
 pandas holds the GIL for tens of milliseconds at a time, and in the load generator's process
 (even in a native thread) that delays the users and reads as event-loop lag (measured: p99
-68-107 ms). `LiveVerdict`, in the run's process, forwards each record (without its token times)
+68-107 ms). It is forked from the run's process, which has the analyzer imported already: a
+fresh interpreter spent ~0.8 s of CPU importing pandas, in the first seconds of the step and on
+the load generator's core. `LiveVerdict`, in the run's process, forwards each record (without its token times)
 and sample batch through a pipe as the run writer gets them, asks for a verdict when one is due
 and picks up the answer without ever waiting. A failure (in the analysis, or of the process) is
 logged once and the line says "verdict: unavailable"; it never ends a run.
@@ -22,19 +24,20 @@ requests still in flight, and the client check would read that as a load never r
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import math
 import os
 import pickle
+import signal
 import struct
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -62,8 +65,6 @@ UNAVAILABLE = "verdict: unavailable"
 SampleRow = tuple[float, str, str, str, float]  # a row of the samples table (SAMPLE_SCHEMA's order)
 MAX_UNSENT = 16 << 20  # bytes waiting for the judge process: more and it is given up as stuck
 _LENGTH = struct.Struct("<I")  # each message: its length, then its pickle
-# Not `-m` this module: its answers would be __main__'s classes, which the run's process cannot unpickle.
-JUDGE_COMMAND = (sys.executable, "-c", "from loadlab.conductor.liveverdict import main; main()")
 
 
 class LiveWindow:
@@ -254,8 +255,9 @@ class LiveVerdict:
         current_step: Callable[[], StepInfo | None],
         clock: Callable[[], float],
         every: float = EVERY_S,
-        command: tuple[str, ...] = JUDGE_COMMAND,
+        command: tuple[str, ...] = (),
     ) -> None:
+        """`command`: a program to run as the judge instead of the forked `serve` (tests)."""
         self.line = ""
         self.constraint = ""
         self.updates = 0
@@ -272,11 +274,14 @@ class LiveVerdict:
         self._next = -math.inf
         self._step: int | None = None
         self._failed = False
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: _Judge | None = None
         try:
-            self._proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-            )
+            if command:
+                self._proc = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                )
+            else:
+                self._proc = _ForkedJudge()
             assert self._proc.stdin is not None and self._proc.stdout is not None
             os.set_blocking(self._proc.stdin.fileno(), False)
             os.set_blocking(self._proc.stdout.fileno(), False)
@@ -385,8 +390,82 @@ class LiveVerdict:
         self._records, self._samples = [], []
 
 
-def main() -> None:
-    """The judge process (`JUDGE_COMMAND`), at the lowest priority: the load generator, and a
-    server on the same machine, come first."""
-    os.nice(19)
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+class _Judge(Protocol):
+    """What LiveVerdict uses of its judge process (a subprocess.Popen has it too)."""
+
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class _ForkedJudge:
+    """The judge process, forked from the run's: `serve` on two pipes, at the lowest priority
+    (the load generator, and a server on the same machine, come first). Freezes the run's
+    objects out of garbage collection (gc.freeze) before it forks."""
+
+    def __init__(self) -> None:
+        judge_in, self._to_judge = os.pipe()
+        self._from_judge, judge_out = os.pipe()
+        # Every object of the run so far (its imports, mostly) out of garbage collection, in both
+        # processes: a collection writes to each object it visits, and in either process that
+        # copies the pages they share (a full collection, every page of the heap).
+        gc.freeze()
+        self.pid = os.fork()
+        if self.pid == 0:
+            _judge(judge_in, judge_out)
+        os.close(judge_in)
+        os.close(judge_out)
+        self.stdin: IO[bytes] | None = os.fdopen(self._to_judge, "wb", buffering=0)
+        self.stdout: IO[bytes] | None = os.fdopen(self._from_judge, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Its exit code once it has ended, else None."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (gevent's child watcher): it has ended
+                self.returncode = -1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code, waiting for it to end (TimeoutError after `timeout` seconds)."""
+        deadline = time.monotonic() + timeout if timeout is not None else math.inf
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the judge process (pid {self.pid}) did not end")
+            time.sleep(0.01)
+        return code
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _judge(inp: int, out: int) -> NoReturn:
+    """The forked judge: serve on `inp` and `out`, holding none of the run's descriptors (its
+    sockets must close when the run closes them) and none of its signal handlers (the run ends
+    the judge by closing its input; Ctrl-C reaches the whole process group)."""
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.dup2(inp, 0)
+        os.dup2(out, 1)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.nice(19)
+        serve(os.fdopen(0, "rb"), os.fdopen(1, "wb"))
+        code = 0
+    finally:
+        os._exit(code)

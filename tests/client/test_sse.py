@@ -1,9 +1,21 @@
 """SSE events are classified by a cheap byte scan; only finish/usage/error events are decoded.
-A chunk with a text string stands for a token even when the string is empty."""
+A chunk with a text string stands for a token even when the string is empty. A token written
+like its stream's last one needs no scan, and reads the same."""
+
+import random
 
 import pytest
 
-from loadlab.client.sse import MalformedEvent, StreamErrorEvent, event_id, event_text, line_kind, parse_data
+from loadlab.client.sse import (
+    Event,
+    MalformedEvent,
+    StreamErrorEvent,
+    TokenShape,
+    event_id,
+    event_text,
+    line_kind,
+    parse_data,
+)
 
 
 def test_a_chat_token_is_a_token_without_decoding():
@@ -121,3 +133,79 @@ def test_the_tokens_a_chunks_logprobs_name_are_counted():
     completions = b'data: {"choices":[{"text":"","logprobs":{"tokens":["x"],"token_logprobs":[-1.0]}}]}'
     assert parse_data(chat).logprobs == 2 and parse_data(completions).logprobs == 1
     assert parse_data(b'data: {"choices":[{"delta":{"content":"a"},"logprobs":null}]}').logprobs == 0
+
+
+VLLM_HEAD = b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+VLLM_TAIL = b',"logprobs":null,"finish_reason":null}]}'
+
+
+def vllm_chunk(text: bytes) -> bytes:
+    return VLLM_HEAD + b'"delta":{"content":"' + text + b'"}' + VLLM_TAIL
+
+
+def test_a_stream_learns_the_shape_of_its_token_events():
+    shape = TokenShape()
+    first = VLLM_HEAD + b'"delta":{"role":"assistant","content":"Hi"}' + VLLM_TAIL
+    assert parse_data(first, shape) == Event(token=True)
+    assert shape.head.endswith(b'"role":"assistant","content":"')
+    assert parse_data(vllm_chunk(b" there"), shape).token  # another head: read by the scans, learned
+    assert (shape.head, shape.tail) == (VLLM_HEAD + b'"delta":{"content":"', b'"}' + VLLM_TAIL)
+    parse_data(vllm_chunk(b""), shape)  # an empty token, a finish, usage: not learned
+    parse_data(VLLM_HEAD + b'"delta":{"content":"x"},"finish_reason":"stop"}]}', shape)
+    assert shape.tail == b'"}' + VLLM_TAIL
+    assert parse_data(vllm_chunk(b"\\u00e9 ok"), shape) == Event(token=True)
+
+
+def outcome(line: bytes, shape: TokenShape | None) -> Event | str:
+    try:
+        return parse_data(line, shape)
+    except (MalformedEvent, StreamErrorEvent) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"",  # an empty token
+        b'\\"',  # an escaped quote
+        b'a","usage":{"completion_tokens":3},"x":"',  # bytes that end the text and add usage
+        b'x"},"finish_reason":"stop',
+        b'","error":{"message":"late"},"y":"',
+        b"usage: {error: finish_reason",  # key names without quotes
+        b"}]}",
+        b"\\",  # a backslash that escapes the closing quote
+    ],
+)
+def test_a_line_outside_the_shape_reads_as_without_it(text):
+    shape = TokenShape()
+    parse_data(vllm_chunk(b"learned"), shape)
+    line = vllm_chunk(text)
+    assert outcome(line, shape) == outcome(line, None)
+
+
+def test_any_line_reads_the_same_with_its_streams_shape():
+    # Lines built from token events with random bytes put in their text, their head or their
+    # tail, against shapes learned from other such lines: the shape never changes a result.
+    rng = random.Random(7)
+    pieces = [b'"', b"\\", b"a", b" ", b":", b",", b"{", b"}", b'":', b'"usage":{', b'"error":', b'"content":"']
+    pieces += [b'"finish_reason":"stop"', b'"logprobs":{"content":[]}', b'"role":"assistant",', b'"text":"']
+
+    def noise() -> bytes:
+        return b"".join(rng.choice(pieces) for _ in range(rng.randrange(4)))
+
+    def line() -> bytes:
+        where = rng.randrange(3)
+        head = VLLM_HEAD + (noise() if where == 0 else b"") + b'"delta":{"content":"'
+        tail = b'"}' + (noise() if where == 2 else b"") + VLLM_TAIL
+        return head + (noise() if where == 1 else rng.choice([b"x", b"word", b""])) + tail
+
+    fitted = 0
+    for _ in range(3000):
+        shape = TokenShape()
+        for _ in range(rng.randrange(1, 4)):
+            outcome(line(), shape)
+        probe = line()
+        assert outcome(probe, shape) == outcome(probe, None), probe
+        text = probe[len(shape.head) : len(probe) - len(shape.tail)]
+        fitted += probe.startswith(shape.head) and probe.endswith(shape.tail) and b'"' not in text and text != b""
+    assert fitted > 500  # the shape's way was taken, not only the scans

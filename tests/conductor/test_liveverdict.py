@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import pickle
+import signal
+import socket
 import struct
 import sys
 import time
@@ -135,6 +138,27 @@ def test_the_judge_process_answers_the_run():
         assert live.constraint == "kv_capacity" and live.updates == 1 and live.cpu_s > 0
     finally:
         live.close()
+
+
+def test_the_judge_process_holds_none_of_the_runs_descriptors_and_ignores_ctrl_c():
+    # A socket of the run that the judge held open would not close when the run closes it.
+    with socket.socket() as run_socket:
+        live = LiveVerdict({}, lambda: STEP, lambda: T + 61)
+        try:
+            judge = live._proc
+            assert judge is not None
+            pid = judge.pid
+            deadline = time.monotonic() + 20
+            while len(os.listdir(f"/proc/{pid}/fd")) > 3 and time.monotonic() < deadline:
+                time.sleep(0.01)  # (just forked: closing the run's descriptors)
+            assert sorted(os.listdir(f"/proc/{pid}/fd")) == ["0", "1", "2"]
+            assert run_socket.fileno() >= 0
+            os.kill(pid, signal.SIGINT)  # Ctrl-C reaches the whole process group: the run ends it
+            time.sleep(0.2)
+            assert judge.poll() is None
+        finally:
+            live.close()
+    assert judge.poll() is not None  # ended with the run (by its input's end, or killed after 2 s)
 
 
 def test_a_judge_process_that_dies_shows_unavailable_and_is_logged_once(caplog):
