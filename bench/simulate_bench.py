@@ -20,7 +20,9 @@ import cProfile
 import hashlib
 import io
 import json
+import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,14 +33,10 @@ from typing import Any
 BIN = Path(sys.executable).parent
 
 
-class Counting(io.TextIOBase):
-    """A sink that counts the lines written to it (the results are not kept)."""
-
-    def __init__(self) -> None:
-        self.lines = 0
+class Discarding(io.TextIOBase):
+    """A sink that keeps nothing (the simulator's own cost, not a file's)."""
 
     def write(self, text: str) -> int:
-        self.lines += 1
         return len(text)
 
 
@@ -109,26 +107,27 @@ def digests() -> None:
         print(f"{sink.hash.hexdigest()}  {name} ({time.process_time() - start:.1f} s CPU)")
 
 
-def in_process(args: argparse.Namespace) -> tuple[float, int]:
-    """Wall seconds of one simulation run in this process, and the lines it wrote."""
+def in_process(args: argparse.Namespace) -> tuple[float, float]:
+    """Wall and CPU seconds of one simulation run in this process."""
     engine_fields = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
     run_fields = {"concurrency": [args.users], "duration": args.seconds}
     workload_fields = {"input_len": str(args.input_len), "output_len": str(args.output_len)}
     # Drawing the requests is timed too (in `loadlab simulate` the loadlab process does it, beside).
-    sink = Counting()
+    sink = Discarding()
     simulation = simulation_of(args.twin, engine_fields, run_fields, workload_fields, sink)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(simulation.run)
         pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(args.profile)
     else:
         simulation.run()
-    return time.perf_counter() - start, sink.lines
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def via_cli(args: argparse.Namespace) -> float:
-    """Wall seconds of the whole `loadlab simulate` (planning, simulator, run folder)."""
+def via_cli(args: argparse.Namespace) -> tuple[float, float]:
+    """Wall and CPU seconds (both processes) of the whole `loadlab simulate` (planning, simulator,
+    run folder, its summary and verdict)."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [
             str(BIN / "loadlab"), "simulate", "--twin", args.twin, "--concurrency", str(args.users),
@@ -136,9 +135,11 @@ def via_cli(args: argparse.Namespace) -> float:
             "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
             "--out", f"{tmp}/run",
         ]  # fmt: skip
-        start = time.perf_counter()
+        start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        return time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        return time.perf_counter() - start, cpu
 
 
 def main() -> None:
@@ -157,15 +158,20 @@ def main() -> None:
     if args.digest:
         digests()
         return
-    print("| twin | users | simulated s | wall s | simulated s per wall s | what |")
-    print("|---|---|---|---|---|---|")
+    # CPU seconds beside wall seconds: on a shared host the wall time measures the neighbours too.
+    print("| twin | users | simulated s | wall s | CPU s | simulated s per wall s | what |")
+    print("|---|---|---|---|---|---|---|")
     if args.cli:
-        wall = via_cli(args)
+        wall, cpu = via_cli(args)
         what = "loadlab simulate (all)"
     else:
-        wall, _ = in_process(args)
+        wall, cpu = in_process(args)
         what = "simulator, in process"
-    print(f"| {args.twin} | {args.users} | {args.seconds:g} | {wall:.1f} | {args.seconds / wall:.2f} | {what} |")
+    load = os.getloadavg()[0]
+    print(
+        f"| {args.twin} | {args.users} | {args.seconds:g} | {wall:.1f} | {cpu:.1f} | {args.seconds / wall:.2f} "
+        f"| {what}, load average {load:.1f} |"
+    )
 
 
 if __name__ == "__main__":
