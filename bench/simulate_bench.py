@@ -2,73 +2,132 @@
 
     .venv/bin/python bench/simulate_bench.py                 # the issue's target: 1,000 users, 600 s
     .venv/bin/python bench/simulate_bench.py --users 100 --seconds 60 --profile 25   # hot path
+    .venv/bin/python bench/simulate_bench.py --digest       # fingerprints: a speed-up must keep them
 
 Runs the simulator in this process (the planning of loadlab.conductor.simulate feeding
 reference_server.simulate.Simulation, output to /dev/null-like memory), so the figure is the
 simulator's own, on one core; `--cli` times the whole `loadlab simulate` instead (the run folder
-too). Prints one Markdown row (bench/results/simulate.md).
+too). Prints one Markdown row (bench/results/simulate.md). `--digest` prints instead the SHA-256 of
+the simulator's whole output (every request's token times, every /metrics scrape) for a few fixed
+scenarios that reach preemption, prefix-cache hits, think times, open loop and tensor parallelism:
+a change meant only to make the engine faster must leave them as they were.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import io
+import json
+import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
 
 
-class Counting(io.TextIOBase):
-    """A sink that counts the lines written to it (the results are not kept)."""
-
-    def __init__(self) -> None:
-        self.lines = 0
+class Discarding(io.TextIOBase):
+    """A sink that keeps nothing (the simulator's own cost, not a file's)."""
 
     def write(self, text: str) -> int:
-        self.lines += 1
         return len(text)
 
 
-def in_process(args: argparse.Namespace) -> tuple[float, int]:
-    """Wall seconds of one simulation run in this process, and the lines it wrote."""
+class Hashing(io.TextIOBase):
+    """A sink that keeps only the SHA-256 of what is written to it, less the wall-clock times in it
+    (prometheus_client's `_created` samples)."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+
+    def write(self, text: str) -> int:
+        item = json.loads(text)
+        if item["kind"] == "metrics":
+            item["text"] = "\n".join(line for line in item["text"].split("\n") if "_created" not in line)
+        self.hash.update(json.dumps(item).encode())
+        return len(text)
+
+
+# (name, twin, engine settings beyond the twin, RunConfig fields, workload fields): each reaches
+# parts of the engine the target case does not.
+DIGESTS: list[tuple[str, str, dict, dict, dict]] = [
+    ("target, 20 s", "h100:llama-3-8b", {"max_num_seqs": 256, "max_num_batched_tokens": 8192},
+     {"concurrency": [1000], "duration": 20.0}, {"input_len": "512", "output_len": "256"}),
+    ("preemption, prefix hits, think time", "l40s:llama-3-8b",
+     {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.41},
+     {"concurrency": [24, 96], "duration": 30.0, "think_time": "lognormal:0.5:0.4"},
+     {"kind": "shared_prefix", "prefix_len": 256, "input_len": "uniform:32:512", "output_len": "uniform:16:384"}),
+    ("open loop, tp4, chunked prefill", "a100:llama-3-70b:tp4", {"max_num_seqs": 48, "max_num_batched_tokens": 1024},
+     {"rate": [4.0, 12.0], "duration": 40.0, "arrival": "gamma", "burstiness": 0.5},
+     {"input_len": "lognormal:1500:800", "output_len": "uniform:1:300"}),
+]  # fmt: skip
+
+
+def simulation_of(twin: str, engine_fields: dict, run_fields: dict, workload_fields: dict, sink: io.TextIOBase) -> Any:
+    """The simulator of this run, as `loadlab simulate` would set it up, writing to `sink`."""
+    from loadlab.conductor.runloop import plan_steps
     from loadlab.conductor.simulate import EngineSettings, planned_requests
     from loadlab.config import RunConfig
-    from loadlab.workload.distributions import parse_length
+    from loadlab.workload.distributions import parse_length, parse_seconds
     from reference_server.simulate import Simulation
 
-    cfg = RunConfig(url="http://simulated", concurrency=[args.users], duration=args.seconds, model="loadlab-reference")
-    cfg.workload.input_len = parse_length(str(args.input_len))
-    cfg.workload.output_len = parse_length(str(args.output_len))
-    engine = EngineSettings(args.twin, args.max_num_seqs, args.max_num_batched_tokens)
+    if "think_time" in run_fields:
+        run_fields = {**run_fields, "think_time": parse_seconds(run_fields["think_time"])}
+    cfg = RunConfig(url="http://simulated", model="loadlab-reference", **run_fields)
+    for name, value in workload_fields.items():
+        setattr(cfg.workload, name, parse_length(value) if isinstance(value, str) and name.endswith("_len") else value)
+    engine = EngineSettings(twin, **engine_fields)
     header = {
         "engine": engine.to_dict(),
         "api": cfg.api,
-        "steps": [{"mode": "closed", "target": args.users, "seconds": args.seconds, "requests": 0, "warmup": 0}],
+        "steps": [
+            {"mode": p.mode, "target": p.target, "seconds": p.seconds, "requests": p.requests, "warmup": 0}
+            for p in plan_steps(cfg)
+        ],
         "ramp_up": cfg.ramp_up,
         "timeout": cfg.timeout,
         "metrics_interval": cfg.metrics_interval,
     }
+    return Simulation(header, planned_requests(cfg), sink)
+
+
+def digests() -> None:
+    """Print each fixed scenario's output digest and how long it took."""
+    for name, twin, engine_fields, run_fields, workload_fields in DIGESTS:
+        sink = Hashing()
+        start = time.process_time()
+        simulation_of(twin, engine_fields, run_fields, workload_fields, sink).run()
+        print(f"{sink.hash.hexdigest()}  {name} ({time.process_time() - start:.1f} s CPU)")
+
+
+def in_process(args: argparse.Namespace) -> tuple[float, float]:
+    """Wall and CPU seconds of one simulation run in this process."""
+    engine_fields = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
+    run_fields = {"concurrency": [args.users], "duration": args.seconds}
+    workload_fields = {"input_len": str(args.input_len), "output_len": str(args.output_len)}
     # Drawing the requests is timed too (in `loadlab simulate` the loadlab process does it, beside).
-    sink = Counting()
-    simulation = Simulation(header, planned_requests(cfg), sink)
-    start = time.perf_counter()
+    sink = Discarding()
+    simulation = simulation_of(args.twin, engine_fields, run_fields, workload_fields, sink)
+    start, cpu = time.perf_counter(), time.process_time()
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(simulation.run)
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(args.profile)
     else:
         simulation.run()
-    return time.perf_counter() - start, sink.lines
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def via_cli(args: argparse.Namespace) -> float:
-    """Wall seconds of the whole `loadlab simulate` (planning, simulator, run folder)."""
+def via_cli(args: argparse.Namespace) -> tuple[float, float]:
+    """Wall and CPU seconds (both processes) of the whole `loadlab simulate` (planning, simulator,
+    run folder, its summary and verdict)."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [
             str(BIN / "loadlab"), "simulate", "--twin", args.twin, "--concurrency", str(args.users),
@@ -76,9 +135,11 @@ def via_cli(args: argparse.Namespace) -> float:
             "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
             "--out", f"{tmp}/run",
         ]  # fmt: skip
-        start = time.perf_counter()
+        start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        return time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        return time.perf_counter() - start, cpu
 
 
 def main() -> None:
@@ -92,16 +153,25 @@ def main() -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions by cumulative time")
     parser.add_argument("--cli", action="store_true", help="time the whole `loadlab simulate` command")
+    parser.add_argument("--digest", action="store_true", help="print the fixed scenarios' output digests")
     args = parser.parse_args()
-    print("| twin | users | simulated s | wall s | simulated s per wall s | what |")
-    print("|---|---|---|---|---|---|")
+    if args.digest:
+        digests()
+        return
+    # CPU seconds beside wall seconds: on a shared host the wall time measures the neighbours too.
+    print("| twin | users | simulated s | wall s | CPU s | simulated s per wall s | what |")
+    print("|---|---|---|---|---|---|---|")
     if args.cli:
-        wall = via_cli(args)
+        wall, cpu = via_cli(args)
         what = "loadlab simulate (all)"
     else:
-        wall, _ = in_process(args)
+        wall, cpu = in_process(args)
         what = "simulator, in process"
-    print(f"| {args.twin} | {args.users} | {args.seconds:g} | {wall:.1f} | {args.seconds / wall:.2f} | {what} |")
+    load = os.getloadavg()[0]
+    print(
+        f"| {args.twin} | {args.users} | {args.seconds:g} | {wall:.1f} | {cpu:.1f} | {args.seconds / wall:.2f} "
+        f"| {what}, load average {load:.1f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -11,15 +11,17 @@ norms and RoPE are left out (a few percent of a step).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from reference_server.config import ModelShape
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-@dataclass(frozen=True)
-class ChunkWork:
-    """One scheduled chunk: `tokens` new tokens after `start` cached ones; `sampled` when it yields a token."""
+class ChunkWork(NamedTuple):
+    """One scheduled chunk: `tokens` new tokens after `start` cached ones; `sampled` when it yields a token.
+
+    A tuple rather than a frozen dataclass: a step makes one per sequence, cheaply."""
 
     tokens: int
     start: int
@@ -82,13 +84,15 @@ class ModelCost:
     def step(self, chunks: list[ChunkWork]) -> StepWork:
         """The per-GPU work of one step made of these chunks."""
         s = self.shape
-        tokens = sum(c.tokens for c in chunks)
-        sampled = sum(1 for c in chunks if c.sampled)
+        tokens = sampled = keys = context = 0
+        for n, start, sampling in chunks:  # one pass: a step has a chunk per running sequence
+            tokens += n
+            sampled += sampling
+            # Each query attends to its cached context and to the new tokens up to itself (causal).
+            keys += n * start + n * (n + 1) // 2
+            context += start
         linear = s.num_layers * (self.layer_params - 2 * s.hidden_size)
-        # Each query attends to its cached context and to the new tokens up to itself (causal).
-        keys = sum(c.tokens * c.start + c.tokens * (c.tokens + 1) // 2 for c in chunks)
         attention = 4 * s.num_layers * s.num_heads * s.head_dim * keys
         flops = (2 * linear * tokens + 2 * s.vocab_size * s.hidden_size * sampled + attention) / self.tp
-        context = sum(c.start for c in chunks)
         read = self.read_weight_bytes_per_gpu + context * self.kv_bytes_per_token
         return StepWork(flops, read, tokens * self.kv_bytes_per_token, tokens, len(chunks))

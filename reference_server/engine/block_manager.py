@@ -30,7 +30,9 @@ class BlockManager(Protocol):
         """Cached blocks holding seq's leading full blocks; seq must hold no blocks yet."""
 
     def can_allocate(self, seq: Sequence, num_tokens: int, prefix: list[int]) -> bool:
-        """Whether seq, starting from `prefix` if it holds no blocks yet, can hold `num_tokens` tokens."""
+        """Whether seq, starting from `prefix` if it holds no blocks yet, can hold `num_tokens` tokens.
+        True, with nothing for `allocate` to do, when seq's blocks already span them (block_size
+        tokens each): the scheduler skips both then."""
 
     def allocate(self, seq: Sequence, num_tokens: int, prefix: list[int]) -> None:
         """Grow seq's block table (from `prefix`) to hold `num_tokens` tokens (caller checked can_allocate)."""
@@ -109,6 +111,8 @@ class PagedBlocks:
         if not self.prefix_caching:
             return
         first, last = start // self.block_size, end // self.block_size  # blocks filled in this range
+        if first == last:  # most decode steps
+            return
         hashes = self._hashes(seq, last)
         for i in range(first, last):
             block = seq.block_table[i]

@@ -195,39 +195,47 @@ class EngineCore:
         executed = self.runner.run(chunks, work)
         now = self.clock.now()
         elapsed = now - start
+        decodes = 0  # chunks that were one output token's decode
         for c in chunks:
-            self.blocks.cache_blocks(c.seq, c.seq.num_computed, c.seq.num_computed + c.num_tokens)
-            c.seq.num_computed += c.num_tokens
-        # One by one: a later failure keeps these. The sequences that decoded in the last step
-        # share one gap: each distinct gap is observed once, with its count (a per-token cost).
+            seq, n = c.seq, c.num_tokens
+            self.blocks.cache_blocks(seq, seq.num_computed, seq.num_computed + n)
+            seq.num_computed += n
+            decodes += n == 1 and seq.num_computed > len(seq.prompt_ids)
+        # The sequences that decoded in the last step share one gap: each distinct gap is observed
+        # once, with its count (a per-token cost).
         gaps: dict[float, int] = {}
         try:
-            for seq, token in zip(executed.sampled, executed.tokens, strict=True):
-                outputs.append(self._append(seq, token, now, gaps))
+            self._append(executed.sampled, executed.tokens, now, gaps, outputs)
         finally:
             for gap, count in gaps.items():
                 self.metrics.itl.observe(gap, count)
-        self._record_step(chunks, elapsed, executed.collective, len(executed.tokens))
+        phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
+        self._record_step(phase, len(chunks), work.tokens, elapsed, executed.collective, len(executed.tokens))
         self.metrics.record_work(work)
 
-    def _append(self, seq: Sequence, token: int, now: float, gaps: dict[float, int]) -> RequestOutput:
-        """Add a sampled token to seq and turn it into the request's next output; count its
-        inter-token gap in `gaps`."""
-        m = self.metrics
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-            m.ttft.observe(now - seq.arrival)
-            m.prompt_tokens.inc(len(seq.prompt_ids))
-        elif seq.last_token_time is not None:
-            gap = now - seq.last_token_time
-            gaps[gap] = gaps.get(gap, 0) + 1
-        seq.last_token_time = now
-        seq.output_ids.append(token)
-        text, reason = stopping.advance(seq, token, self.tokenizer, self.max_model_len)
-        out = TokenOutput(token, text)
-        if reason is not None:
-            return self._finish(seq, reason, out)
-        return RequestOutput(seq.request_id, _counted(seq, out))
+    def _append(
+        self, seqs: list[Sequence], tokens: list[int], now: float, gaps: dict[float, int], outputs: list[RequestOutput]
+    ) -> None:
+        """Add each sampled token to its sequence and turn it into the request's next output, one by
+        one (a later failure keeps these); count the inter-token gaps in `gaps`. Once per token: the
+        engine's hot loop."""
+        m, advance, tokenizer, max_model_len = self.metrics, stopping.advance, self.tokenizer, self.max_model_len
+        for seq, token in zip(seqs, tokens, strict=True):
+            last = seq.last_token_time
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+                m.ttft.observe(now - seq.arrival)
+                m.prompt_tokens.inc(len(seq.prompt_ids))
+            elif last is not None:
+                gaps[now - last] = gaps.get(now - last, 0) + 1
+            seq.last_token_time = now
+            seq.output_ids.append(token)
+            text, reason = advance(seq, token, tokenizer, max_model_len)
+            if reason is not None:
+                outputs.append(self._finish(seq, reason, TokenOutput(token, text)))
+            else:
+                out = TokenOutput(token, text, None, len(seq.prompt_ids), len(seq.output_ids), seq.cached_tokens)
+                outputs.append(RequestOutput(seq.request_id, out))
 
     def _finish(self, seq: Sequence, reason: str, out: TokenOutput) -> RequestOutput:
         """Free seq's blocks, record its metrics and mark `out` as its final output."""
@@ -242,13 +250,12 @@ class EngineCore:
         self.metrics.request_finished(seq, "error", self.clock.now())
         return RequestOutput(seq.request_id, error)
 
-    def _record_step(self, chunks: list[ScheduledChunk], elapsed: float, collective: float, generated: int) -> None:
+    def _record_step(
+        self, phase: str, sequences: int, num_tokens: int, elapsed: float, collective: float, generated: int
+    ) -> None:
         m = self.metrics
-        num_tokens = sum(c.num_tokens for c in chunks)
-        decodes = sum(1 for c in chunks if c.num_tokens == 1 and c.seq.num_computed > len(c.seq.prompt_ids))
-        phase = "decode" if decodes == len(chunks) else "prefill" if decodes == 0 else "mixed"
         m.step_seconds[phase].observe(elapsed)
-        m.batch_size[phase].observe(len(chunks))
+        m.batch_size[phase].observe(sequences)
         m.iteration_tokens.observe(num_tokens)
         m.collective_seconds.observe(collective)
         m.generation_tokens.inc(generated)

@@ -18,17 +18,19 @@ from reference_server.engine.block_manager import BlockManager
 from reference_server.engine.sequence import Sequence, Status
 
 
-@dataclass
 class ScheduledChunk:
-    """`num_tokens` tokens of seq, from seq.num_computed on, run in this step."""
+    """`num_tokens` tokens of seq, from seq.num_computed on, run in this step.
 
-    seq: Sequence
-    num_tokens: int
+    `completes`: whether the chunk reaches the sequence's last token, so the step samples a new
+    one; computed here unless the scheduler knows it (a step makes one chunk per sequence, and the
+    sequence does not change between scheduling and running the step)."""
 
-    @property
-    def completes(self) -> bool:
-        """Whether this chunk reaches the sequence's last token, so the step samples a new one."""
-        return self.seq.num_computed + self.num_tokens == self.seq.num_tokens
+    __slots__ = ("seq", "num_tokens", "completes")
+
+    def __init__(self, seq: Sequence, num_tokens: int, completes: bool | None = None) -> None:
+        self.seq = seq
+        self.num_tokens = num_tokens
+        self.completes = seq.num_computed + num_tokens == seq.num_tokens if completes is None else completes
 
 
 @dataclass
@@ -82,25 +84,35 @@ class Scheduler:
     def schedule(self, now: float) -> list[ScheduledChunk]:
         """The chunks of the next step (empty: nothing to do yet)."""
         budget = self.config.max_num_batched_tokens
+        block_size = self.blocks.block_size
         chunks: list[ScheduledChunk] = []
         preempted = False
         for seq in list(self.running):
             if seq.status is not Status.RUNNING:  # preempted earlier in this loop
                 continue
-            n = self._chunk_size(seq, budget, seq.num_computed)
-            if n <= 0:
-                continue
-            # Free blocks by preempting from the back (the newest) until this sequence fits.
-            while not self.blocks.can_allocate(seq, seq.num_computed + n, []):
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted = True
-                if victim is seq:
-                    break
-            if seq.status is not Status.RUNNING:
-                continue
-            self.blocks.allocate(seq, seq.num_computed + n, [])
-            chunks.append(ScheduledChunk(seq, n))
+            end = seq.num_computed + 1
+            completes = end == seq.num_tokens
+            if completes and budget > 0:  # a decode (the hot path): one token, whatever the cap
+                n = 1
+            else:
+                n = self._chunk_size(seq, budget, seq.num_computed)
+                if n <= 0:
+                    continue
+                end = seq.num_computed + n
+                completes = end == seq.num_tokens
+            # Blocks are needed only past the end of those it holds (the block managers' contract).
+            if len(seq.block_table) * block_size < end:
+                # Free blocks by preempting from the back (the newest) until this sequence fits.
+                while not self.blocks.can_allocate(seq, end, []):
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is seq:
+                        break
+                if seq.status is not Status.RUNNING:
+                    continue
+                self.blocks.allocate(seq, end, [])
+            chunks.append(ScheduledChunk(seq, n, completes))
             budget -= n
         if not preempted and self._may_admit(now):
             self._admit(now, budget, chunks)

@@ -17,8 +17,13 @@ def advance(seq: Sequence, token: int, tokenizer: ByteTokenizer, max_model_len: 
     if not p.stop:  # no stop string to hold text back for: only an incomplete character waits (the hot path)
         if token == tokenizer.eos_token_id:
             return seq.utf8.decode(b"", final=True), "stop"
-        done = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= max_model_len
-        return seq.utf8.decode(tokenizer.token_bytes(token), final=done), "length" if done else None
+        out = seq.output_ids
+        done = len(out) >= p.max_tokens or len(seq.prompt_ids) + len(out) >= max_model_len
+        reason = "length" if done else None
+        # An ASCII byte after an ASCII byte (or first): the decoder holds nothing, the byte is its text.
+        if token < 0x80 and (len(out) < 2 or out[-2] < 0x80):
+            return chr(token), reason
+        return seq.utf8.decode(tokenizer.token_bytes(token), final=done), reason
     if token == tokenizer.eos_token_id:
         seq.text += seq.utf8.decode(b"", final=True)  # a character left incomplete is replaced
         return _take(seq, len(seq.text)), "stop"

@@ -21,13 +21,15 @@ class TwinSampler:
         self.random = random.Random(seed)
 
     def sample(self, seqs: list[Sequence]) -> list[int]:
-        """Next token of each sequence."""
-        return [self._one(seq) for seq in seqs]
-
-    def _one(self, seq: Sequence) -> int:
-        p = seq.params
-        rng = self.random
-        if p.seed is not None or p.temperature == 0:
-            rng = random.Random((p.seed or 0) * 1_000_003 + len(seq.output_ids))
-        allow_eos = not p.ignore_eos and len(seq.output_ids) >= p.min_tokens
-        return self.candidates[rng.randrange(len(self.candidates) if allow_eos else len(PRINTABLE))]
+        """Next token of each sequence (one loop: it runs once per token)."""
+        candidates, everything, printable = self.candidates, len(self.candidates), len(PRINTABLE)
+        shared = self.random.randrange
+        tokens = []
+        for seq in seqs:
+            p = seq.params
+            draw = shared
+            if p.seed is not None or p.temperature == 0:
+                draw = random.Random((p.seed or 0) * 1_000_003 + len(seq.output_ids)).randrange
+            allow_eos = not p.ignore_eos and len(seq.output_ids) >= p.min_tokens
+            tokens.append(candidates[draw(everything if allow_eos else printable)])
+        return tokens
