@@ -125,7 +125,12 @@ def what_if(
     for engine, folder in zip(engines, folders, strict=True):
         print(f"loadlab plan --what-if: sweeping {engine.twin} in virtual time -> {folder}", file=sys.stderr)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        answers.append(_answer(engine, folder, cfg, top, users, think, slo, objectives))
+        try:
+            answers.append(_answer(engine, folder, cfg, top, users, think, slo, objectives))
+        except UserError as e:  # the other specs' answers stand without this one
+            say("warning", f"{engine.twin} left out of the table: {e}")
+    if not answers:
+        raise UserError("no spec's simulated sweep gave a curve to plan from (the warnings above say why)")
     console = table_console()
     console.print(whatif_table(answers, users))
     for a in answers:
