@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-from loadlab.analyze.capacity import CapacityPlan, CurvePoint, busy_share, read_curve
+from loadlab.analyze.capacity import MEASURED, CapacityPlan, CurvePoint, busy_share, read_curve
+
+TOP_STEP = "the top step (every SLO met)"
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,13 @@ class WhatIf:
 
     @property
     def binds(self) -> str:
-        """What sets one replica's capacity: the tightest SLO objective, or the knee."""
+        """What sets one replica's capacity: the tightest SLO objective, the knee, or the sweep's
+        top step when every objective still held there (the capacity is at least that)."""
         if not self.plan.limits:
             return self.plan.capacity_how
         tightest = min(self.plan.limits, key=lambda lim: -math.inf if math.isnan(lim.concurrency) else lim.concurrency)
+        if tightest.how == MEASURED and tightest.concurrency >= max(p.concurrency for p in self.points):
+            return TOP_STEP
         return tightest.objective
 
 

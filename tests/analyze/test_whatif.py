@@ -3,6 +3,7 @@ plan's replicas take, agree with the capacity plan they come from."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -63,3 +64,9 @@ def test_an_slo_breached_at_the_lowest_load_leaves_no_replica_count() -> None:
     assert a.plan.replicas is None and a.gpus is None
     assert math.isnan(a.users_per_replica)
     assert math.isnan(users_per_replica(a.plan, a.points))
+
+
+def test_a_curve_that_meets_every_objective_to_its_top_says_so_rather_than_name_one() -> None:
+    points = [dataclasses.replace(p, values={"ttft_p99=5s": p.values["ttft_p99=1s"]}) for p in curve(0.1)]
+    a = answer(points, 100, 0.0, "ttft_p99=5s")
+    assert a.plan.capacity == 32 and a.binds == "the top step (every SLO met)"
