@@ -5,7 +5,8 @@ The simulator runs a fixed list of steps, so the sweep simulates each step it ch
 (a fresh engine: as a real sweep's step starts once the one before has drained), judges it with
 the steps before, and once it stops simulates every step again, in the order chosen, into the one
 run folder. That folder's steps are what sweep.json judges, the analyzer reads and plan sizes
-from; they come out within the noise of one workload draw of the steps the sweep decided on.
+from. They can differ from the steps the sweep decided on: each of those started alone, all its
+users within the ramp-up, while in the folder a step's users carry on from the step before.
 """
 
 from __future__ import annotations
