@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from loadlab.analyze.whatif import WhatIf
@@ -103,7 +104,7 @@ def whatif_curves(answers: list[WhatIf], slo: SloSpec | None) -> go.Figure:
     objectives = [o for o in (slo.objectives if slo else ()) if o.text in planned]
     panels = ["output tok/s (one replica)", "per-user tok/s p50", *(o.text for o in objectives)]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.05, subplot_titles=panels)
-    colors = TEMPLATE.layout.colorway
+    colors = qualitative.Dark24  # one colour per spec: the template's eight repeat with ten specs
     for i, a in enumerate(answers):
         x = [p.concurrency for p in a.points]
         columns = [[p.output_tps for p in a.points], [p.user_tps for p in a.points]]
