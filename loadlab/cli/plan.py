@@ -15,14 +15,16 @@ LARGE_FLEET = 1000
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from loadlab.analyze.analysis import Analysis
     from loadlab.analyze.capacity import CapacityPlan, CurvePoint, Reading
     from loadlab.metrics.slo import Objective, SloSpec
 
 
 def plan(
-    folder: Path = typer.Argument(
-        ...,
-        help="Run folder of a concurrency sweep (loadlab sweep, or loadlab run --concurrency 1,2,4,...).",
+    folder: Path | None = typer.Argument(
+        None,
+        help="Run folder of a concurrency sweep (loadlab sweep, or loadlab run --concurrency 1,2,4,...); "
+        "not with --what-if.",
     ),
     users: int = typer.Option(..., "--users", help="Users to plan for."),
     think_time: str = typer.Option(
@@ -36,14 +38,44 @@ def plan(
         "--slo",
         help="SLOs a replica must meet (inline or a TOML file, docs/slo.md), e.g. ttft_p99=2s,tps_user_p50=10.",
     ),
+    what_if: str | None = typer.Option(
+        None,
+        "--what-if",
+        help="GPU twins to compare, GPU:MODEL[:tpN],... (docs/twin.md): a simulated sweep of each, planned for "
+        "--users, in one table and one HTML page.",
+    ),
+    input_len: str | None = typer.Option(None, "--input-len", help="--what-if: prompt tokens (default 128)."),
+    output_len: str | None = typer.Option(None, "--output-len", help="--what-if: output tokens (default 128)."),
+    step_duration: float | None = typer.Option(
+        None, "--step-duration", help="--what-if: simulated seconds per step (default 20)."
+    ),
+    max_load: int | None = typer.Option(None, "--max", help="--what-if: highest concurrency (default --users)."),
+    seed: int | None = typer.Option(None, "--seed", help="--what-if: workload seed (default 0)."),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="--what-if: the engine's most running sequences (default 32, as serve's)."
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="--what-if: the engine's token budget of one step (default 2048)."
+    ),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization", help="--what-if: share of GPU memory the engine takes (default 0.9)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="--what-if: folder for one run folder per spec (default runs/<timestamp>-whatif)."
+    ),
+    report: Path | None = typer.Option(
+        None, "--report", help="--what-if: HTML page to write (default reports/<--out's name>.html)."
+    ),
 ) -> None:
     """Active streams = users x E2E / (E2E + think time) (Little's law); one replica's capacity is
     the highest measured concurrency meeting the SLOs (interpolated between steps); replicas =
     streams / capacity, rounded up; per-user tokens/s read off the curve. Nothing is extrapolated
-    beyond the measured concurrencies: the plan says so instead."""
+    beyond the measured concurrencies: the plan says so instead. With --what-if, the curves come
+    from simulated sweeps of GPU twins (docs/sweep.md)."""
     from loadlab.analyze.capacity import plan_capacity
     from loadlab.cli.output import say
     from loadlab.cli.sweep import goodput_note
+    from loadlab.cli.whatif import simulation, what_if as run_what_if
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.report.console import table_console
@@ -62,6 +94,28 @@ def plan(
         say("note", note)
     for text in skipped:
         say("note", f"SLO item '{text}' is not a per-step statistic the curve can hold; not planned on")
+    simulated = {
+        "--input-len": input_len,
+        "--output-len": output_len,
+        "--step-duration": step_duration,
+        "--max": max_load,
+        "--seed": seed,
+        "--max-num-seqs": max_num_seqs,
+        "--max-num-batched-tokens": max_num_batched_tokens,
+        "--gpu-memory-utilization": gpu_memory_utilization,
+        "--out": out,
+        "--report": report,
+    }
+    if what_if is not None:
+        if folder is not None:
+            raise UserError("plan reads either a run folder or --what-if's simulated sweeps, not both")
+        run_what_if(what_if, users, think, spec, objectives, simulation(simulated), out, report)
+        return
+    if folder is None:
+        raise UserError("plan needs a run folder of a sweep, or --what-if GPU:MODEL[:tpN],...")
+    given = [name for name, value in simulated.items() if value is not None]
+    if given:
+        raise UserError(f"{given[0]} is for --what-if's simulated sweeps; a run folder has its own")
     points, knee = curve_points(folder, objectives, spec)
     result = plan_capacity(points, users, think, objectives, knee)
     console = table_console()
@@ -70,12 +124,12 @@ def plan(
 
 
 def curve_points(
-    folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None
+    folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None, analysis: Analysis | None = None
 ) -> tuple[list[CurvePoint], float | None]:
     """The measured curve of the run's closed-loop steps (one point per concurrency, the later
     step when one was run twice; a step too short to judge, by the analyzer's rule, is left out
-    with a note) and the knee's concurrency by the analyzer's rule (None: none seen); UserError
-    when there is nothing to plan from."""
+    with a note) and the knee's concurrency by the analyzer's rule (None: none seen; `analysis`:
+    the run's, when the caller has it); UserError when there is nothing to plan from."""
     from loadlab.analyze.analysis import analyze_run
     from loadlab.analyze.capacity import CurvePoint
     from loadlab.analyze.measures import measure, statistic
@@ -121,7 +175,7 @@ def curve_points(
         )
     if unjudged:
         say("note", f"not planned on: {'; '.join(unjudged)}")
-    analysis = analyze_run(run)
+    analysis = analysis or analyze_run(run)
     knee = next((s for s in analysis.steps if s.index == analysis.overall.knee_step), None)
     closed_knee = knee.target if knee is not None and knee.mode == "closed" and knee.target in by_load else None
     return [by_load[k] for k in sorted(by_load)], closed_knee

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from loadlab.analyze.summary import write_summary
 from loadlab.clock import ClockAnchor
@@ -37,6 +38,9 @@ from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.distributions import sample_seconds
 from loadlab.workload.trace import replays_trace
+
+if TYPE_CHECKING:
+    from loadlab.conductor.runloop import StepPlan
 
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
@@ -116,9 +120,33 @@ def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> Simula
     """Simulate the run `cfg` describes on the twin `engine`, writing the run folder `folder`."""
     from loadlab.conductor.runloop import plan_steps
 
-    plans = plan_steps(cfg)
+    return simulate_steps(cfg, engine, plan_steps(cfg), folder)
+
+
+def check_engine(engine: EngineSettings) -> None:
+    """Build the simulated engine without running a step: UserError (one line) when the twin
+    spec or the engine flags are wrong or the model does not fit."""
+    _run_simulator(_header(RunConfig(), engine, []), iter(()), Path(os.devnull))
+
+
+def simulate_steps(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan], folder: Path) -> SimulationResult:
+    """Simulate the load steps `plans` (in that order) of the run `cfg` describes on the twin
+    `engine`, writing the run folder `folder`."""
     cfg.model = MODEL_NAME
-    header = {
+    header = _header(cfg, engine, plans)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="loadlab-simulate-") as tmp:
+        out = Path(tmp) / "results.jsonl"
+        _run_simulator(header, planned_requests(cfg), out)
+        wall = time.perf_counter() - started
+        origin = time.time()
+        with out.open() as results:
+            return _write_folder(cfg, engine, plans, results, folder, origin, wall)
+
+
+def _header(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]) -> dict[str, Any]:
+    """The simulator's first line: the engine, the API and the steps."""
+    return {
         "engine": engine.to_dict(),
         "api": cfg.api,
         "steps": [
@@ -135,14 +163,6 @@ def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> Simula
         "timeout": cfg.timeout,
         "metrics_interval": cfg.metrics_interval,
     }
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="loadlab-simulate-") as tmp:
-        out = Path(tmp) / "results.jsonl"
-        _run_simulator(header, planned_requests(cfg), out)
-        wall = time.perf_counter() - started
-        origin = time.time()
-        with out.open() as results:
-            return _write_folder(cfg, engine, plans, results, folder, origin, wall)
 
 
 def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path) -> None:
@@ -160,6 +180,7 @@ def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], o
             stdin.write(json.dumps(header) + "\n")
             for line in requests:  # the pipe blocks while the simulator has enough
                 stdin.write(json.dumps(line, separators=(",", ":")) + "\n")
+            stdin.close()  # a plan that ends: flush it and say so
         except (BrokenPipeError, ValueError, OSError):  # the simulator has read all it needs
             pass
 
@@ -179,7 +200,7 @@ def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], o
 def _write_folder(
     cfg: RunConfig,
     engine: EngineSettings,
-    plans: list[Any],
+    plans: list[StepPlan],
     results: IO[str],
     folder: Path,
     origin: float,

@@ -132,35 +132,44 @@ def step_plan(index: int, target: float, mode: Mode, seconds: float) -> StepPlan
 def read_step(folder: Path, plan: StepPlan, spec: SloSpec | None) -> StepResult:
     """The step just run, read back from the run folder: the analyzer's derived values, its error
     rate, the SLO checks it failed (the gate's checks) and whether the client limited it."""
+    return read_steps(folder, [plan], spec)[0]
+
+
+def read_steps(folder: Path, plans: list[StepPlan], spec: SloSpec | None) -> list[StepResult]:
+    """The steps `plans` of the run folder, each read back as `read_step` reads one (the run
+    loaded and analyzed once)."""
     run = load_run(folder)
     analysis = analyze_run(run)
     values = measure(run, spec.per_request if spec else None)
-    step = next(s for s in values.steps if s.summary.index == plan.index)
-    verdict = next(s for s in analysis.steps if s.index == plan.index)
-    failures: list[str] = []
-    if spec is not None:
+    checks = check_run(values, spec, analysis).checks if spec is not None else []
+    results = []
+    for plan in plans:
+        step = next(s for s in values.steps if s.summary.index == plan.index)
+        verdict = next(s for s in analysis.steps if s.index == plan.index)
         suffix = f" [{plan.label}]"
-        checks = check_run(values, spec, analysis).checks
         failures = [
             f"{c.name.removesuffix(suffix)} measured {c.measured} ({c.detail})"
             for c in checks
             if c.kind == SLO and c.status == FAIL and c.name.endswith(suffix)
         ]
-    error_rate = step.value("error_rate")
-    client = step.summary.client
-    limited = client.limited and (spec is None or spec.check_client)  # client_limited=any: not judged
-    return StepResult(
-        plan.index,
-        plan.label,
-        plan.target,
-        {k: d.value for k, d in verdict.derived.items()},
-        0.0 if math.isnan(error_rate) else error_rate,
-        failures,
-        "; ".join(client.reasons) if limited else "",
-        step.summary.succeeded,
-        plan.seconds,
-        step.summary.aborted,
-    )
+        error_rate = step.value("error_rate")
+        client = step.summary.client
+        limited = client.limited and (spec is None or spec.check_client)  # client_limited=any: not judged
+        results.append(
+            StepResult(
+                plan.index,
+                plan.label,
+                plan.target,
+                {k: d.value for k, d in verdict.derived.items()},
+                0.0 if math.isnan(error_rate) else error_rate,
+                failures,
+                "; ".join(client.reasons) if limited else "",
+                step.summary.succeeded,
+                plan.seconds,
+                step.summary.aborted,
+            )
+        )
+    return results
 
 
 def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, results: list[StepResult]) -> None:

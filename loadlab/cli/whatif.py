@@ -1,0 +1,224 @@
+"""`loadlab plan --what-if GPU:MODEL[:tpN],... --users N`: a simulated sweep per GPU twin, each
+sized for N users by plan's rules, answered in one table and one HTML page.
+
+Per spec: the sweep's steps (conductor/simsweep.py: `loadlab sweep`'s rules in virtual time)
+into its own run folder under --out, the analyzer's verdict on it (analysis.json), the curve and
+the capacity plan `loadlab plan RUN` reads from a sweep (cli/plan.py, analyze/capacity.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from loadlab.analyze.whatif import WhatIf
+    from loadlab.conductor.simulate import EngineSettings
+    from loadlab.config import RunConfig
+    from loadlab.metrics.slo import Objective, SloSpec
+
+TP = re.compile(r"tp(\d+)")
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """How each spec's sweep is simulated: the workload, the steps, the engine's flags (the
+    defaults of `loadlab sweep` and `loadlab serve --twin`)."""
+
+    input_len: str = "128"
+    output_len: str = "128"
+    step_seconds: float = 20.0
+    max_load: int | None = None  # highest concurrency (None: the users)
+    seed: int = 0
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    gpu_memory_utilization: float = 0.9
+
+
+def simulation(flags: dict[str, Any]) -> Simulated:
+    """The simulation `plan`'s flags ask for (None: the default)."""
+    names = {
+        "--input-len": "input_len",
+        "--output-len": "output_len",
+        "--step-duration": "step_seconds",
+        "--max": "max_load",
+        "--seed": "seed",
+        "--max-num-seqs": "max_num_seqs",
+        "--max-num-batched-tokens": "max_num_batched_tokens",
+        "--gpu-memory-utilization": "gpu_memory_utilization",
+    }
+    return Simulated(**{names[flag]: value for flag, value in flags.items() if flag in names and value is not None})
+
+
+def parse_specs(text: str) -> list[str]:
+    """The comma-separated GPU:MODEL[:tpN] specs, lower case (UserError: empty, repeated, or not
+    of that shape; which GPUs and models exist, the simulator says)."""
+    from loadlab.errors import UserError
+
+    specs = [s.strip().lower() for s in text.split(",")]
+    if not any(specs) or not all(specs):
+        raise UserError(f"--what-if takes GPU:MODEL[:tpN],... (e.g. h100:llama-3-8b,a100:llama-3-8b), not {text!r}")
+    for spec in specs:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or not all(parts) or (len(parts) == 3 and not TP.fullmatch(parts[2])):
+            raise UserError(f"--what-if: {spec!r} is not GPU:MODEL[:tpN] (e.g. h100:llama-3-70b:tp4)")
+    repeated = sorted({s for s in specs if specs.count(s) > 1})
+    if repeated:
+        raise UserError(f"--what-if names {repeated[0]} twice")
+    return specs
+
+
+def tensor_parallel(spec: str) -> int:
+    """The GPUs one replica of `spec` takes (its tpN; 1 without)."""
+    match = TP.fullmatch(spec.split(":")[-1])
+    return int(match.group(1)) if match else 1
+
+
+def what_if(
+    text: str,
+    users: int,
+    think: float,
+    slo: SloSpec | None,
+    objectives: tuple[Objective, ...],
+    how: Simulated,
+    out: Path | None,
+    report: Path | None,
+) -> None:
+    """Check every spec (UserError, one line, before any sweep), sweep each in virtual time, plan
+    N users on it, print the table and write the comparison page."""
+    from loadlab.cli.output import say
+    from loadlab.cli.report import DEFAULT_FOLDER
+    from loadlab.cli.run import check_out_folder
+    from loadlab.conductor.simulate import EngineSettings, check_engine
+    from loadlab.errors import UserError
+    from loadlab.report.console import table_console
+    from loadlab.report.html.whatif import write_whatif_report
+
+    specs = parse_specs(text)
+    if not (math.isfinite(how.step_seconds) and how.step_seconds > 0):
+        raise UserError(f"--step-duration must be a number of seconds > 0, got {how.step_seconds:g}")
+    top = float(users if how.max_load is None else how.max_load)
+    if top < 1:
+        raise UserError(f"--max must be >= 1 user, got {top:g}")
+    cfg = _config(how, slo)
+    engines = [
+        EngineSettings(s, how.max_num_seqs, how.max_num_batched_tokens, how.gpu_memory_utilization) for s in specs
+    ]
+    for engine in engines:
+        try:
+            check_engine(engine)
+        except UserError as e:
+            why = re.sub(r"^--twin( \S+)?: ", "", str(e).removeprefix("the simulation failed: "))
+            raise UserError(f"--what-if {engine.twin}: {why}") from None
+    base = out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
+    folders = [base / spec.replace(":", "_") for spec in specs]
+    for folder in folders:
+        check_out_folder(folder)
+    answers: list[WhatIf] = []
+    for engine, folder in zip(engines, folders, strict=True):
+        print(f"loadlab plan --what-if: sweeping {engine.twin} in virtual time -> {folder}", file=sys.stderr)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            answers.append(_answer(engine, folder, cfg, top, users, think, slo, objectives))
+        except UserError as e:  # the other specs' answers stand without this one
+            say("warning", f"{engine.twin} left out of the table: {e}")
+    if not answers:
+        raise UserError("no spec's simulated sweep gave a curve to plan from (the warnings above say why)")
+    console = table_console()
+    console.print(whatif_table(answers, users))
+    for a in answers:
+        console.print(f"{a.spec}: {a.stop}", highlight=False, markup=False)
+    say("note", "simulated: the engine's scheduling, KV cache and the twin's step times; no network or HTTP time")
+    page = report or DEFAULT_FOLDER / f"{base.resolve().name}.html"
+    try:
+        print(f"report: {write_whatif_report(answers, users, slo, page)}")
+    except UserError as e:  # the run folders and the table stand without it
+        say("warning", str(e))
+
+
+def _config(how: Simulated, slo: SloSpec | None) -> RunConfig:
+    from loadlab.cli.simulate import SIMULATED_URL
+    from loadlab.config import RunConfig
+    from loadlab.workload.scenario import apply_overrides, check
+
+    cfg = apply_overrides(
+        RunConfig(),
+        url=SIMULATED_URL,
+        concurrency="1",
+        step_duration=how.step_seconds,
+        input_len=how.input_len,
+        output_len=how.output_len,
+        seed=how.seed,
+        slo=slo.text if slo else None,
+    )
+    check(cfg, complete=True)
+    return cfg
+
+
+def _answer(
+    engine: EngineSettings,
+    folder: Path,
+    cfg: RunConfig,
+    top: float,
+    users: int,
+    think: float,
+    slo: SloSpec | None,
+    objectives: tuple[Objective, ...],
+) -> WhatIf:
+    """One spec: its simulated sweep, the analyzer's verdict, the curve and the plan."""
+    from loadlab.analyze.capacity import plan_capacity
+    from loadlab.analyze.whatif import WhatIf
+    from loadlab.cli.analyze import analyze_folder
+    from loadlab.cli.plan import curve_points
+    from loadlab.conductor.simsweep import simulate_sweep
+    from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
+
+    # Doubling from 1 to the users takes log2(users) steps; leave the default's room to bisect after.
+    steps = max(DEFAULT_MAX_STEPS, math.ceil(math.log2(top)) + DEFAULT_MAX_STEPS // 2)
+    limits = SweepLimits("closed", 1.0, top, steps, cfg.step_duration)
+    outcome = simulate_sweep(cfg, engine, folder, limits, slo)
+    analysis = analyze_folder(folder)
+    points, knee = curve_points(folder, objectives, slo, analysis)
+    at_knee = next((s for s in analysis.steps if s.index == analysis.overall.knee_step), None)
+    return WhatIf(
+        spec=engine.twin,
+        tp=tensor_parallel(engine.twin),
+        folder=folder,
+        points=points,
+        knee=knee,
+        plan=plan_capacity(points, users, think, objectives, knee),
+        constraint=at_knee.constraint if at_knee is not None else analysis.overall.constraint,
+        headline=analysis.overall.headline,
+        stop=f"sweep stopped ({outcome.decision.stop}): {outcome.decision.reason}",
+    )
+
+
+def whatif_table(answers: list[WhatIf], users: int) -> Table:
+    """One row per spec: knee, users per replica within the SLOs, replicas and GPUs for `users`,
+    per-user tokens/s there, what binds a replica's capacity and the analyzer's constraint at the knee."""
+    from rich.table import Table
+
+    table = Table(title=f"what-if: {users:,} users (simulated)", title_justify="left")
+    for name in ("spec", "knee", "users/replica", "replicas", "GPUs", "user tok/s", "capacity set by", "at the knee"):
+        table.add_column(name, justify="left" if name in ("spec", "capacity set by", "at the knee") else "right")
+    for a in answers:
+        p = a.plan
+        tps = p.user_tps.value if p.replicas else math.nan
+        table.add_row(
+            a.spec,
+            "none seen" if a.knee is None else f"{a.knee:g}",
+            "-" if math.isnan(a.users_per_replica) else f"{a.users_per_replica:,.1f}",
+            "none" if p.replicas is None else f"{p.replicas:,}",
+            "-" if a.gpus is None else f"{a.gpus:,}",
+            "-" if math.isnan(tps) else f"{tps:.1f}",
+            a.binds,
+            a.constraint,
+        )
+    return table
