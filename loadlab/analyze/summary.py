@@ -93,6 +93,8 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
     think_time = bool(run.meta.config.get("think_time"))
     server_local = clientcause.server_is_local(str(run.meta.config.get("url", "")), run.samples)
     cores = int(run.meta.host.get("cpu_count") or 0)
+    # A simulated run has no load generator to check: its users are planned, never late or starved.
+    simulated = bool(run.meta.simulated)
 
     step_summaries = []
     rated: list[pd.Index] = []
@@ -111,7 +113,9 @@ def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = 
                 step.target,
                 window,
                 slo,
-                client_check(in_step, step, window, samples, think_time, server_local, cores),
+                ClientCheck()
+                if simulated
+                else client_check(in_step, step, window, samples, think_time, server_local, cores),
                 (rated[-1], steady.seconds),
                 step.ramp_end,
             )

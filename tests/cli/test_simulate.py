@@ -80,6 +80,17 @@ def test_the_simulated_folder_is_a_run_folder_marked_simulated(simulated: Path) 
     assert {"requests_running", "kv_usage", "gpu_util"} <= signals
     client = [c for c in run.meta.coverage if c.source == "client"]
     assert client and not client[0].enabled and "simulated" in client[0].error
+    # No load generator, so no self-check: no step can read client-limited (a short step of long
+    # answers delivers fewer users in its window, which a real client's check would flag).
+    for step in summary_of(simulated)["steps"]:
+        assert step["client"] == {
+            "limited": False,
+            "reasons": [],
+            "values": {},
+            "warnings": [],
+            "cause": "",
+            "advice": [],
+        }
     overall = summary_of(simulated)["overall"]
     assert not math.isnan(overall["itl"]["p50"]) and overall["succeeded"] == int((~requests["warmup"]).sum())
 
