@@ -1,12 +1,13 @@
 """`loadlab sweep`'s loop in virtual time: the sweep's rules (stepping.py) choose the steps, the GPU
 twin's simulator (simulate.py) runs them.
 
-The simulator runs a fixed list of steps, so the sweep simulates each step it chooses on its own
-(a fresh engine: as a real sweep's step starts once the one before has drained), judges it with
-the steps before, and once it stops simulates every step again, in the order chosen, into the one
-run folder. That folder's steps are what sweep.json judges, the analyzer reads and plan sizes
-from. They can differ from the steps the sweep decided on: each of those started alone, all its
-users within the ramp-up, while in the folder a step's users carry on from the step before.
+The simulator runs a fixed list of steps, so the sweep simulates each step it chooses after the
+steps chosen before it (one run, users carrying on from step to step as in the run folder), judges
+it with them, and once it stops simulates every step again, in the order chosen, into the one run
+folder. So the steps the sweep decided on are the folder's steps, which sweep.json judges, the
+analyzer reads and plan sizes from: a step simulated alone would start all its users at once,
+and that opening burst of prefills would set its TTFT p99. The price: n steps cost about
+n(n+1)/2 step simulations.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def simulate_sweep(
     with tempfile.TemporaryDirectory(prefix="loadlab-simsweep-") as scratch:
         while decision.next_target is not None:
             plan = step_plan(len(plans), decision.next_target, limits.mode, decision.seconds or limits.step_seconds)
-            alone = dataclasses.replace(plan, index=0)
+            so_far = [*plans, plan]
             try:
-                simulate_steps(_config(config, [plan]), engine, [alone], Path(scratch) / str(plan.index))
-                result = read_step(Path(scratch) / str(plan.index), alone, spec)
+                simulate_steps(_config(config, so_far), engine, so_far, Path(scratch) / str(plan.index))
+                result = read_step(Path(scratch) / str(plan.index), plan, spec)
             except (UserError, OSError, ValueError, KeyError) as e:
                 if not plans:
                     raise
@@ -48,7 +49,7 @@ def simulate_sweep(
                 decision = Decision(None, RUN_STOPPED, why)
                 break
             plans.append(plan)
-            results.append(dataclasses.replace(result, index=plan.index))
+            results.append(result)
             decision = next_step(results, limits)
     simulate_steps(_config(config, plans), engine, plans, folder)
     results = read_steps(folder, plans, spec)
