@@ -22,24 +22,6 @@ pytestmark = [needs_vllm, pytest.mark.serial]  # vLLM on one core, the load gene
 
 # Server starts (three) and the scenarios' steps: about 8-12 minutes on a busy 2-core host.
 LAB_TIMEOUT = 1800
-# Measured in three suite runs of this file with vLLM and the load generator pinned apart (figures
-# in bench/results/lab.md). Expected failures, not skipped: a pass is reported.
-STARVED_BY_CHANCE = {
-    "client": "the starved client sends late only while vLLM keeps its core busy: right in 2 of 3 runs "
-    "(start delay p99 41-49 ms, vLLM given 0.32-0.39 of its core by the host's other work and behind); "
-    "in the third vLLM got 0.75 of it, kept up with 12 requests/s (2.3 running), idled between steps, "
-    "and the nice-19 client sent on time (start delay p99 7.7 ms < 10 ms): read memory_bandwidth",
-}
-
-
-def params() -> list:
-    """The scenarios, those whose provocation depends on the host's other work marked as expected failures."""
-    return [
-        pytest.param(s, id=s.name, marks=[pytest.mark.xfail(reason=STARVED_BY_CHANCE[s.name], strict=False)])
-        if s.name in STARVED_BY_CHANCE
-        else pytest.param(s, id=s.name)
-        for s in VLLM_SCENARIOS
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder, done.stdout
 
 
-@pytest.mark.parametrize("scenario", params())
+@pytest.mark.parametrize("scenario", VLLM_SCENARIOS, ids=[s.name for s in VLLM_SCENARIOS])
 def test_each_vllm_scenario_provokes_its_class(lab, scenario):
     folder, _ = lab
     name = scenario.name
