@@ -25,9 +25,11 @@ from loadlab.store.schema import ErrorCategory, StepInfo
 
 # Host collector signals (loadlab.collect.host): CPU cores busy per process, label `role`.
 PROCESS_CPU = "process_cpu"
-# vLLM's waiting requests by reason (raw name, label `reason`): "capacity" = waiting for KV blocks
-# or a seat among the running, "deferred" = held by transient constraints.
-WAITING_BY_REASON, CAPACITY = "vllm:num_requests_waiting_by_reason", "capacity"
+# vLLM's waiting requests by reason (label `reason`): "capacity" = waiting for KV blocks or a seat
+# among the running, "deferred" = held by transient constraints. Stored under the collector's
+# signal name; run folders recorded before it was mapped hold vLLM's raw name.
+WAITING_BY_REASON, CAPACITY = sig.REQUESTS_WAITING_BY_REASON, "capacity"
+WAITING_BY_REASON_RAW = "vllm:num_requests_waiting_by_reason"
 # Which collector a signal family comes from, for the evidence rows.
 CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nccl"
 # Every quantity a step's derivation can record (here, the client self-check's figures, and the
@@ -337,6 +339,8 @@ def _capacity_wait_share(s: SampleIndex, window: Window) -> float:
     cap, seen even where the running gauge lags (a starved API server reads 0 running in half
     its scrapes while two run). NaN without the gauge or without anything waiting."""
     df = _in_window(s.of(WAITING_BY_REASON), window)
+    if not len(df):
+        df = _in_window(s.of(WAITING_BY_REASON_RAW), window)
     if not len(df):
         return math.nan
     reason = df["labels"].map({t: json.loads(t).get("reason") for t in df["labels"].unique()})

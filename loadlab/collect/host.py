@@ -36,6 +36,39 @@ class ProcessCpu:
         return percent / 100.0
 
 
+class ProcessTreeCpu:
+    """CPU cores one process and all its descendants used between consecutive `sample()` calls: a
+    server that works in child processes (vLLM's engine core and worker are children of its API
+    server) reads as the whole server. A descendant counts from the first sample that sees it; one
+    that exits between two samples loses its last interval."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._tree = psutil.Process(pid)
+        self._root = ProcessCpu(pid)
+        self._children: dict[int, ProcessCpu] = {}
+
+    def sample(self) -> float:
+        """Cores the tree used since the previous call; 0.0 on the first.
+
+        Raises psutil.NoSuchProcess once the root process has gone.
+        """
+        cores = self._root.sample()
+        alive = {child.pid for child in self._tree.children(recursive=True)}
+        for pid in set(self._children) - alive:
+            del self._children[pid]
+        for pid in alive:
+            try:
+                if pid in self._children:
+                    cores += self._children[pid].sample()
+                else:
+                    self._children[pid] = ProcessCpu(pid)
+                    self._children[pid].sample()  # its baseline: it counts from here
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone since the walk
+                self._children.pop(pid, None)
+        return cores
+
+
 class HostCpu:
     """CPU cores busy on the whole host between consecutive `sample()` calls.
 
@@ -83,7 +116,8 @@ class RunWait:
 
 
 class HostCollector(PollingCollector):
-    """Samples `host_cpu` (cores busy on the whole host) and `process_cpu{role}` per PID.
+    """Samples `host_cpu` (cores busy on the whole host) and `process_cpu{role}` per PID (the
+    process and its descendants: `ProcessTreeCpu`).
 
     A PID that is gone at start or disappears later is reported once (in the log and the
     coverage) and dropped; the others go on.
@@ -94,14 +128,14 @@ class HostCollector(PollingCollector):
     def __init__(self, pids: dict[str, int], interval: float = 1.0) -> None:
         super().__init__(interval)
         self.pids = dict(pids)
-        self._procs: dict[str, ProcessCpu] = {}
+        self._procs: dict[str, ProcessTreeCpu] = {}
         self._host = HostCpu()
         self._primed = False
 
     def open(self) -> bool:
         for role, pid in self.pids.items():
             try:
-                self._procs[role] = ProcessCpu(pid)
+                self._procs[role] = ProcessTreeCpu(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied) as e:
                 self.note_error(f"process {role} (pid {pid}) cannot be sampled: {type(e).__name__}", always_log=True)
         return True

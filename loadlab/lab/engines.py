@@ -61,6 +61,14 @@ class Engine:
     model: Path | None = None  # vLLM: the model folder it serves
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
 
+    def env_for(self, cpus: tuple[int, ...]) -> dict[str, str]:
+        """The server's added environment when it is pinned to `cpus` (() = not pinned): vLLM's CPU
+        build binds its engine's OpenMP threads itself (VLLM_CPU_OMP_THREADS_BIND, else `auto`,
+        which picks cores by the host's topology), so it is told the cores it was given."""
+        if self.name == VLLM and cpus:
+            return {**self.env, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus))}
+        return dict(self.env)
+
     def command(self, flags: tuple[str, ...], port: int, device: str, twin: str = "") -> list[str]:
         """The server's command line for a scenario's `flags` on `port`."""
         if self.name == VLLM:

@@ -34,9 +34,12 @@ def start_child(
     own_group: bool = False,
 ) -> subprocess.Popen:
     """Start a child with its output in `log` (else inherited), niced by `nice` (a raised priority
-    only where privileges allow), pinned to `cpus` when given, with `env` added to this process's
-    environment. `own_group`: the child leads a process group of its own, so that `end_child`'s
+    only where privileges allow), pinned to those of `cpus` this process may use when given (where
+    it may use none of them, not pinned: `cores` reads back where it runs), with `env` added to
+    this process's environment. `own_group`: the child leads a process group of its own, so that `end_child`'s
     SIGKILL also reaches the processes it started (vLLM's engine core) if it cannot end them itself."""
+
+    pinned = usable(cpus)
 
     def limit() -> None:  # runs in the child before exec
         if nice:
@@ -44,18 +47,43 @@ def start_child(
                 os.nice(nice)
             except PermissionError:  # a raised priority needs privileges: run at the default one
                 pass
-        if cpus and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cpus)
+        if pinned:
+            os.sched_setaffinity(0, pinned)
 
     return subprocess.Popen(
         args,
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        preexec_fn=limit if nice or cpus else None,
+        preexec_fn=limit if nice or pinned else None,
         start_new_session=own_group,
         stdout=log,
         stderr=subprocess.STDOUT if log is not None else None,
     )
+
+
+def usable(cpus: tuple[int, ...]) -> tuple[int, ...]:
+    """Those of `cpus` this process may run on (and so may pin a child to), in order; () where
+    none is, or the platform cannot pin."""
+    if not cpus or not hasattr(os, "sched_getaffinity"):
+        return ()
+    allowed = os.sched_getaffinity(0)
+    return tuple(c for c in cpus if c in allowed)
+
+
+def cores(pid: int) -> str:
+    """The cores a process may run on, as taskset writes them ("1", "0-1", "0,2-3"); "" where the
+    platform cannot say or the process has gone."""
+    try:
+        ids = sorted(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return ""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.lab.engines import VLLM, Engine, reference_engine
-from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
+from loadlab.lab.processes import NotReady, cores, end_child, free_port, start_child, usable, wait_healthy
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
 
@@ -53,6 +53,10 @@ class Result:
     headline: str = ""
     evidence: list[str] = field(default_factory=list)  # the chosen class's rows that spoke for it
     reason: str = ""  # why skipped or failed
+    # The cores the server and the load generator could run on, read back from the processes
+    # ("0", "0-1"; "" where not started): pinned apart, neither starves the other.
+    server_cores: str = ""
+    client_cores: str = ""
     folder: str = ""
     seconds: float = 0.0  # wall time of the scenario, server start included
 
@@ -69,11 +73,13 @@ class Result:
 
 @dataclass(frozen=True)
 class Served:
-    """A server running for one or more scenarios: where it answers, its PID and its log."""
+    """A server running for one or more scenarios: where it answers, its PID, its log, and the
+    cores it may run on."""
 
     url: str
     pid: int
     log: Path
+    cores: str = ""
 
 
 @contextmanager
@@ -85,15 +91,17 @@ def serving(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = engine.command(scenario.server, port, device, scenario.twin)
+    pinned = usable(scenario.server_cpus)
+    env = engine.env_for(pinned)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "server.log", "wb") as log:
-        server = start_child(
-            args, log, scenario.server_nice, scenario.server_cpus, env=engine.env, own_group=engine.name == VLLM
-        )
+        server = start_child(args, log, scenario.server_nice, pinned, env=env, own_group=engine.name == VLLM)
     try:
-        say(f"{scenario.name}: server {' '.join(args[3:])} (pid {server.pid})")
+        on = cores(server.pid)
+        binds = "".join(f" {k}={v}" for k, v in env.items() if k not in engine.env)
+        say(f"{scenario.name}: server {' '.join(args[3:])} (pid {server.pid}, cores {on or '?'}{binds})")
         wait_healthy(url + "/health", server, engine.ready_timeout)
-        yield Served(url, server.pid, folder / "server.log")
+        yield Served(url, server.pid, folder / "server.log", on)
     finally:
         end_child(server)
 
@@ -118,10 +126,10 @@ def run_scenario(
         if server is not None:
             if server.log.parent != folder:  # the first scenario on a shared server holds its log
                 (folder / "server.log").symlink_to(os.path.relpath(server.log, folder))
-            code = _load(scenario, folder, run, server, step_seconds, device, say)
+            code = _load(scenario, folder, run, server, step_seconds, device, say, result)
         else:
             with serving(scenario, engine or reference_engine(), folder, device, say) as served:
-                code = _load(scenario, folder, run, served, step_seconds, device, say)
+                code = _load(scenario, folder, run, served, step_seconds, device, say, result)
         if not (run / "run.json").exists():
             result.reason = f"loadlab run wrote no run folder (exit code {code}; see {folder / 'run.log'})"
         else:
@@ -144,8 +152,10 @@ def _load(
     step_seconds: float,
     device: str,
     say: Callable[[str], None],
+    result: Result,
 ) -> int:
-    """Run the load against `server` and end it within its limit; `loadlab run`'s exit code."""
+    """Run the load against `server` and end it within its limit; `loadlab run`'s exit code.
+    The cores the server and the load generator may run on go into `result`."""
     load_args = [
         sys.executable,
         "-m",
@@ -163,9 +173,13 @@ def _load(
     ]
     if device == "cpu":
         load_args.append("--no-gpu")
-    say(f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s)")
     with open(folder / "run.log", "wb") as log:
         client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
+    result.server_cores, result.client_cores = server.cores, cores(client.pid)
+    say(
+        f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s, "
+        f"cores {result.client_cores or '?'}; the server's {server.cores or '?'})"
+    )
     try:
         return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
     except subprocess.TimeoutExpired:

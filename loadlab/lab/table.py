@@ -80,11 +80,22 @@ def _rows(lab: LabRun) -> list[list[str]]:
         verdict = r.constraint + (f" (server side: {r.server_side})" if r.server_side else "")
         confidence = f"{r.confidence:.2f}" if r.confidence is not None else ""
         detail = r.reason or "; ".join(r.evidence[:3]) or r.headline
-        rows.append([r.name, expected, verdict, r.saturation, confidence, r.runner_up, MARK[r.status], detail])
+        pinned = f"{r.server_cores or '?'} / {r.client_cores or '?'}" if r.server_cores or r.client_cores else ""
+        rows.append([r.name, expected, verdict, r.saturation, confidence, r.runner_up, MARK[r.status], detail, pinned])
     return rows
 
 
-HEADERS = ["scenario", "expected", "verdict", "saturation", "confidence", "runner-up", "as expected", "evidence"]
+HEADERS = [
+    "scenario",
+    "expected",
+    "verdict",
+    "saturation",
+    "confidence",
+    "runner-up",
+    "as expected",
+    "evidence",
+    "cores",
+]
 
 
 def print_lab(lab: LabRun, console: Console) -> None:

@@ -13,13 +13,14 @@ import pytest
 from rich.console import Console
 
 from loadlab.analyze.analysis import CONFIDENT, Analysis, analyze_run, read_analysis, write_analysis
-from loadlab.analyze.derive import WAITING_BY_REASON, Derived
+from loadlab.analyze.derive import Derived
 from loadlab.analyze.measures import measure
 from loadlab.analyze.peaks import given
 from loadlab.analyze.rules import NEEDS, Evidence, W
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.analyze.window import Window
 from loadlab.cli.plan import curve_points
+from loadlab.collect.signals import canonical_name
 from loadlab.gate.checks import INVALID, PASS, gate_run
 from loadlab.metrics.slo import parse_slo
 from loadlab.report.console import print_summary
@@ -165,7 +166,14 @@ def _client_figures(cpu: float, lag: float, host_busy: float, seconds: int = 20)
     return out
 
 
-def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_starved_client_beside_it():
+VLLM_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+
+
+# As the collector stores vLLM's gauge (its signal name), and as runs recorded before it was mapped hold it.
+@pytest.mark.parametrize("waiting_by_reason", [canonical_name(VLLM_WAITING_BY_REASON).signal, VLLM_WAITING_BY_REASON])
+def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_starved_client_beside_it(
+    waiting_by_reason,
+):
     # Recorded on vLLM 0.32 CPU (`loadlab lab --engine vllm`, scheduling: --max-num-seqs 2 under 16
     # users, 2 cores): 10.2 requests waiting, all for capacity, KV 0.1 %; the starved API server read
     # 0 running in half its scrapes while 2 ran. The client used 0.07 cores, loop lag p99 706 ms,
@@ -175,8 +183,9 @@ def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_st
         labels = {"engine": "0"}
         extra += [
             Sample(T + t, "server", "requests_running", 2.0 * (t % 2), labels),
-            Sample(T + t, "server", WAITING_BY_REASON, 10.0, {**labels, "reason": "capacity"}),
-            Sample(T + t, "server", WAITING_BY_REASON, 0.0, {**labels, "reason": "deferred"}),
+            Sample(T + t, "server", waiting_by_reason, 10.0, {**labels, "reason": "capacity"}),
+            Sample(T + t, "server", waiting_by_reason, 0.0, {**labels, "reason": "deferred"}),
+            Sample(T + t, "server", "vllm:request_success_total", 0.7 * t, labels),  # unmapped: names the engine
         ]
     records, samples = loaded_run(users=14, gauges={"kv_usage": 0.001, "requests_waiting": 10}, extra=extra)
     run = run_of(

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from loadlab.collect.host import HostCollector, HostCpu, ProcessCpu
+from loadlab.collect.host import HostCollector, HostCpu, ProcessCpu, ProcessTreeCpu
 
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
 IDLE = "import time; time.sleep(30)"
@@ -58,6 +58,29 @@ def test_a_busy_process_reads_as_the_cores_the_kernel_gave_it(spawn):
     cores = cpu.sample()
     kernel = (kernel_cpu_seconds(busy.pid) - before) / (time.monotonic() - start)
     assert cores == pytest.approx(kernel, abs=0.1) and cores > 0.02
+
+
+def test_a_server_working_in_a_child_reads_as_its_whole_tree(spawn):
+    """As vLLM's API server, whose engine core does the work: the parent idles, its child spins.
+    The tree's reading is what the kernel gave both over the same second."""
+    parent = spawn(f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {BUSY!r}]); time.sleep(30)")
+    deadline = time.monotonic() + 30
+    while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = psutil.Process(parent.pid).children()
+    try:
+        tree = ProcessTreeCpu(parent.pid)
+        assert tree.sample() == 0.0  # the first call only primes
+        tree.sample()  # the child's baseline (it is first seen here)
+        before = kernel_cpu_seconds(parent.pid) + kernel_cpu_seconds(child.pid)
+        start = time.monotonic()
+        time.sleep(1.0)
+        cores = tree.sample()
+        kernel = (kernel_cpu_seconds(parent.pid) + kernel_cpu_seconds(child.pid) - before) / (time.monotonic() - start)
+        assert cores == pytest.approx(kernel, abs=0.1) and cores > 0.02
+        assert cores_over(parent.pid, 0.5) < 0.1  # the parent alone idles
+    finally:
+        child.kill()  # ended by PID; reaped once the fixture ends its parent
 
 
 def test_idle_process_uses_almost_nothing(spawn):

@@ -39,6 +39,17 @@ def test_vllm_serves_the_tiny_llama_on_loopback_in_float32_with_a_small_kv_pool(
     assert engine.env["HF_HUB_OFFLINE"] == "1"  # loopback only
 
 
+def test_a_pinned_vllm_binds_its_threads_to_the_cores_it_was_given(tmp_path):
+    python = tmp_path / "python"
+    python.touch()
+    engine = vllm_engine(python, tmp_path / "model")
+    assert engine.env_for((0,))["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # not `auto`'s pick by topology
+    assert engine.env_for((0, 1))["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+    assert engine.env_for(()) == engine.env  # unpinned: vLLM's own binding
+    assert engine.env_for((0,))["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert reference_engine().env_for((0,)) == {}  # the reference server is pinned by its affinity alone
+
+
 def test_without_a_vllm_environment_the_engine_says_how_to_get_one(tmp_path, monkeypatch):
     monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nowhere" / "python"))
     assert vllm_python() == tmp_path / "nowhere" / "python"

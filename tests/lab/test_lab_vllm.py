@@ -18,33 +18,10 @@ from loadlab.lab.scenarios import VLLM_SCENARIOS
 from tests.support.procs import loadlab
 from tests.support.vllm import needs_vllm, vllm_python
 
-pytestmark = [needs_vllm, pytest.mark.serial]  # vLLM takes both cores
+pytestmark = [needs_vllm, pytest.mark.serial]  # vLLM on one core, the load generator on the other
 
 # Server starts (three) and the scenarios' steps: about 8-12 minutes on a busy 2-core host.
 LAB_TIMEOUT = 1800
-# Where two cores shared by vLLM's engine, its API server and the load generator decide the
-# verdict rather than the provoked class (measured in full suite runs on this 2-core host; the
-# figures are in bench/results/lab.md). Expected failures, not skipped: a pass is reported.
-SHARED_CORES = {
-    "scheduling": "with other work on the host the load generator fell short of the 16 users "
-    "(achieved 7.5, loop lag p99 2.7 s) and the step reads client-limited; right in 2 of 3 runs",
-    "compute": "the 900-token prefills keep both cores busy: the client's loop lag p99 265 ms with 83 % of "
-    "the load delivered reads client-limited in 1 of 3 runs",
-    "memory_bandwidth": "loop lag p99 566 ms with 83 % of the load delivered (client-limited) in 1 of 3 runs; "
-    "compute on the decode share alone in another",
-    "client": "the starved client kept 98 % of its 64 users in flight (lag p99 418-496 ms): vLLM's own "
-    "slowness hides the client's, and the step reads under-loaded; wrong in 3 of 3 runs",
-}
-
-
-def params() -> list:
-    """The scenarios, those that the shared cores decide marked as expected failures."""
-    return [
-        pytest.param(s, id=s.name, marks=[pytest.mark.xfail(reason=SHARED_CORES[s.name], strict=False)])
-        if s.name in SHARED_CORES
-        else pytest.param(s, id=s.name)
-        for s in VLLM_SCENARIOS
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder, done.stdout
 
 
-@pytest.mark.parametrize("scenario", params())
+@pytest.mark.parametrize("scenario", VLLM_SCENARIOS, ids=[s.name for s in VLLM_SCENARIOS])
 def test_each_vllm_scenario_provokes_its_class(lab, scenario):
     folder, _ = lab
     name = scenario.name
@@ -77,6 +54,17 @@ def test_each_vllm_scenario_provokes_its_class(lab, scenario):
     )
     assert result["status"] == MATCH, summary
     assert (folder / name / "run" / "analysis.json").exists()
+
+
+def test_vllm_and_the_load_generator_ran_on_cores_of_their_own(lab):
+    folder, _ = lab
+    results = {r["name"]: r for r in json.loads((folder / "lab.json").read_text())["results"]}
+    for name, r in results.items():
+        assert r["server_cores"] == "0", name  # read back from vLLM's process
+        assert r["client_cores"] == ("0" if name == "client" else "1"), name  # the client scenario starves it
+    log = (folder / "kv_capacity" / "server.log").read_text(errors="replace")
+    assert "VLLM_CPU_OMP_THREADS_BIND='0'" in log and "core ids=[0]" in log  # vLLM's own binding info
+    assert "| 0 / 1 |" in (folder / "lab.md").read_text()
 
 
 def test_scenarios_whose_servers_start_alike_share_one(lab):

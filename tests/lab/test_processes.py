@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
+from loadlab.lab.processes import NotReady, cores, end_child, free_port, start_child, usable, wait_healthy
 
 
 def test_a_child_is_niced_and_pinned_as_asked(tmp_path):
@@ -22,6 +22,25 @@ def test_a_child_is_niced_and_pinned_as_asked(tmp_path):
         )
     assert child.wait(60) == 0
     assert log.read_text().split() == [str(os.nice(0) + 7), "[0]"]
+
+
+def test_cores_this_process_may_not_use_are_not_pinned_and_where_it_runs_is_read_back():
+    allowed = sorted(os.sched_getaffinity(0))
+    beyond = max(allowed) + 1
+    assert usable((beyond, allowed[0])) == (allowed[0],)
+    assert usable((beyond,)) == ()
+    child = start_child([sys.executable, "-c", "import time; time.sleep(30)"], None, cpus=(beyond,))
+    try:
+        assert cores(child.pid) == cores(os.getpid())  # not pinned, not refused
+    finally:
+        end_child(child)
+    assert cores(child.pid) == ""  # gone
+
+
+def test_cores_are_written_as_taskset_writes_them(monkeypatch):
+    for ids, text in (({1}, "1"), ({0, 1}, "0-1"), ({0, 2, 3, 4, 7}, "0,2-4,7")):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, ids=ids: ids)
+        assert cores(1) == text
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace():

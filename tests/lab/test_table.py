@@ -24,6 +24,8 @@ def lab() -> LabRun:
                 "past_knee",
                 0.91,
                 evidence=["kv usage p90 100 % >= 90 %"],
+                server_cores="0",
+                client_cores="1",
             ),
             Result("sched", "scheduling", [], CLIENT_LIMITED, "client", "past_knee", 1.0, server_side="scheduling"),
             Result("mb", "memory_bandwidth", [], MISMATCH, "compute", "at_knee", 0.4, runner_up="memory_bandwidth"),
@@ -56,6 +58,9 @@ def test_markdown_and_terminal_show_every_scenario_and_why():
     assert "| light | any constraint (under_loaded) | compute | under_loaded |" in md
     assert "| expected \\ verdict | client | compute | kv_capacity | under_loaded |" in md
     assert "| memory_bandwidth |  | 1 |  |  |" in md
+    assert md.splitlines()[2].endswith("| evidence | cores |")
+    assert "| kv usage p90 100 % >= 90 % | 0 / 1 |" in md  # where each ran, read back from the processes
+    assert "| the reference server has no --twin |  |" in md  # not started: no cores
     console = Console(record=True, width=200)
     print_lab(lab(), console)
     text = console.export_text()
