@@ -8,7 +8,9 @@ step that still scaled before a flat one is the knee. Overloaded: the server ref
 requests (REFUSED_SHARE), or an open-loop step completes far fewer requests than arrive (its
 queue can only grow). A step with no step before it is judged on the server's queue: requests
 waiting means more load would only wait (past the knee); an empty queue means headroom.
-The knee is the first step at the knee in load order. A step with too few successful requests
+The knee is the step at the knee just below the first flat (or overloaded) step in load order;
+without a flat step, the first step at the knee that no later step scales past (a dip that the
+next steps scale out of is noise, not the knee). A step with too few successful requests
 (too_few) is not judged and is not compared with.
 """
 
@@ -83,8 +85,19 @@ def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
     for i, after in zip(judged, judged[1:], strict=False):
         if states[i].state == UNDER_LOADED and states[after].state in (PAST_KNEE, OVERLOADED):
             states[i] = Saturation(AT_KNEE, states[i].reason + "; the next step no longer scales", states[i].versus)
-    knee = next((steps[i].index for i in judged if states[i].state == AT_KNEE), None)
-    return [states[i] for i in range(len(steps))], knee
+    return [states[i] for i in range(len(steps))], _knee(steps, judged, states)
+
+
+def _knee(steps: list[StepLoad], judged: list[int], states: dict[int, Saturation]) -> int | None:
+    """The knee step's index (see the module's docstring), from the judged steps in load order."""
+    flat = next((p for p, i in enumerate(judged) if states[i].state in (PAST_KNEE, OVERLOADED)), None)
+    if flat is not None:
+        below = judged[flat - 1] if flat > 0 else None
+        return steps[below].index if below is not None and states[below].state == AT_KNEE else None
+    for p, i in enumerate(judged):
+        if states[i].state == AT_KNEE and all(states[j].state != UNDER_LOADED for j in judged[p + 1 :]):
+            return steps[i].index
+    return None
 
 
 def too_few(succeeded: int) -> str:

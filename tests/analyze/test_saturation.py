@@ -82,3 +82,16 @@ def test_a_full_kv_pool_or_a_running_count_below_its_cap_is_not_admission():
     prefill = _derived(waiting_mean=1.33, kv_usage_p90=0.03, running_at_cap=0.03)
     assert not held_at_admission(prefill) and saturated_at_delivered_load(prefill) == ""
     assert saturated_at_delivered_load(_derived(waiting_mean=0.4, kv_usage_p90=1.0)) == ""  # no queue
+
+
+def test_a_dip_that_later_steps_scale_out_of_is_not_the_knee():
+    # Measured on the tiny reference server: 2 users gained only +36 %, 4 and 8 scaled again, 32
+    # was the last step before a flat one. The knee is there, not at the early dip.
+    loads = [(1, 164), (2, 224), (4, 406), (8, 619), (16, 781), (32, 898), (40, 707), (48, 683), (64, 871)]
+    steps = [step(i, users, tps, waiting_mean=0) for i, (users, tps) in enumerate(loads)]
+    states, knee = saturation(steps)
+    assert states[1].state == "at_knee" and states[6].state == "past_knee"
+    assert knee == 5
+    # Without a flat step, the first dip no later step scales past.
+    states, knee = saturation([step(0, 1, 100, waiting_mean=0), step(1, 2, 130), step(2, 4, 250), step(3, 8, 300)])
+    assert [s.state for s in states] == ["under_loaded", "at_knee", "under_loaded", "at_knee"] and knee == 3
