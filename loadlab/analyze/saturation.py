@@ -1,7 +1,8 @@
 """Is the server saturated at each step's load? Under-loaded, at the knee, past it, overloaded;
 and where is the knee. The one rule the analyzer, the sweep, the report and `loadlab plan` use.
 
-Across steps (ordered by load, whatever order they ran in): throughput that grows at least half as fast
+Across steps (ordered by load, whatever order they ran in; throughput is output tokens/s, or
+completed requests/s for steps that stream none, as embeddings and rerank): throughput that grows at least half as fast
 as the offered load still scales (under-loaded); one that grows less than KNEE_GAIN while the
 load grew by KNEE_LOAD_GROWTH or more is flat (past the knee); in between, at the knee. The last
 step that still scaled before a flat one is the knee. Overloaded: the server refuses or times out
@@ -79,7 +80,7 @@ def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
             continue
         states[i] = refused or _judge(step, previous)
         judged.append(i)
-        if _value(step, "output_tokens_per_s") > 0:
+        if _value(step, _throughput_of(step)) > 0:
             previous = step
     # The last step that still scaled before a flat one is the knee.
     for i, after in zip(judged, judged[1:], strict=False):
@@ -121,7 +122,8 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
         return Saturation(OVERLOADED, f"completes {completed:.2f} req/s of {step.target:g} arriving: the queue grows")
     if previous is not None and previous.mode == step.mode and previous.target > 0 and step.target > previous.target:
         load_growth = step.target / previous.target - 1
-        gain = _value(step, "output_tokens_per_s") / _value(previous, "output_tokens_per_s") - 1
+        unit = _throughput_of(previous)
+        gain = _value(step, unit) / _value(previous, unit) - 1
         if math.isfinite(gain):
             text = f"throughput {gain:+.0%} for load {load_growth:+.0%}"
             versus = previous.index
@@ -138,6 +140,12 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
     if math.isfinite(waiting):
         return Saturation(UNDER_LOADED, f"server queue empty ({waiting:.2f} waiting on average)")
     return Saturation(UNKNOWN, "no step of lower load to compare with and no server queue metric")
+
+
+def _throughput_of(step: StepLoad) -> str:
+    """The throughput a step is compared on: output tokens/s, or completed requests/s where it
+    streamed no tokens (embeddings, rerank)."""
+    return "output_tokens_per_s" if _value(step, "output_tokens_per_s") > 0 else "completed_per_s"
 
 
 def _value(step: StepLoad, name: str) -> float:

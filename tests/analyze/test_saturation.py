@@ -95,3 +95,13 @@ def test_a_dip_that_later_steps_scale_out_of_is_not_the_knee():
     # Without a flat step, the first dip no later step scales past.
     states, knee = saturation([step(0, 1, 100, waiting_mean=0), step(1, 2, 130), step(2, 4, 250), step(3, 8, 300)])
     assert [s.state for s in states] == ["under_loaded", "at_knee", "under_loaded", "at_knee"] and knee == 3
+
+
+def test_steps_that_stream_no_tokens_are_compared_on_requests_per_s():
+    # Embeddings: no output tokens, so requests/s is the throughput that scales or goes flat.
+    def pooled(index: int, users: int, per_s: float) -> StepLoad:
+        return step(index, users, 0.0, completed_per_s=per_s, waiting_mean=0)
+
+    states, knee = saturation([pooled(0, 1, 50), pooled(1, 2, 98), pooled(2, 4, 120), pooled(3, 8, 121)])
+    assert [s.state for s in states] == ["under_loaded", "under_loaded", "at_knee", "past_knee"]
+    assert knee == 2 and "throughput +1% for load +100%" in states[3].reason
