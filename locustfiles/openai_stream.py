@@ -97,9 +97,9 @@ def run_config(environment: Environment) -> RunConfig:
     o = environment.parsed_options
     rate = float(o.loadlab_rate or 0)
     url = environment.host or ""
-    parse_http_url(url, "--host")  # checked here, so that the error names Locust's option
+    parsed = parse_http_url(url, "--host")  # checked here, so that the error names Locust's option
     api_key = o.loadlab_api_key or api_key_from_env()
-    model = o.loadlab_model or discover_model(url, api_key, 10.0, "--loadlab-model")
+    model = o.loadlab_model or discover_model(parsed, api_key, 10.0, "--loadlab-model")
     return apply_overrides(
         RunConfig(),
         url=url,

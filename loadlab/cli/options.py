@@ -312,12 +312,6 @@ def configure(base: RunConfig, *groups: ConfigFlags, **settings: Any) -> RunConf
     return apply_overrides(base, **(given | settings))
 
 
-def flag_names(group: type[FlagGroup]) -> list[str]:
-    """The flag of each field of a group, as typed on the command line (`--input-len`, ...)."""
-    # Declared inside Annotated, typer.Option's first argument is the flag's name, not a default.
-    return [info.default for _, _, info in _options(group)]
-
-
 def takes_flags(command: F) -> F:
     """`command` for typer with each parameter annotated by a FlagGroup class replaced by the
     group's flags (in its place; shown under the group's heading in --help), and called with the

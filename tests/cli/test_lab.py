@@ -83,7 +83,7 @@ def test_an_interrupted_lab_writes_what_it_finished_and_leaves_no_server_behind(
             preexec_fn=sigint_default,
         )
     try:
-        server = wait_for(log, r"^network: server .* \(pid (\d+)\)$", timeout=300)
+        server = wait_for(log, r"^network: server .* \(pid (\d+)[,)]", timeout=300)
         time.sleep(2)
         lab.send_signal(signal.SIGINT)
         assert lab.wait(120) == 130

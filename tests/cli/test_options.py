@@ -9,6 +9,7 @@ import typing
 
 import pytest
 import typer
+from typer.models import OptionInfo
 
 from loadlab.cli import app
 from loadlab.cli.options import (
@@ -19,7 +20,6 @@ from loadlab.cli.options import (
     LoadFlags,
     WorkloadFlags,
     configure,
-    flag_names,
     takes_flags,
 )
 from loadlab.cli.sweep import SweepFlags
@@ -36,6 +36,19 @@ TAKEN_BY: dict[type[FlagGroup], tuple[str, ...]] = {
     CollectorFlags: ("run", "sweep", "diagnose"),
     SweepFlags: ("sweep", "diagnose"),
 }
+
+
+def flag_names(group: type[FlagGroup]) -> list[str]:
+    """The flag of each field of a group, as typed on the command line (`--input-len`, ...)."""
+    declared = typing.get_type_hints(group, include_extras=True)
+    # Declared inside Annotated, typer.Option's first argument is the flag's name, not a default.
+    options = [
+        next(a for a in typing.get_args(declared[f.name])[1:] if isinstance(a, OptionInfo))
+        for f in dataclasses.fields(group)
+    ]
+    return [o.default for o in options]
+
+
 # What each command needs before any other flag parses.
 REQUIRED = {"run": [], "sweep": ["--url", "http://h"], "diagnose": ["http://h"], "simulate": ["--twin", "h100:m"]}
 VALUES = {int: "3", float: "2.5", str: "x"}
