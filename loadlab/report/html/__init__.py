@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadlab.errors import UserError
 from loadlab.report.html.data import build_report_data
-from loadlab.report.html.page import render_page, run_sections
+from loadlab.report.html.page import render_page, run_sections, write_page
 from loadlab.store.reader import RunData
 
 
@@ -18,11 +17,4 @@ def write_report(run: RunData, out: Path) -> Path:
     """Write the report of a loaded run to `out` (folders created); UserError when it cannot be written."""
     data = build_report_data(run)
     page = render_page(f"loadlab report: {data.name}", run_sections(data))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as e:
-        raise UserError(f"cannot write the report to {out}: {e.strerror or e}") from None
-    return out
+    return write_page(page, out)

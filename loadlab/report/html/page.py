@@ -12,12 +12,14 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.analysis import RunnerUp, StepVerdict
 from loadlab.analyze.summary import bunched_note
+from loadlab.errors import UserError
 from loadlab.numbers import format_number, format_value
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
@@ -38,6 +40,19 @@ class Section:
 def esc(value: object) -> str:
     """Text from the run made inert in HTML (quotes too: it may land in an attribute)."""
     return html.escape(str(value), quote=True)
+
+
+def write_page(page: str, out: Path) -> Path:
+    """Write a rendered page to `out` whole or not at all (folders created); UserError when it
+    cannot be written."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as e:
+        raise UserError(f"cannot write the report to {out}: {e.strerror or e}") from None
+    return out
 
 
 def render_page(title: str, sections: list[Section]) -> str:

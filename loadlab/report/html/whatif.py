@@ -14,11 +14,10 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from loadlab.analyze.whatif import WhatIf
-from loadlab.errors import UserError
 from loadlab.metrics.slo import SloSpec
 from loadlab.numbers import format_number
 from loadlab.report.html.charts import TEMPLATE, label
-from loadlab.report.html.page import PLOTLY_CONFIG, Section, _note, _table, esc, render_page
+from loadlab.report.html.page import PLOTLY_CONFIG, Section, _note, _table, esc, render_page, write_page
 
 SIMULATED = (
     "Simulated in virtual time on each GPU twin (loadlab simulate, docs/simulate.md): the engine's "
@@ -40,14 +39,7 @@ def whatif_page(answers: list[WhatIf], users: int, slo: SloSpec | None) -> str:
 def write_whatif_report(answers: list[WhatIf], users: int, slo: SloSpec | None, out: Path) -> Path:
     """Write the page to `out` (folders created); UserError when it cannot be written."""
     page = whatif_page(answers, users, slo)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as e:
-        raise UserError(f"cannot write the report to {out}: {e.strerror or e}") from None
-    return out
+    return write_page(page, out)
 
 
 def _answer(answers: list[WhatIf], users: int, slo: SloSpec | None) -> str:
