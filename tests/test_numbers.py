@@ -64,3 +64,10 @@ def test_a_value_reads_in_the_unit_people_use(value, unit, text):
 def test_the_gate_keeps_one_figure_more():
     assert format_value(0.81234, "s", 4) == "812.3 ms"
     assert format_value(0.97345, "fraction", 4) == "97.3 %"
+
+
+def test_a_change_can_carry_its_sign():
+    assert format_value(0.954, "fraction", signed=True) == "+95 %"
+    assert format_value(-0.12, "fraction", signed=True) == "-12 %"
+    assert format_number(1234.5, group=True, signed=True) == "+1,234"
+    assert format_number(0.0, signed=True) == "0"

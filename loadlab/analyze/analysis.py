@@ -40,6 +40,7 @@ from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
+from loadlab.numbers import format_number, format_value
 from loadlab.store.convert import from_json
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
 from loadlab.store.reader import ANALYSIS_JSON, RunData, RunFolderError, read_stage_json
@@ -274,9 +275,10 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) ->
                 "fraction",
                 [*fit.y.split(" + "), fit.x],
                 "server_metrics",
-                note=f"fit: {fit.y.replace('_', ' ')} {fit.intercept * 1000:.2f} ms "
-                f"+ {fit.slope * 1000:.4f} ms x {fit.x}, "
-                f"R² {fit.r2:.2f}, {fit.points} points; slope ± 2 s.e.: {low:.0%}-{high:.0%}",
+                note=f"fit: {fit.y.replace('_', ' ')} {format_value(fit.intercept, 's')} "
+                f"+ {format_value(fit.slope, 's')} x {fit.x}, "
+                f"R² {format_number(fit.r2)}, {fit.points} points; "
+                f"slope ± 2 s.e.: {format_value(low, 'fraction')}-{format_value(high, 'fraction')}",
             )
     rates = work_rates(d.samples, d.window, device)
     if rates is not None:
@@ -293,7 +295,7 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) ->
             "ratio",
             est,
             "server_metrics",
-            note=f"{rates.intensity:.3g} FLOP/byte against a ridge of {rates.ridge:.3g}"
+            note=f"{format_number(rates.intensity)} FLOP/byte against a ridge of {format_number(rates.ridge)}"
             + (f" ({rates.gpu})" if rates.gpu else ""),
         )
 
@@ -477,7 +479,8 @@ def _clock_advice(d: StepData) -> list[str]:
     if share is None or share.value <= CLOCK_SLOWDOWN_SHARE:
         return []
     return [
-        f"GPU clocks were slowed (power cap, thermal or hardware slowdown) in {share.value:.0%} of samples: "
+        "GPU clocks were slowed (power cap, thermal or hardware slowdown) in "
+        f"{format_value(share.value, 'fraction')} of samples: "
         "check cooling, power limits and clocks before tuning the server"
     ]
 
@@ -502,7 +505,7 @@ def _doubt(verdict: StepVerdict) -> str:
     if not verdict.would_decide:
         return ""
     return (
-        f" (confidence {verdict.confidence:.2f} < {CONFIDENT}; it could also be {verdict.could_be}; "
+        f" (confidence {format_number(verdict.confidence, 2)} < {CONFIDENT}; it could also be {verdict.could_be}; "
         f"what would decide: {verdict.would_decide})"
     )
 
@@ -563,7 +566,8 @@ def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:
     ran = last.window.seconds
     if planned and math.isfinite(ran):
         return [
-            f"{last.step.label} cut off mid-step: {ran:.0f} s of {float(planned):.0f} analyzed "
+            f"{last.step.label} cut off mid-step: {format_value(ran, 's')} of "
+            f"{format_value(float(planned), 's')} analyzed "
             f"(run status {run.meta.status})"
         ]
     return [f"run {run.meta.status}: the last step ({last.step.label}) is analyzed with what it has"]

@@ -34,6 +34,7 @@ import pandas as pd
 
 from loadlab.analyze.derive import StepData
 from loadlab.analyze.rules import COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING, Constraint, Evidence
+from loadlab.numbers import format_number
 from loadlab.store.reader import RunData
 
 QUEUEING: Final = "queueing"
@@ -122,7 +123,8 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
         strength = min(1.0, math.log(ttft) / math.log(4 * TTFT_GROWTH))
         return _found(
             QUEUEING,
-            f"{NAMES[QUEUEING]}: TTFT x{ttft:.1f} since {against} while TPOT x{tpot:.2f}: requests wait to "
+            f"{NAMES[QUEUEING]}: TTFT x{format_number(ttft)} since {against} "
+            f"while TPOT x{format_number(tpot)}: requests wait to "
             + ("start, then run as fast as before" if tpot <= TPOT_FLAT else "start far more than they slow down"),
             strength,
             against,
@@ -132,13 +134,14 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
         strength = min(1.0, math.log(tpot) / math.log(2 * TPOT_GROWTH))
         return _found(
             BATCH_CONTENTION,
-            f"{NAMES[BATCH_CONTENTION]}: TPOT x{tpot:.2f} since {against} (TTFT x{ttft:.1f}): "
+            f"{NAMES[BATCH_CONTENTION]}: TPOT x{format_number(tpot)} since {against} (TTFT x{format_number(ttft)}): "
             "each engine step carries more sequences and takes longer",
             strength,
             against,
             evidence,
         )
-    return _none(f"TTFT x{ttft:.1f} and TPOT x{tpot:.2f} since {against}: no pattern past its thresholds", evidence)
+    growth = f"TTFT x{format_number(ttft)} and TPOT x{format_number(tpot)} since {against}"
+    return _none(f"{growth}: no pattern past its thresholds", evidence)
 
 
 def _ok(d: StepData) -> int:
@@ -185,8 +188,8 @@ def _prefill(d: StepData, evidence: list[Evidence]) -> BlackBox | None:
         return None
     return _found(
         PREFILL_COST,
-        f"{NAMES[PREFILL_COST]}: at the lowest load TTFT follows the prompt's length (r {r:.2f}; "
-        f"x{spread:.1f} from the shortest to the longest quarter)",
+        f"{NAMES[PREFILL_COST]}: at the lowest load TTFT follows the prompt's length (r {format_number(r)}; "
+        f"x{format_number(spread)} from the shortest to the longest quarter)",
         min(1.0, r),
         "",
         evidence,
@@ -216,5 +219,5 @@ def _row(pattern: Constraint, name: str, value: float, unit: str, threshold: flo
         weight=1.0,
         source="client",
         signals=["client"],
-        text=f"{what} {value:.2f} ({'≥' if for_it else '<'} {threshold:g})",
+        text=f"{what} {format_number(value)} ({'≥' if for_it else '<'} {format_number(threshold)})",
     )

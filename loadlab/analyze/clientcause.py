@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, HOST_BUSY_MIN, LOOP_LAG_P99_MAX, RUN_WAIT_MIN
+from loadlab.numbers import format_number, format_value
 
 OWN_WORK, STARVED, UNEXPLAINED = "own_work", "starved", "unexplained"
 # Samples of the host's busy cores: each load-generator process's (label `cores`), and the host
@@ -92,11 +93,11 @@ def advice(found: str, values: dict[str, float], host: HostLoad | None, processe
     """What to change for the cause found, naming the flags and, for a starved client, the cores."""
     cpu = values.get("client_cpu_p90", math.nan)
     lag = values.get("client_loop_lag_p99", math.nan)
-    busy = f"{host.busy_cores:.2f} of its {host.cores} cores busy" if host else "its CPU not sampled"
+    busy = f"{format_number(host.busy_cores)} of its {host.cores} cores busy" if host else "its CPU not sampled"
     where = {True: ", the server on the same host", False: "", None: ""}[host.server_local if host else None]
     if found == OWN_WORK:
         lines = [
-            f"the load generator's own work limited it (CPU p90 {cpu:.2f} cores per process, near a core): "
+            f"the load generator's own work limited it (CPU p90 {format_number(cpu)} cores per process, near a core): "
             f"add processes (--processes {max(2, 2 * processes)}) or hosts (distributed mode), then rerun"
         ]
         if host is not None and host.saturated:
@@ -104,15 +105,17 @@ def advice(found: str, values: dict[str, float], host: HostLoad | None, processe
         return lines
     if found == STARVED:
         waited = values.get("client_run_wait_ratio", math.nan)
-        kept = f", kept waiting for a CPU {waited:.0%} of the time" if math.isfinite(waited) else ""
+        kept = ""
+        if math.isfinite(waited):
+            kept = f", kept waiting for a CPU {format_value(waited, 'fraction')} of the time"
         return [
-            f"the load generator was starved, not overloaded: its CPU p90 {cpu:.2f} cores{kept}, event-loop lag "
-            f"p99 {lag * 1000:.0f} ms, the host {busy}{where}; more processes will not help",
+            f"the load generator was starved, not overloaded: its CPU p90 {format_number(cpu)} cores{kept}, "
+            f"event-loop lag p99 {format_value(lag, 's')}, the host {busy}{where}; more processes will not help",
             _pinning(host, processes),
         ]
     return [
         "the load generator fell short without running near a core"
-        + (f" (event-loop lag p99 {lag * 1000:.0f} ms, the host {busy})" if math.isfinite(lag) else "")
+        + (f" (event-loop lag p99 {format_value(lag, 's')}, the host {busy})" if math.isfinite(lag) else "")
         + ": add processes (--processes N) if its CPU was the limit; if other work on its host held the "
         "cores, run it on another host or on cores of its own"
     ]

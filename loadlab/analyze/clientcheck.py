@@ -24,6 +24,7 @@ from loadlab.metrics.limits import (
     START_DELAY_P99_MAX,
 )
 from loadlab.metrics.stats import percentile
+from loadlab.numbers import format_number, format_value
 from loadlab.store.schema import ErrorCategory, StepInfo
 
 RATE_SIGNALS = ("client_cpu", "client_run_wait", *clientcause.HOST_SIGNALS)
@@ -83,7 +84,7 @@ def client_check(
             "client_cpu_p90",
             float(per_worker.max()),
             CLIENT_CPU_P90_MAX,
-            f"client CPU p90 {per_worker.max():.2f} cores in process {worst or '?'} "
+            f"client CPU p90 {format_number(per_worker.max())} cores in process {worst or '?'} "
             f"(> {CLIENT_CPU_P90_MAX}): the client is under strain",
             effect=False,
         )
@@ -97,7 +98,7 @@ def client_check(
             "client_loop_lag_p99",
             p99,
             LOOP_LAG_P99_MAX,
-            f"client event-loop lag p99 {p99 * 1000:.1f} ms (> {LOOP_LAG_P99_MAX * 1000:.0f} ms)",
+            f"client event-loop lag p99 {format_value(p99, 's')} (> {format_value(LOOP_LAG_P99_MAX, 's')})",
             effect=False,
         )
 
@@ -108,7 +109,7 @@ def client_check(
             "start_delay_p99",
             p99,
             START_DELAY_P99_MAX,
-            f"open-loop start delay p99 {p99 * 1000:.1f} ms (> {START_DELAY_P99_MAX * 1000:.0f} ms): "
+            f"open-loop start delay p99 {format_value(p99, 's')} (> {format_value(START_DELAY_P99_MAX, 's')}): "
             "requests left later than scheduled",
             effect=True,
         )
@@ -127,21 +128,24 @@ def client_check(
             check.values["achieved_rate_ratio"] = load / step.target
             if judged and load < MIN_RATE_RATIO * step.target:
                 check.limited = True
-                check.reasons.append(f"achieved {load:.2f} req/s < {MIN_RATE_RATIO} × requested {step.target:g} req/s")
+                check.reasons.append(
+                    f"achieved {format_number(load)} req/s < {MIN_RATE_RATIO} × requested {step.target:g} req/s"
+                )
         elif not think_time:  # with think time, users are idle by design
             check.values["achieved_concurrency_ratio"] = load / step.target
             if judged and load < MIN_CONCURRENCY_RATIO * step.target:
                 check.limited = True
                 check.reasons.append(
-                    f"achieved concurrency {load:.2f} < {MIN_CONCURRENCY_RATIO} × {step.target:g} users"
+                    f"achieved concurrency {format_number(load)} < {MIN_CONCURRENCY_RATIO} × {step.target:g} users"
                 )
         ratio = check.values.get("achieved_rate_ratio", check.values.get("achieved_concurrency_ratio", math.nan))
         lag_p99 = check.values.get("client_loop_lag_p99", math.nan)
         if judged and not check.limited and lag_p99 >= SEVERE_LOOP_LAG and ratio < ANY_SHORTFALL:
             check.limited = True
             check.reasons.append(
-                f"event-loop lag p99 {lag_p99 * 1000:.0f} ms (>= {SEVERE_LOOP_LAG * 1000:.0f} ms) with {ratio:.0%} of "
-                f"the load delivered (< {ANY_SHORTFALL:.0%}): the shortfall and the timings are the client's"
+                f"event-loop lag p99 {format_value(lag_p99, 's')} (>= {format_value(SEVERE_LOOP_LAG, 's')}) with "
+                f"{format_value(ratio, 'fraction')} of the load delivered "
+                f"(< {format_value(ANY_SHORTFALL, 'fraction')}): the shortfall and the timings are the client's"
             )
     if check.limited:
         check.cause = clientcause.cause(check.values, host)

@@ -21,6 +21,7 @@ import numpy as np
 
 from loadlab.analyze.measures import RunValues, StepValues, statistic
 from loadlab.metrics.slo import METRICS
+from loadlab.numbers import format_value
 
 # What `loadlab compare` and the gate's baseline check compare: (metric, statistic).
 COMPARED: tuple[tuple[str, str], ...] = (
@@ -114,8 +115,8 @@ def _step_changes(base: StepValues, new: StepValues, max_regression: float, rng:
     if errors.call not in (REGRESSION, IMPROVEMENT):
         return [errors, *rest]
     note = (
-        f"error rate differs ({errors.base:.1%} vs {errors.new:.1%}): the figures cover only the "
-        "requests that succeeded"
+        f"error rate differs ({format_value(errors.base, 'fraction')} vs {format_value(errors.new, 'fraction')}): "
+        "the figures cover only the requests that succeeded"
     )
     return [errors, *(replace(c, call=NOT_COMPARABLE, note=note) for c in rest)]
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadlab.numbers import format_number
+
 MATMUL_N = 1024  # float32 matrices of 4 MB: 2.1 GFLOP a product, large enough for BLAS's best (judgement)
 COPY_BYTES = 64 << 20  # larger than the caches of the CPUs we run on (judgement)
 REPEATS = 3  # best of: one disturbed run on a shared host must not lower the peak
@@ -59,7 +61,8 @@ def calibrate() -> Peaks:
     return Peaks(
         flops,
         bandwidth,
-        f"calibrated on this host: {flops / 1e9:.0f} GFLOP/s on {cores} cores, {bandwidth / 1e9:.1f} GB/s",
+        f"calibrated on this host: {format_number(flops / 1e9)} GFLOP/s on {cores} cores, "
+        f"{format_number(bandwidth / 1e9)} GB/s",
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
+from loadlab.numbers import format_number, format_value
 from loadlab.store.schema import Mode
 
 SaturationState = Literal["under_loaded", "at_knee", "past_knee", "overloaded", "unknown"]
@@ -112,34 +113,41 @@ def too_few(succeeded: int) -> str:
 def _refused(step: StepLoad) -> Saturation | None:
     refused = _value(step, "refused_share")
     if refused >= REFUSED_SHARE:
-        return Saturation(OVERLOADED, f"{refused:.0%} of requests refused, timed out or failed on the server")
+        share = format_value(refused, "fraction")
+        return Saturation(OVERLOADED, f"{share} of requests refused, timed out or failed on the server")
     return None
 
 
 def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
     completed = _value(step, "completed_per_s")
     if step.mode == "open" and step.target > 0 and completed < OPEN_LOOP_COMPLETION * step.target:
-        return Saturation(OVERLOADED, f"completes {completed:.2f} req/s of {step.target:g} arriving: the queue grows")
+        return Saturation(
+            OVERLOADED, f"completes {format_number(completed)} req/s of {step.target:g} arriving: the queue grows"
+        )
     if previous is not None and previous.mode == step.mode and previous.target > 0 and step.target > previous.target:
         load_growth = step.target / previous.target - 1
         unit = _throughput_of(previous)
         gain = _value(step, unit) / _value(previous, unit) - 1
         if math.isfinite(gain):
-            text = f"throughput {gain:+.0%} for load {load_growth:+.0%}"
+            text = f"throughput {_change(gain)} for load {_change(load_growth)}"
             versus = previous.index
             if gain >= SCALING_EFFICIENCY * load_growth:
                 return Saturation(UNDER_LOADED, text + ": still scaling", versus)
             if gain < KNEE_GAIN and load_growth >= KNEE_LOAD_GROWTH:
                 latency = _value(step, "e2e_p50") / _value(previous, "e2e_p50") - 1
-                latency_text = f", latency {latency:+.0%}" if math.isfinite(latency) else ""
+                latency_text = f", latency {_change(latency)}" if math.isfinite(latency) else ""
                 return Saturation(PAST_KNEE, text + latency_text, versus)
             return Saturation(AT_KNEE, text + ": scaling less than the load", versus)
     waiting = _value(step, "waiting_mean")
     if waiting >= QUEUE_WAITING:
-        return Saturation(PAST_KNEE, f"{waiting:.1f} requests waiting on average: more load would only wait")
+        return Saturation(PAST_KNEE, f"{format_number(waiting)} requests waiting on average: more load would only wait")
     if math.isfinite(waiting):
-        return Saturation(UNDER_LOADED, f"server queue empty ({waiting:.2f} waiting on average)")
+        return Saturation(UNDER_LOADED, f"server queue empty ({format_number(waiting)} waiting on average)")
     return Saturation(UNKNOWN, "no step of lower load to compare with and no server queue metric")
+
+
+def _change(share: float) -> str:
+    return format_value(share, "fraction", signed=True)
 
 
 def _throughput_of(step: StepLoad) -> str:
@@ -161,14 +169,14 @@ def saturated_at_delivered_load(derived: dict[str, Derived]) -> str:
         return ""
     at_cap, kv = _derived(derived, "running_at_cap"), _derived(derived, "kv_usage_p90")
     if kv >= KV_FULL:
-        full = f"KV cache {kv:.0%} full"
+        full = f"KV cache {format_value(kv, 'fraction')} full"
     elif at_cap >= AT_CAP:
-        full = f"running at {at_cap:.0%} of its cap"
+        full = f"running at {format_value(at_cap, 'fraction')} of its cap"
     elif held_at_admission(derived):
-        full = f"waiting for a seat (KV cache {kv:.0%} full): running at its cap"
+        full = f"waiting for a seat (KV cache {format_value(kv, 'fraction')} full): running at its cap"
     else:
         return ""
-    return f"{full} with {waiting:.1f} requests waiting at the load delivered: more load would only wait"
+    return f"{full} with {format_number(waiting)} requests waiting at the load delivered: more load would only wait"
 
 
 def held_at_admission(derived: dict[str, Derived]) -> bool:

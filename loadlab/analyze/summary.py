@@ -41,6 +41,7 @@ from loadlab.metrics.requests import (
 )
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution
+from loadlab.numbers import format_value
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import SUMMARY_JSON, RunData
 from loadlab.store.schema import ErrorCategory, Mode, StepInfo
@@ -63,8 +64,8 @@ __all__ = [
 def bunched_note(step: StepSummary) -> str:
     """The line that says a step's ITL left bunched gaps out, and how many."""
     return (
-        f"{step.label}: {step.itl_bunched:.1%} of the gaps between tokens were bunched (tokens that "
-        f"arrived in one read), left out of ITL; TPOT still spreads their time"
+        f"{step.label}: {format_value(step.itl_bunched, 'fraction')} of the gaps between tokens were bunched "
+        f"(tokens that arrived in one read), left out of ITL; TPOT still spreads their time"
     )
 
 

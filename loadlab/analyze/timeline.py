@@ -24,6 +24,7 @@ from loadlab.analyze.intervals import (
 from loadlab.analyze.summary import per_request, steps_of
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.collect import signals as sig
+from loadlab.numbers import format_value
 from loadlab.store.reader import RunData
 from loadlab.store.schema import ErrorCategory
 
@@ -81,7 +82,7 @@ def build_timeline(
     count = math.floor((end - start) / interval) + 1
     if count > MAX_ROWS:
         raise ValueError(
-            f"interval {interval:g} s makes {count} rows of a {end - start:.0f} s run "
+            f"interval {interval:g} s makes {count} rows of a {format_value(end - start, 's')} run "
             f"(at most {MAX_ROWS}): choose a longer one"
         )
     bins = Bins(start, interval, count)

@@ -17,6 +17,7 @@ import pandas as pd
 from loadlab.analyze.histograms import SampleIndex, window_increase
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
+from loadlab.numbers import format_value
 from loadlab.store.schema import StepInfo
 
 MARGIN = 0.25  # hit rate above the ceiling by more than this: warned (judgement: block granularity, templates)
@@ -94,7 +95,8 @@ def warm_cache_warnings(
             else "rerun with --reset-prefix-cache"
         )
         lines.append(
-            f"{step.label}: prefix-cache hit rate {rate:.0%}, but its own {workload.get('kind', 'synthetic')} "
-            f"traffic explains at most {ceiling:.0%}: hits from earlier traffic flatter TTFT and throughput; {advice}"
+            f"{step.label}: prefix-cache hit rate {format_value(rate, 'fraction')}, but its own "
+            f"{workload.get('kind', 'synthetic')} traffic explains at most {format_value(ceiling, 'fraction')}: "
+            f"hits from earlier traffic flatter TTFT and throughput; {advice}"
         )
     return lines

@@ -209,22 +209,24 @@ def _curve_table(points: list[CurvePoint], objectives: tuple[Objective, ...]) ->
 def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
     """The plan in plain words, saying where a value was interpolated or is out of range."""
     from loadlab.analyze.capacity import KNEE
+    from loadlab.numbers import format_number, format_value
 
     lo, hi = plan.measured_range
     think = f"with {plan.think_time:g} s think time" if plan.think_time > 0 else "sending back to back"
     lines = [
-        f"{plan.users:,} users {think} keep ~{plan.streams:,.0f} streams busy "
-        f"(busy share {plan.busy_share:.0%}: E2E / (E2E + think time), Little's law)."
+        f"{plan.users:,} users {think} keep ~{format_number(plan.streams, group=True)} streams busy "
+        f"(busy share {format_value(plan.busy_share, 'fraction')}: E2E / (E2E + think time), Little's law)."
     ]
     peak, first, last = max(points, key=lambda p: p.output_tps), points[0], points[-1]
     a, b = first.user_tps, last.user_tps
     trend = "rose" if b > a else "fell" if b < a else "held" if a == b else "went"
     lines.append(
-        f"Aggregate tokens/s is not a fixed pie: dividing the peak, {peak.output_tps:.0f} tokens/s at "
-        f"{peak.concurrency:g} streams, by {plan.streams:,.0f} streams says "
-        f"{peak.output_tps / plan.streams:.1f} "
-        f"tokens/s each; measured, per-user speed {trend} from {a:.1f} tokens/s at "
-        f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {b:.1f} at "
+        "Aggregate tokens/s is not a fixed pie: dividing the peak, "
+        f"{format_number(peak.output_tps, group=True)} tokens/s at "
+        f"{peak.concurrency:g} streams, by {format_number(plan.streams, group=True)} streams says "
+        f"{format_number(peak.output_tps / plan.streams)} "
+        f"tokens/s each; measured, per-user speed {trend} from {format_number(a)} tokens/s at "
+        f"{first.concurrency:g} stream{'s' if first.concurrency != 1 else ''} to {format_number(b)} at "
         f"{last.concurrency:g}{' as batches grew' if trend == 'fell' else ''}."
     )
     if not plan.limits:
@@ -233,7 +235,10 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
             if plan.capacity_how == KNEE
             else "where throughput peaked (no knee among the measured steps)"
         )
-        lines.append(f"No per-step SLO to plan on: one replica's capacity is taken {where}, {plan.capacity:g} streams.")
+        lines.append(
+            f"No per-step SLO to plan on: one replica's capacity is taken {where}, "
+            f"{format_number(plan.capacity)} streams."
+        )
     elif plan.replicas is None:
         breached = [lim.objective for lim in plan.limits if math.isnan(lim.concurrency)]
         lines.append(
@@ -249,11 +254,11 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
         }.get(tight.how, tight.how)
         lines.append(
             f"One replica meets {', '.join(lim.objective for lim in plan.limits)} up to "
-            f"{plan.capacity:.1f} streams ({tight.objective} binds; {how})."
+            f"{format_number(plan.capacity)} streams ({tight.objective} binds; {how})."
         )
     lines.append(
         f"So {plan.replicas:,} replica{'s' if plan.replicas != 1 else ''} "
-        f"(~{plan.per_replica:.1f} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}."
+        f"(~{format_number(plan.per_replica)} streams each); each user then sees {_tps(plan.user_tps, lo, hi)}."
     )
     if plan.replicas is not None and plan.replicas >= LARGE_FLEET:
         lines.append(
@@ -262,17 +267,19 @@ def plan_sentence(plan: CapacityPlan, points: list[CurvePoint]) -> str:
         )
     one = plan.user_tps_one_replica
     lines.append(
-        f"All {plan.users:,} users on one replica (~{plan.streams_one_replica:,.0f} streams): each would see "
-        f"{_tps(one, lo, hi)}."
+        f"All {plan.users:,} users on one replica (~{format_number(plan.streams_one_replica, group=True)} streams): "
+        f"each would see {_tps(one, lo, hi)}."
     )
     return "\n".join(lines)
 
 
 def _tps(reading: Reading, lo: float, hi: float) -> str:
+    from loadlab.numbers import format_number
+
     if math.isnan(reading.value):
         return f"an unknown speed: {reading.how} ({lo:g}-{hi:g} streams), not extrapolated"
     note = " (interpolated)" if reading.how == "interpolated" else ""
-    return f"~{reading.value:.1f} tokens/s{note}"
+    return f"~{format_number(reading.value)} tokens/s{note}"
 
 
 def register(app: typer.Typer) -> None:

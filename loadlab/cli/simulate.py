@@ -39,6 +39,7 @@ def simulate(
     from loadlab.cli.run import check_out_folder, print_final_analysis, print_final_summary
     from loadlab.conductor.simulate import EngineSettings, check_simulable, simulate_run
     from loadlab.config import RunConfig
+    from loadlab.numbers import format_value
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import check, load_scenario
 
@@ -56,7 +57,8 @@ def simulate(
     print(f"loadlab simulate -> {folder}  (twin {twin}, virtual time)", file=sys.stderr)
     result = simulate_run(cfg, engine, folder)
     print(
-        f"simulated {result.virtual_seconds:.1f} s in {result.wall_seconds:.1f} s of wall time "
+        f"simulated {format_value(result.virtual_seconds, 's')} in "
+        f"{format_value(result.wall_seconds, 's')} of wall time "
         f"({result.requests} requests){'; ' + result.reason if result.reason else ''}",
         file=sys.stderr,
     )

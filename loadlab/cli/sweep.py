@@ -125,7 +125,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
     from rich.table import Table
 
     from loadlab.conductor.stepping import judge_all
-    from loadlab.numbers import format_number
+    from loadlab.numbers import format_number, format_value
     from loadlab.report.console import table_console
 
     table = Table(title="sweep", title_justify="left")
@@ -147,7 +147,7 @@ def print_sweep(outcome: SweepOutcome) -> None:
             format_number(d.get("output_tokens_per_s")),
             format_number(d.get("tokens_per_s_per_user_p50")),
             format_number(d.get("e2e_p50")),
-            f"{j.step.error_rate:.1%}",
+            format_value(j.step.error_rate, "fraction"),
             verdict + (" [bold](the knee)[/bold]" if j is knee else ""),
         )
     console = table_console()

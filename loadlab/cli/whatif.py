@@ -205,6 +205,8 @@ def whatif_table(answers: list[WhatIf], users: int) -> Table:
     per-user tokens/s there, what binds a replica's capacity and the analyzer's constraint at the knee."""
     from rich.table import Table
 
+    from loadlab.numbers import DASH, format_number
+
     table = Table(title=f"what-if: {users:,} users (simulated)", title_justify="left")
     for name in ("spec", "knee", "users/replica", "replicas", "GPUs", "user tok/s", "capacity set by", "at the knee"):
         table.add_column(name, justify="left" if name in ("spec", "capacity set by", "at the knee") else "right")
@@ -213,11 +215,11 @@ def whatif_table(answers: list[WhatIf], users: int) -> Table:
         tps = p.user_tps.value if p.replicas else math.nan
         table.add_row(
             a.spec,
-            "none seen" if a.knee is None else f"{a.knee:g}",
-            "-" if math.isnan(a.users_per_replica) else f"{a.users_per_replica:,.1f}",
+            "none seen" if a.knee is None else format_number(a.knee, group=True),
+            format_number(a.users_per_replica, group=True),
             "none" if p.replicas is None else f"{p.replicas:,}",
-            "-" if a.gpus is None else f"{a.gpus:,}",
-            "-" if math.isnan(tps) else f"{tps:.1f}",
+            DASH if a.gpus is None else f"{a.gpus:,}",
+            format_number(tps),
             a.binds,
             a.constraint,
         )

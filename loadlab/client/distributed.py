@@ -25,6 +25,7 @@ import gevent
 from loadlab.client.shipping import MasterShipper, worker_id
 from loadlab.clock import now
 from loadlab.errors import UserError
+from loadlab.numbers import format_value
 
 CONNECT_TIMEOUT_S = 60.0  # all workers must have joined within this time
 EXIT_GRACE_S = 10.0  # after quit, workers get this long to exit before they are killed
@@ -64,7 +65,7 @@ def start_master_with_workers(environment: Environment, n: int, timeout: float =
             why = (
                 f"worker process exited with code {exited[0].returncode}"
                 if exited
-                else f"only {len(shipper.ready_workers())} of {n} joined after {timeout:.0f} s"
+                else f"only {len(shipper.ready_workers())} of {n} joined after {format_value(timeout, 's')}"
             )
             raise UserError(f"could not start {n} load-generator processes: {why}")
         gevent.sleep(0.05)

@@ -24,6 +24,7 @@ from loadlab.clock import now
 from loadlab.collect.host import HostCpu, ProcessCpu, RunWait
 from loadlab.collect.protocol import SampleSink
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, LOOP_LAG_P99_MAX
+from loadlab.numbers import format_number, format_value
 from loadlab.store.schema import Coverage, Sample
 
 _PROBE_S = 0.1
@@ -70,10 +71,10 @@ class SelfCheck:
 
         found = []
         if self.last_cpu > CLIENT_CPU_P90_MAX:
-            found.append(f"client CPU {self.last_cpu:.2f} cores > {CLIENT_CPU_P90_MAX}")
+            found.append(f"client CPU {format_number(self.last_cpu)} cores > {CLIENT_CPU_P90_MAX}")
         lag = percentile(self.recent_lags, 99)
         if lag > LOOP_LAG_P99_MAX:
-            found.append(f"event-loop lag p99 {lag * 1000:.0f} ms > {LOOP_LAG_P99_MAX * 1000:.0f} ms")
+            found.append(f"event-loop lag p99 {format_value(lag, 's')} > {format_value(LOOP_LAG_P99_MAX, 's')}")
         return found
 
     def _probe_lag(self) -> None:

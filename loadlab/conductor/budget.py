@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from loadlab.numbers import format_value
 from loadlab.store.schema import ErrorCategory, RequestRecord
 
 REJECTED_AFTER = 3  # first requests that must all be rejected alike
@@ -92,6 +93,6 @@ class ErrorBudget:
         return Breach(
             "error-budget",
             f"step {label}: {failed} of {sent} measured requests failed "
-            f"({failed / sent:.0%} > --max-error-rate {limit:g})",
+            f"({format_value(failed / sent, 'fraction')} > --max-error-rate {limit:g})",
             step,
         )

@@ -45,6 +45,7 @@ import pyarrow as pa
 from loadlab.analyze.analysis import StepVerdict, analyze_run
 from loadlab.analyze.window import Window
 from loadlab.clock import ClockAnchor
+from loadlab.numbers import format_value
 from loadlab.report.verdict import verdict_line
 from loadlab.store.meta import FINISHED, RunMeta
 from loadlab.store.reader import RunData
@@ -164,7 +165,7 @@ class LiveRun:
             return analyze_run(run).steps[-1]
         run = self._run(config, [step], self.records)
         seconds = step.end_time - step.start_time
-        window = Window(step.start_time, step.end_time, seconds, f"the last {seconds:.0f} s (live)")
+        window = Window(step.start_time, step.end_time, seconds, f"the last {format_value(seconds, 's')} (live)")
         return analyze_run(run, window).steps[0]
 
     def _run(self, config: dict, steps: list[StepInfo], records: list[RequestRecord]) -> RunData:

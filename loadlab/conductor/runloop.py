@@ -55,6 +55,7 @@ from loadlab.conductor.recording import attach_writer
 from loadlab.config import RunConfig
 from loadlab.metrics.limits import START_DELAY_P99_MAX
 from loadlab.metrics.slo import parse_slo
+from loadlab.numbers import format_value
 from loadlab.report.live import LiveDisplay, LiveStatus
 from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED, RunStatus
 from loadlab.store.reader import load_run
@@ -387,7 +388,7 @@ class Conductor:
         if self.mode == "open":
             delay = self.live.start_delay_p99()
             if delay > START_DELAY_P99_MAX:
-                reasons.append(f"start delay p99 {delay * 1000:.0f} ms > {START_DELAY_P99_MAX * 1000:.0f} ms")
+                reasons.append(f"start delay p99 {format_value(delay, 's')} > {format_value(START_DELAY_P99_MAX, 's')}")
         limited = "client-limited? " + "; ".join(reasons) if reasons else ""
         strained = f"client under strain: {strain}" if strain else ""
         return "; ".join(text for text in (lost, limited, strained) if text)

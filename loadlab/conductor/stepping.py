@@ -28,6 +28,7 @@ from loadlab.analyze.saturation import (
     saturation,
     too_few,
 )
+from loadlab.numbers import format_value
 from loadlab.store.schema import Mode
 
 MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
@@ -103,7 +104,10 @@ def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judg
         return Judgement(step, CLIENT_LIMITED, f"the load generator limited {step.label} ({step.client_limited})")
     if step.error_rate > MAX_ERROR_RATE:
         return Judgement(
-            step, ERRORS, f"{step.error_rate:.1%} of requests failed at {step.label} (> {MAX_ERROR_RATE:.0%})"
+            step,
+            ERRORS,
+            f"{format_value(step.error_rate, 'fraction')} of requests failed at {step.label} "
+            f"(> {format_value(MAX_ERROR_RATE, 'fraction')})",
         )
     few = too_few(step.succeeded)
     if few and state.state != OVERLOADED:

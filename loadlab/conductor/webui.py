@@ -28,7 +28,7 @@ from loadlab.client.context import add_loadlab_events
 from loadlab.collect import signals as sig
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
-from loadlab.numbers import format_number
+from loadlab.numbers import format_number, format_value
 from loadlab.store.schema import Sample
 
 TAB_KEY = "llm"
@@ -158,7 +158,7 @@ def tab_rows(snapshot: dict, verdict: str = "") -> list[dict]:
                 "count": d["count"],
             }
         )
-    window = f"last {snapshot['window_s']:.0f} s"
+    window = f"last {format_value(snapshot['window_s'], 's')}"
     rows += [
         {"metric": f"Output tokens/s ({window})", "value": format_number(snapshot["output_tokens_per_s"])},
         {"metric": f"Requests/s ({window})", "value": format_number(snapshot["requests_per_s"])},

@@ -11,6 +11,8 @@ import time
 import urllib.request
 from typing import IO
 
+from loadlab.numbers import format_value
+
 STOP_GRACE = 20.0  # SIGTERM to SIGKILL
 
 
@@ -99,7 +101,7 @@ def wait_healthy(url: str, child: subprocess.Popen, timeout: float) -> None:
         except OSError:
             pass
         time.sleep(0.25)
-    raise NotReady(f"the server was not ready after {timeout:.0f} s")
+    raise NotReady(f"the server was not ready after {format_value(timeout, 's')}")
 
 
 def end_child(child: subprocess.Popen, grace: float = STOP_GRACE) -> int:

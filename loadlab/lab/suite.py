@@ -13,6 +13,7 @@ from loadlab.lab.engines import Engine, reference_engine
 from loadlab.lab.processes import NotReady
 from loadlab.lab.runner import FAILED, Result, run_scenario, serving, skipped
 from loadlab.lab.scenarios import Scenario
+from loadlab.numbers import format_value
 
 PROBE_TIMEOUT = 120.0
 
@@ -65,7 +66,7 @@ def _shared(
 
 
 def _said(result: Result, say: Callable[[str], None]) -> Result:
-    say(f"{result.name}: {result.status} ({result.constraint or result.reason}, {result.seconds:.0f} s)")
+    say(f"{result.name}: {result.status} ({result.constraint or result.reason}, {format_value(result.seconds, 's')})")
     return result
 
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadlab.lab.runner import CLIENT_LIMITED, FAILED, MATCH, MISMATCH, SKIPPED, Result
+from loadlab.numbers import format_number
 
 FORMAT = 1
 MARK = {
@@ -78,7 +79,7 @@ def _rows(lab: LabRun) -> list[list[str]]:
         expected = r.expect + (f" ({'/'.join(r.expect_saturation)})" if r.expect and r.expect_saturation else "")
         expected = expected or f"any constraint ({'/'.join(r.expect_saturation)})"
         verdict = r.constraint + (f" (server side: {r.server_side})" if r.server_side else "")
-        confidence = f"{r.confidence:.2f}" if r.confidence is not None else ""
+        confidence = format_number(r.confidence, 2) if r.confidence is not None else ""
         detail = r.reason or "; ".join(r.evidence[:3]) or r.headline
         pinned = f"{r.server_cores or '?'} / {r.client_cores or '?'}" if r.server_cores or r.client_cores else ""
         rows.append([r.name, expected, verdict, r.saturation, confidence, r.runner_up, MARK[r.status], detail, pinned])

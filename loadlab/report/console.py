@@ -13,7 +13,7 @@ from rich.text import Text
 
 from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note
 from loadlab.metrics.stats import Distribution
-from loadlab.numbers import DASH, format_number
+from loadlab.numbers import DASH, format_number, format_value
 from loadlab.terminal import inert_console
 
 NOT_APPLICABLE = "n/a"  # a figure the step's requests cannot have (no stream: no TTFT, ITL or TPOT)
@@ -117,7 +117,7 @@ def _turns_table(summary: RunSummary) -> Table:
     for header in ("turn", "requests/\nfailed", "prompt\ntokens p50", "TTFT\np50", "TTFT\np99", "cache\nhits"):
         table.add_column(header, justify="right")
     for t in summary.turns:
-        hits = DASH if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"
+        hits = format_value(t.cache_hit_rate, "fraction")
         cells = [str(t.turn), f"{t.requests}/{t.failed}", format_number(t.prompt_tokens_p50)]
         table.add_row(*cells, format_number(t.ttft_p50 * 1000), format_number(t.ttft_p99 * 1000), hits)
     return table

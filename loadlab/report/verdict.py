@@ -53,13 +53,13 @@ def _steps_table(analysis: Analysis) -> Table:
     for header, justify in columns:
         table.add_column(header, justify=justify, overflow="fold")
     for s in analysis.steps:
-        runner = f"{s.runner_up.constraint} {s.runner_up.confidence:.2f}" if s.runner_up else DASH
+        runner = f"{s.runner_up.constraint} {format_number(s.runner_up.confidence, 2)}" if s.runner_up else DASH
         table.add_row(
             escape(s.label),
-            f"{s.window.seconds:.0f} s",
+            format_value(s.window.seconds, "s"),
             s.saturation,
             s.constraint,
-            f"{s.confidence:.2f}",
+            format_number(s.confidence, 2),
             runner,
             _key_figures(s),
             escape(s.headline),
@@ -100,7 +100,8 @@ def _verdict_panel(analysis: Analysis) -> Panel:
         title=title,
         title_align="left",
         border_style=style,
-        subtitle=f"confidence {overall.confidence:.2f}" + (f" · {overall.server}" if overall.server else ""),
+        subtitle=f"confidence {format_number(overall.confidence, 2)}"
+        + (f" · {overall.server}" if overall.server else ""),
     )
 
 
@@ -139,7 +140,7 @@ def verdict_line(step: StepVerdict) -> str:
     if step.constraint == INSUFFICIENT_DATA:
         return f"{name}: {step.headline}"
     if step.blackbox is not None:  # the client's curves alone: the headline carries their figures
-        return f"{step.headline} (no server metrics; confidence {step.confidence:.2f})"
+        return f"{step.headline} (no server metrics; confidence {format_number(step.confidence, 2)})"
     if step.constraint == CLIENT:
         line = f"{name} limits this window: " + ", ".join(
             e.text for e in step.evidence if e.constraint == CLIENT and e.direction == "for"
@@ -154,7 +155,7 @@ def verdict_line(step: StepVerdict) -> str:
     what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"
     line = f"{name} {what}" + (f": {figures}" if figures else "")
     if step.would_decide:  # below the analyzer's CONFIDENT: a lead, said as one
-        line = f"Likely: {line} (confidence {step.confidence:.2f}; or {step.could_be})"
+        line = f"Likely: {line} (confidence {format_number(step.confidence, 2)}; or {step.could_be})"
     return line
 
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadlab.errors import UserError
+from loadlab.numbers import format_value
 from loadlab.store.meta import RunMeta
 from loadlab.store.schema import FORMAT_VERSION
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
@@ -222,8 +223,9 @@ def _step_warnings(meta: RunMeta) -> list[str]:
     for step in meta.steps:
         if step.end_time < step.start_time:
             warnings.append(
-                f"step {step.label} ends before it starts (end_time {step.start_time - step.end_time:.3g} s "
-                "before start_time): its rates are measured to its last request's end"
+                f"step {step.label} ends before it starts "
+                f"(end_time {format_value(step.start_time - step.end_time, 's')} before start_time): "
+                "its rates are measured to its last request's end"
             )
             step.end_time = math.nan
     return warnings

@@ -23,6 +23,7 @@ from loadlab.cli.plan import curve_points
 from loadlab.collect.signals import canonical_name
 from loadlab.gate.checks import INVALID, PASS, gate_run
 from loadlab.metrics.slo import parse_slo
+from loadlab.numbers import format_number
 from loadlab.report.console import print_summary
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
@@ -65,7 +66,7 @@ def test_a_verdict_below_the_stated_confidence_says_what_is_likely_what_else_and
     assert (step.could_be, step.would_decide) == ("compute", NEEDS[W])
     for headline in (step.headline, analysis.overall.headline):
         assert "likely memory bandwidth sets per-token latency" in headline
-        assert f"confidence {step.confidence:.2f} < {CONFIDENT}; it could also be compute" in headline
+        assert f"confidence {format_number(step.confidence, 2)} < {CONFIDENT}; it could also be compute" in headline
         assert f"what would decide: {NEEDS[W]}" in headline
     assert verdict_line(step).startswith("Likely: Memory bandwidth sets per-token latency")
 
@@ -145,9 +146,9 @@ def test_a_server_past_its_knee_at_the_delivered_load_keeps_its_verdict_with_the
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
     assert step.constraint == "kv_capacity" and step.saturation == "past_knee"
-    assert step.client_shortfall.startswith("the load generator fell short (achieved concurrency 2.")
+    assert step.client_shortfall.startswith("the load generator fell short (achieved concurrency 2 < ")
     assert step.client_shortfall in step.headline and "nothing else is trusted" not in step.headline
-    assert "KV cache 97% full with 12.0 requests waiting" in step.saturation_reason
+    assert "KV cache 97 % full with 12 requests waiting" in step.saturation_reason
     # The summary's check found the load short: the overall flag (the gate's) agrees with it.
     assert analysis.overall.client_limited and analysis.overall.constraint == "kv_capacity"
     assert "fell short at" in analysis.overall.headline
@@ -196,8 +197,8 @@ def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_st
     )
     step = analyze_run(run).steps[0]
     assert step.constraint == "scheduling" and step.saturation == "past_knee"
-    assert "waiting for a seat (KV cache 0% full): running at its cap" in step.saturation_reason
-    assert "event-loop lag p99 706 ms (>= 100 ms) with 88% of the load delivered" in step.client_shortfall
+    assert "waiting for a seat (KV cache 0.1 % full): running at its cap" in step.saturation_reason
+    assert "event-loop lag p99 706 ms (>= 100 ms) with 88 % of the load delivered" in step.client_shortfall
     assert "nothing else is trusted" not in step.headline
     advice = " ".join(step.advice)
     assert "vLLM: raise --max-num-seqs" in advice  # the server's advice first
@@ -212,7 +213,7 @@ def test_strain_as_large_as_1500_users_from_one_process_with_any_shortfall_is_cl
     records, samples = loaded_run(users=89, gauges={"kv_usage": 0.9, "requests_waiting": 0, "requests_running": 89})
     step = analyze_run(run_of(records, [closed(100, T, T + 20)], samples + _client_figures(0.97, 0.182, 1.3))).steps[0]
     assert step.constraint == "client" and "nothing else is trusted" in step.headline
-    assert "event-loop lag p99 182 ms (>= 100 ms) with 89% of the load delivered" in step.headline
+    assert "event-loop lag p99 182 ms (>= 100 ms) with 89 % of the load delivered" in step.headline
     assert step.derived["achieved_concurrency_ratio"].value == pytest.approx(0.89, abs=0.01)
     assert any("own work" in line and "--processes 2" in line for line in step.advice)
     assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
@@ -235,7 +236,7 @@ def test_loop_lag_with_the_load_delivered_is_a_warning_on_the_server_verdict():
     calm = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
     step = analyze_run(run_of(records, [closed(4, T, T + 20)], lagged)).steps[0]
     assert step.constraint == "kv_capacity" and step.derived["achieved_concurrency_ratio"].value > 0.95
-    assert "client under strain: client event-loop lag p99 50.0 ms (> 10 ms)" in step.headline
+    assert "client under strain: client event-loop lag p99 50 ms (> 10 ms)" in step.headline
     assert step.confidence == pytest.approx(calm.confidence * 0.8)
 
 
@@ -322,7 +323,7 @@ def test_a_cut_off_run_is_analyzed_and_says_so():
         run_of(records, [closed(4, T, math.nan)], samples, status="running", config={"duration": 60})
     )
     assert analysis.cut_off and analysis.steps[0].constraint == "kv_capacity"
-    assert analysis.notes[-1].startswith("concurrency=4 cut off mid-step: 19 s of 60 analyzed")
+    assert analysis.notes[-1].startswith("concurrency=4 cut off mid-step: 19 s of 60 s analyzed")
 
 
 def test_analysis_json_holds_the_contract(tmp_path):
@@ -522,7 +523,7 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     analysis = json.loads((folder / ANALYSIS_JSON).read_text())
     assert summary.client_limited is limited and analysis["overall"]["client_limited"] is limited
     assert (analysis["steps"][0]["constraint"] == "client") is limited
-    assert summary.client.warnings == ["client event-loop lag p99 50.0 ms (> 10 ms)"]
+    assert summary.client.warnings == ["client event-loop lag p99 50 ms (> 10 ms)"]
     checks = {c.name: c.status for c in gate_run(folder, parse_slo("e2e_p99=10s")).checks}
     expected = INVALID if limited else PASS
     assert checks["not client-limited [x]"] == checks["not client-limited [analysis.json]"] == expected
@@ -532,7 +533,7 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     print_analysis(write_analysis(run), console)
     out = console.file.getvalue()
     assert ("CLIENT-LIMITED" in out) is limited and ("verdict: the load generator" in out) is limited
-    assert "client under strain: client event-loop lag p99 50.0 ms" in out
+    assert "client under strain: client event-loop lag p99 50 ms" in out
     page = render_page("r", run_sections(build_report_data(run)))
     assert ("The load generator may have limited" in page) is limited
     assert "<b>client-limited</b> " + ("yes" if limited else "no") in page and "Client under strain" in page

@@ -59,7 +59,7 @@ def test_a_client_kept_off_its_cpu_is_starved_though_the_host_has_an_idle_core()
     # Pinned to the server's core (the lab's client scenario): the other core may idle.
     waited = {**VLLM_STARVED, "client_run_wait_ratio": 0.8}
     assert cause(waited, IDLE_HOST) == STARVED
-    assert "kept waiting for a CPU 80% of the time" in advice(STARVED, waited, IDLE_HOST, 1)[0]
+    assert "kept waiting for a CPU 80 % of the time" in advice(STARVED, waited, IDLE_HOST, 1)[0]
 
 
 def test_low_own_cpu_and_long_lag_without_a_busy_host_or_a_wait_is_unexplained():

@@ -18,7 +18,7 @@ def test_the_last_step_that_scaled_before_a_flat_one_is_the_knee():
         [step(0, 1, 100, waiting_mean=0), step(1, 2, 195), step(2, 4, 380), step(3, 8, 390, e2e_p50=2.0)]
     )
     assert [s.state for s in states] == ["under_loaded", "under_loaded", "at_knee", "past_knee"]
-    assert knee == 2 and "latency +100%" in states[3].reason
+    assert knee == 2 and "latency +100 %" in states[3].reason
 
 
 def test_scaling_less_than_half_the_load_is_at_the_knee():
@@ -70,14 +70,14 @@ VLLM_AT_CAP = _derived(waiting_mean=10.2, kv_usage_p90=0.001, running_at_cap=0.7
 
 def test_a_queue_before_free_kv_at_the_cap_is_held_at_admission():
     assert held_at_admission(REFERENCE_AT_CAP) and held_at_admission(VLLM_AT_CAP)
-    assert saturated_at_delivered_load(REFERENCE_AT_CAP).startswith("running at 100% of its cap with 12.2")
-    assert saturated_at_delivered_load(VLLM_AT_CAP).startswith("waiting for a seat (KV cache 0% full)")
+    assert saturated_at_delivered_load(REFERENCE_AT_CAP).startswith("running at 100 % of its cap with 12.2")
+    assert saturated_at_delivered_load(VLLM_AT_CAP).startswith("waiting for a seat (KV cache 0.1 % full)")
 
 
 def test_a_full_kv_pool_or_a_running_count_below_its_cap_is_not_admission():
     kv_bound = _derived(waiting_mean=23.8, kv_usage_p90=1.0, running_at_cap=0.71)
     assert not held_at_admission(kv_bound)
-    assert saturated_at_delivered_load(kv_bound).startswith("KV cache 100% full with 23.8 requests waiting")
+    assert saturated_at_delivered_load(kv_bound).startswith("KV cache 100 % full with 23.8 requests waiting")
     # A prefill-bound queue (requests waiting for the next long step): 0.9 running of a 32 cap.
     prefill = _derived(waiting_mean=1.33, kv_usage_p90=0.03, running_at_cap=0.03)
     assert not held_at_admission(prefill) and saturated_at_delivered_load(prefill) == ""
@@ -104,4 +104,4 @@ def test_steps_that_stream_no_tokens_are_compared_on_requests_per_s():
 
     states, knee = saturation([pooled(0, 1, 50), pooled(1, 2, 98), pooled(2, 4, 120), pooled(3, 8, 121)])
     assert [s.state for s in states] == ["under_loaded", "under_loaded", "at_knee", "past_knee"]
-    assert knee == 2 and "throughput +1% for load +100%" in states[3].reason
+    assert knee == 2 and "throughput +0.83 % for load +100 %" in states[3].reason

@@ -80,7 +80,7 @@ def test_a_warm_cache_on_random_prompts_is_warned_once_with_the_fix():
     index = SampleIndex(samples_table(cache_samples([(T - 1, 0, 0), (T + 10, 1000, 860)])).to_pandas())
     lines = warm_cache_warnings([closed(2)], table(recs), index, {"workload": {"kind": "synthetic"}})
     assert len(lines) == 1
-    assert "86%" in lines[0] and "at most 0%" in lines[0] and "--reset-prefix-cache" in lines[0]
+    assert "86 %" in lines[0] and "at most 0 %" in lines[0] and "--reset-prefix-cache" in lines[0]
 
 
 def test_hits_the_workload_explains_are_not_warned():
@@ -97,4 +97,4 @@ def test_the_summary_carries_the_warning():
         cache_samples([(T - 1, 0, 0), (T + 10, 1000, 900)]),
         config={"workload": {"kind": "synthetic"}},
     )
-    assert any("prefix-cache hit rate 90%" in w for w in summarize(run).warnings)
+    assert any("prefix-cache hit rate 90 %" in w for w in summarize(run).warnings)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadlab.analyze.whatif import TOP_STEP
+from loadlab.numbers import DASH
 from loadlab.store.reader import load_run
 from tests.support.browser import load_page
 from tests.support.procs import loadlab
@@ -37,7 +38,7 @@ def table_rows(stdout: str) -> dict[str, dict[str, str]]:
 
 
 def number(cell: str) -> float:
-    return float(cell.replace(",", "")) if cell not in ("-", "none") else math.nan
+    return float(cell.replace(",", "")) if cell not in (DASH, "none") else math.nan
 
 
 @pytest.fixture(scope="module")

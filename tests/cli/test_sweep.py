@@ -265,7 +265,7 @@ def test_a_sweep_stops_at_the_lowest_load_when_requests_fail(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     sweep = read(out, "sweep.json")
     assert sweep["stop"] == "errors" and sweep["good_step"] is None and len(sweep["steps"]) == 1
-    assert "of requests failed at concurrency=1 (> 1%)" in result.stdout
+    assert "of requests failed at concurrency=1 (> 1 %)" in result.stdout
 
 
 def test_an_slo_breach_stops_the_sweep(tmp_path):

@@ -53,7 +53,7 @@ def test_markdown_and_terminal_show_every_scenario_and_why():
         "`loadlab lab --short` (reference on cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
         "1 client-limited (server side as expected)."
     )
-    assert "| mb | memory_bandwidth | compute | at_knee | 0.40 | memory_bandwidth | NO |" in md
+    assert "| mb | memory_bandwidth | compute | at_knee | 0.4 | memory_bandwidth | NO |" in md
     assert "| twin | compute |  |  |  |  | skipped | the reference server has no --twin |" in md
     assert "| light | any constraint (under_loaded) | compute | under_loaded |" in md
     assert "| expected \\ verdict | client | compute | kv_capacity | under_loaded |" in md

@@ -8,6 +8,7 @@ import math
 from rich.console import Console
 
 from loadlab.analyze.timeline import COLUMNS, Timeline, TimelineRow
+from loadlab.numbers import DASH
 from loadlab.report.timeline import timeline_table
 
 
@@ -26,6 +27,6 @@ def test_columns_are_formatted_and_missing_values_are_dashes():
     text = render(Timeline(0.0, 0.5, rows, ["t", "started", "ttft_p50", "kv_usage"]), 0.5)
     header = next(line for line in text.splitlines() if "TTFT ms" in line)
     assert "KV" in header and "GPU" not in header  # only the columns with data
-    lines = [line.replace("│", " ").split() for line in text.splitlines()]
-    assert ["0.00", "3", "51", "4.2%"] in lines  # ms, a share below 10 % with one decimal
-    assert ["0.50", "2", "-", "50%"] in lines  # t with two decimals for a 0.5 s interval
+    cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in text.splitlines()]
+    assert ["0.00", "3", "51.4", "4.2 %"] in cells  # ms and shares as the one formatter writes them
+    assert ["0.50", "2", DASH, "50 %"] in cells  # t with two decimals for a 0.5 s interval

@@ -129,7 +129,7 @@ def _run_header(data: ReportData) -> str:
         ("endpoint", esc(data.config.get("url", "–"))),
         ("model", esc(data.config.get("model") or "–")),
         ("started", _when(s.started_at)),
-        ("duration", f"{duration:,.0f} s" if math.isfinite(duration) else "–"),
+        ("duration", format_value(duration, "s")),
         ("steps", esc(", ".join(st.label for st in s.steps))),
         (
             "requests",
@@ -365,7 +365,7 @@ def _breakdown(data: ReportData) -> str:
         headers = ["turn", "requests", "failed", "prompt tokens p50", "TTFT p50 ms", "TTFT p99 ms", "prefix-cache hits"]
         rows = [
             [str(t.turn), f"{t.requests:,}", f"{t.failed:,}", format_number(t.prompt_tokens_p50, group=True)]
-            + [_ms(t.ttft_p50), _ms(t.ttft_p99), "–" if math.isnan(t.cache_hit_rate) else f"{t.cache_hit_rate:.0%}"]
+            + [_ms(t.ttft_p50), _ms(t.ttft_p99), format_value(t.cache_hit_rate, "fraction")]
             for t in s.turns
         ]
         parts.append(

@@ -91,7 +91,7 @@ def test_turns_and_media_get_their_tables_when_the_run_has_them(tmp_path):
     write_run(tmp_path / "run", sessions)
     html = page_of(tmp_path / "run")
     breakdown = html[html.index('id="breakdown"') : html.index('id="timeline"')]
-    assert "<td>1</td><td>1</td><td>0</td><td>200</td><td>150</td><td>150</td><td>75%</td>" in breakdown
+    assert "<td>1</td><td>1</td><td>0</td><td>200</td><td>150</td><td>150</td><td>75 %</td>" in breakdown
     assert "<td>2</td><td>0.524</td><td>0</td><td>1</td><td>0</td><td>530</td><td>700</td><td>700</td>" in breakdown
     fill_run(tmp_path / "plain")
     assert 'id="breakdown"' not in page_of(tmp_path / "plain")
