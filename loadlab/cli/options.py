@@ -32,6 +32,7 @@ from loadlab.client.discovery import API_KEY_ENV
 from loadlab.errors import UserError
 
 if TYPE_CHECKING:
+    from loadlab.conductor.simulate import EngineSettings
     from loadlab.config import RunConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,6 +43,16 @@ class FlagGroup:
     """Flags that travel together (the fields of a subclass)."""
 
     panel: ClassVar[str] = ""  # the heading of the group's flags in --help
+
+    def given(self) -> list[str]:
+        """The flags set to other than their default, as typed (`--max-num-seqs`, `--no-gpu`)."""
+        flags = []
+        for field, _, info in _options(type(self)):
+            value = getattr(self, field.name)
+            if value != field.default:
+                on, _, off = str(info.default).partition("/")  # a switch: --flag/--no-flag
+                flags.append(off if off and value is False else on)
+        return flags
 
 
 @dataclass(frozen=True)
@@ -299,6 +310,36 @@ class CollectorFlags(ConfigFlags):
         settings["reset_prefix_cache"] = True if self.reset_prefix_cache else None
         settings["gpu"] = False if self.no_gpu else None
         return settings
+
+
+@dataclass(frozen=True)
+class EngineFlags(FlagGroup):
+    """The simulated engine's settings, `serve --twin`'s flags: `simulate` and `plan --what-if`.
+    A flag not given keeps EngineSettings' default."""
+
+    panel: ClassVar[str] = "Simulated engine"
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="The engine's most sequences running at once (default 32).")
+    ] = None
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", help="The engine's token budget of one step (default 2048)."),
+    ] = None
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option("--gpu-memory-utilization", help="Share of GPU memory the engine takes (default 0.9)."),
+    ] = None
+    prefix_caching: Annotated[
+        bool | None,
+        typer.Option("--prefix-caching/--no-prefix-caching", help="Reuse prompt prefixes (default on)."),
+    ] = None
+
+    def engine(self, twin: str) -> EngineSettings:
+        """The engine of `twin` with these flags' settings."""
+        from loadlab.conductor.simulate import EngineSettings
+
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return EngineSettings(twin, **{name: value for name, value in given.items() if value is not None})
 
 
 def configure(base: RunConfig, *groups: ConfigFlags, **settings: Any) -> RunConfig:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from loadlab.cli.options import EngineFlags, takes_flags
+
 # From this many replicas on, the plan says that their adding up is assumed, not measured.
 LARGE_FLEET = 1000
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from loadlab.metrics.slo import Objective, SloSpec
 
 
+@takes_flags
 def plan(
     folder: Path | None = typer.Argument(
         None,
@@ -51,15 +54,8 @@ def plan(
     ),
     max_load: int | None = typer.Option(None, "--max", help="--what-if: highest concurrency (default --users)."),
     seed: int | None = typer.Option(None, "--seed", help="--what-if: workload seed (default 0)."),
-    max_num_seqs: int | None = typer.Option(
-        None, "--max-num-seqs", help="--what-if: the engine's most running sequences (default 32, as serve's)."
-    ),
-    max_num_batched_tokens: int | None = typer.Option(
-        None, "--max-num-batched-tokens", help="--what-if: the engine's token budget of one step (default 2048)."
-    ),
-    gpu_memory_utilization: float | None = typer.Option(
-        None, "--gpu-memory-utilization", help="--what-if: share of GPU memory the engine takes (default 0.9)."
-    ),
+    *,
+    engine: EngineFlags,
     out: Path | None = typer.Option(
         None, "--out", help="--what-if: folder for one run folder per spec (default runs/<timestamp>-whatif)."
     ),
@@ -100,20 +96,17 @@ def plan(
         "--step-duration": step_duration,
         "--max": max_load,
         "--seed": seed,
-        "--max-num-seqs": max_num_seqs,
-        "--max-num-batched-tokens": max_num_batched_tokens,
-        "--gpu-memory-utilization": gpu_memory_utilization,
         "--out": out,
         "--report": report,
     }
     if what_if is not None:
         if folder is not None:
             raise UserError("plan reads either a run folder or --what-if's simulated sweeps, not both")
-        run_what_if(what_if, users, think, spec, objectives, simulation(simulated), out, report)
+        run_what_if(what_if, users, think, spec, objectives, simulation(simulated), engine, out, report)
         return
     if folder is None:
         raise UserError("plan needs a run folder of a sweep, or --what-if GPU:MODEL[:tpN],...")
-    given = [name for name, value in simulated.items() if value is not None]
+    given = [name for name, value in simulated.items() if value is not None] + engine.given()
     if given:
         raise UserError(f"{given[0]} is for --what-if's simulated sweeps; a run folder has its own")
     points, knee = curve_points(folder, objectives, spec)

@@ -1,7 +1,7 @@
 """`loadlab simulate --twin GPU:MODEL[:tpN]`: a run against the GPU twin in virtual time.
 
-The load and workload flags are `loadlab run`'s (cli/options.py); the engine flags are
-`loadlab serve --twin`'s. The run folder is an ordinary one, marked simulated in run.json
+The load and workload flags are `loadlab run`'s, the engine flags `loadlab serve --twin`'s and
+`loadlab plan --what-if`'s (cli/options.py). The run folder is an ordinary one, marked simulated in run.json
 (docs/simulate.md says what is in its numbers).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from loadlab.cli.options import LoadFlags, WorkloadFlags, configure, takes_flags
+from loadlab.cli.options import EngineFlags, LoadFlags, WorkloadFlags, configure, takes_flags
 from loadlab.errors import UserError
 
 SIMULATED_URL = "http://simulated"  # no endpoint: the config's URL only has to be well formed
@@ -29,15 +29,12 @@ def simulate(
     load: LoadFlags,
     timeout: float | None = typer.Option(None, "--timeout", help="Per-request timeout in simulated seconds."),
     workload: WorkloadFlags,
-    max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="The engine's most sequences running at once."),
-    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", help="Token budget of one step."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Share of GPU memory taken."),
-    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Reuse prompt prefixes."),
+    engine: EngineFlags,
 ) -> None:
     """Simulate a `loadlab run` against `loadlab serve --twin` in virtual time (no HTTP, no sleeping).
     Seconds are simulated seconds; chat and completions only, no sessions (docs/simulate.md)."""
     from loadlab.cli.run import check_out_folder, print_final_analysis, print_final_summary
-    from loadlab.conductor.simulate import EngineSettings, check_simulable, simulate_run
+    from loadlab.conductor.simulate import check_simulable, simulate_run
     from loadlab.config import RunConfig
     from loadlab.numbers import format_value
     from loadlab.workload import make_workload
@@ -53,9 +50,8 @@ def simulate(
     folder = out or Path(cfg.out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-sim"))
     check_out_folder(folder)
     cfg.out = str(folder)
-    engine = EngineSettings(twin, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, prefix_caching)
     print(f"loadlab simulate -> {folder}  (twin {twin}, virtual time)", file=sys.stderr)
-    result = simulate_run(cfg, engine, folder)
+    result = simulate_run(cfg, engine.engine(twin), folder)
     print(
         f"simulated {format_value(result.virtual_seconds, 's')} in "
         f"{format_value(result.wall_seconds, 's')} of wall time "

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from loadlab.analyze.whatif import WhatIf
+    from loadlab.cli.options import EngineFlags
     from loadlab.conductor.simulate import EngineSettings
     from loadlab.config import RunConfig
     from loadlab.metrics.slo import Objective, SloSpec
@@ -29,17 +30,14 @@ TP = re.compile(r"tp(\d+)")
 
 @dataclass(frozen=True)
 class Simulated:
-    """How each spec's sweep is simulated: the workload, the steps, the engine's flags (the
-    defaults of `loadlab sweep` and `loadlab serve --twin`)."""
+    """How each spec's sweep is simulated: the workload and the steps (`loadlab sweep`'s defaults;
+    the engine's flags are cli/options.py's EngineFlags)."""
 
     input_len: str = "128"
     output_len: str = "128"
     step_seconds: float = 20.0
     max_load: int | None = None  # highest concurrency (None: the users)
     seed: int = 0
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 2048
-    gpu_memory_utilization: float = 0.9
 
 
 def simulation(flags: dict[str, Any]) -> Simulated:
@@ -50,9 +48,6 @@ def simulation(flags: dict[str, Any]) -> Simulated:
         "--step-duration": "step_seconds",
         "--max": "max_load",
         "--seed": "seed",
-        "--max-num-seqs": "max_num_seqs",
-        "--max-num-batched-tokens": "max_num_batched_tokens",
-        "--gpu-memory-utilization": "gpu_memory_utilization",
     }
     return Simulated(**{names[flag]: value for flag, value in flags.items() if flag in names and value is not None})
 
@@ -88,6 +83,7 @@ def what_if(
     slo: SloSpec | None,
     objectives: tuple[Objective, ...],
     how: Simulated,
+    engine: EngineFlags,
     out: Path | None,
     report: Path | None,
 ) -> None:
@@ -96,7 +92,7 @@ def what_if(
     from loadlab.cli.output import say
     from loadlab.cli.report import DEFAULT_FOLDER
     from loadlab.cli.run import check_out_folder
-    from loadlab.conductor.simulate import EngineSettings, check_engine
+    from loadlab.conductor.simulate import check_engine
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.html.whatif import write_whatif_report
@@ -108,27 +104,25 @@ def what_if(
     if top < 1:
         raise UserError(f"--max must be >= 1 user, got {top:g}")
     cfg = _config(how, slo)
-    engines = [
-        EngineSettings(s, how.max_num_seqs, how.max_num_batched_tokens, how.gpu_memory_utilization) for s in specs
-    ]
-    for engine in engines:
+    engines = [engine.engine(s) for s in specs]
+    for settings in engines:
         try:
-            check_engine(engine)
+            check_engine(settings)
         except UserError as e:
             why = re.sub(r"^--twin( \S+)?: ", "", str(e).removeprefix("the simulation failed: "))
-            raise UserError(f"--what-if {engine.twin}: {why}") from None
+            raise UserError(f"--what-if {settings.twin}: {why}") from None
     base = out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
     folders = [base / spec.replace(":", "_") for spec in specs]
     for folder in folders:
         check_out_folder(folder)
     answers: list[WhatIf] = []
-    for engine, folder in zip(engines, folders, strict=True):
-        print(f"loadlab plan --what-if: sweeping {engine.twin} in virtual time -> {folder}", file=sys.stderr)
+    for settings, folder in zip(engines, folders, strict=True):
+        print(f"loadlab plan --what-if: sweeping {settings.twin} in virtual time -> {folder}", file=sys.stderr)
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
-            answers.append(_answer(engine, folder, cfg, top, users, think, slo, objectives))
+            answers.append(_answer(settings, folder, cfg, top, users, think, slo, objectives))
         except UserError as e:  # the other specs' answers stand without this one
-            say("warning", f"{engine.twin} left out of the table: {e}")
+            say("warning", f"{settings.twin} left out of the table: {e}")
     if not answers:
         raise UserError("no spec's simulated sweep gave a curve to plan from (the warnings above say why)")
     console = table_console()

@@ -16,6 +16,7 @@ from loadlab.cli.options import (
     ClientFlags,
     CollectorFlags,
     ConfigFlags,
+    EngineFlags,
     FlagGroup,
     LoadFlags,
     WorkloadFlags,
@@ -23,6 +24,7 @@ from loadlab.cli.options import (
     takes_flags,
 )
 from loadlab.cli.sweep import SweepFlags
+from loadlab.conductor.simulate import EngineSettings
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.workload.distributions import parse_length
@@ -35,22 +37,30 @@ TAKEN_BY: dict[type[FlagGroup], tuple[str, ...]] = {
     ClientFlags: ("run", "sweep", "diagnose"),
     CollectorFlags: ("run", "sweep", "diagnose"),
     SweepFlags: ("sweep", "diagnose"),
+    EngineFlags: ("simulate", "plan"),
 }
 
 
 def flag_names(group: type[FlagGroup]) -> list[str]:
-    """The flag of each field of a group, as typed on the command line (`--input-len`, ...)."""
+    """The flag of each field of a group, as typed on the command line (`--input-len`, ...; a
+    switch `--flag/--no-flag` by its first name)."""
     declared = typing.get_type_hints(group, include_extras=True)
     # Declared inside Annotated, typer.Option's first argument is the flag's name, not a default.
     options = [
         next(a for a in typing.get_args(declared[f.name])[1:] if isinstance(a, OptionInfo))
         for f in dataclasses.fields(group)
     ]
-    return [o.default for o in options]
+    return [o.default.split("/")[0] for o in options]
 
 
 # What each command needs before any other flag parses.
-REQUIRED = {"run": [], "sweep": ["--url", "http://h"], "diagnose": ["http://h"], "simulate": ["--twin", "h100:m"]}
+REQUIRED = {
+    "run": [],
+    "sweep": ["--url", "http://h"],
+    "diagnose": ["http://h"],
+    "simulate": ["--twin", "h100:m"],
+    "plan": ["--users", "1"],
+}
 VALUES = {int: "3", float: "2.5", str: "x"}
 
 
@@ -124,6 +134,27 @@ def test_a_flag_declared_twice_is_a_programming_error() -> None:
         @takes_flags
         def cmd(*, load: LoadFlags, limits: SweepFlags) -> None:  # both have step_duration
             pass
+
+
+def test_a_group_says_which_of_its_flags_were_given() -> None:
+    assert EngineFlags().given() == [] and CollectorFlags().given() == []
+    assert EngineFlags(max_num_seqs=4, prefix_caching=False).given() == ["--max-num-seqs", "--no-prefix-caching"]
+    assert EngineFlags(prefix_caching=True).given() == ["--prefix-caching"]
+    assert CollectorFlags(no_gpu=True).given() == ["--no-gpu"]
+
+
+def test_the_engine_flags_set_the_simulated_engine_and_keep_its_defaults() -> None:
+    assert EngineFlags().engine("h100:m") == EngineSettings("h100:m")
+    engine = EngineFlags(max_num_seqs=4, gpu_memory_utilization=0.5, prefix_caching=False).engine("a100:m:tp2")
+    assert engine == EngineSettings("a100:m:tp2", max_num_seqs=4, gpu_memory_utilization=0.5, prefix_caching=False)
+
+
+def test_plan_of_a_run_folder_refuses_the_engine_flags(tmp_path) -> None:
+    """The engine flags set what --what-if simulates; a measured run folder had its own server."""
+    refused = loadlab("plan", str(tmp_path), "--users", "4", "--no-prefix-caching", timeout=60)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--no-prefix-caching is for --what-if" in lines[0], refused.stderr
 
 
 def test_the_groups_set_the_config_as_runs_flags_do() -> None:
