@@ -36,6 +36,7 @@ PARTS = {
     "loadlab.offload": "helpers",
     "loadlab.terminal": "helpers",
     "loadlab.numbers": "helpers",
+    "loadlab.convert": "helpers",
     "loadlab.store": "store",
     "loadlab.workload": "workload",
     "loadlab.metrics": "metrics",

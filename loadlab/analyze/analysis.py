@@ -40,8 +40,8 @@ from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary import StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
+from loadlab.convert import ConvertError, from_json
 from loadlab.numbers import format_number, format_value
-from loadlab.store.convert import from_json
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
 from loadlab.store.reader import ANALYSIS_JSON, RunData, RunFolderError, read_stage_json
 from loadlab.store.schema import Mode, StepInfo
@@ -175,8 +175,8 @@ class Analysis:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Analysis:
-        """The analysis `to_dict` wrote (null back to NaN); TypeError, ValueError or KeyError
-        when `d` is not one."""
+        """The analysis `to_dict` wrote (null back to NaN); ConvertError (saying which field) when
+        `d` is not one."""
         return from_json(cls, d)
 
 
@@ -188,8 +188,8 @@ def read_analysis(folder: Path) -> Analysis | None:
         return None
     try:
         return Analysis.from_dict(data)
-    except (TypeError, ValueError, KeyError) as e:
-        raise RunFolderError(f"{ANALYSIS_JSON} is not an analysis ({type(e).__name__}: {e})") from None
+    except ConvertError as e:
+        raise RunFolderError(f"{ANALYSIS_JSON} is not an analysis ({e})") from None
 
 
 def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:

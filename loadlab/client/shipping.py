@@ -55,7 +55,7 @@ from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.config import RunConfig
-from loadlab.store.convert import from_json
+from loadlab.convert import from_json
 from loadlab.store.schema import ErrorCategory, RequestRecord, Sample, StepInfo
 
 HELLO, CONTEXT, RECORDS, CUT_OFF, FLUSH, DONE = (

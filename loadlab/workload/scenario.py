@@ -12,8 +12,9 @@
     ttft_p99 = "2s"
     error_rate = "1%"
 
-CLI flags then override the file through `apply_overrides`. Both go through one converter driven
-by the dataclass field types, so a new RunConfig/WorkloadConfig field works without code here.
+CLI flags then override the file through `apply_overrides`. Both go through loadlab's one
+converter (loadlab/convert.py, `from_settings`) driven by the dataclass field types, so a new
+RunConfig/WorkloadConfig field works without code here.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import copy
 import dataclasses
 import math
 import tomllib
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from loadlab.config import LengthDist, RunConfig, WorkloadConfig
+from loadlab.convert import ConvertError, from_settings
 from loadlab.errors import UserError
 from loadlab.metrics.slo import parse_slo, slo_text
 from loadlab.workload import WORKLOADS
@@ -55,9 +56,12 @@ def load_scenario(path: str | Path) -> RunConfig:
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"scenario file {path} is not valid TOML: {e}") from None
     try:
-        cfg = _build(RunConfig, data, prefix="")
+        cfg = _convert("", _with_slo_text(data), RunConfig)
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        _imply(cfg.workload, set(workload))
     check(cfg, complete=False)
     return cfg
 
@@ -69,11 +73,11 @@ def apply_overrides(cfg: RunConfig, **flags: Any) -> RunConfig:
     run_fields = _fields(RunConfig)
     workload_fields = _fields(WorkloadConfig)
     given = {name: value for name, value in flags.items() if value is not None}
-    for name, value in given.items():
+    for name, value in _with_slo_text(given).items():
         if name in run_fields:
-            _set(cfg, name, value, run_fields[name], prefix="")
+            setattr(cfg, name, _convert(name, value, run_fields[name]))
         elif name in workload_fields:
-            _set(cfg.workload, name, value, workload_fields[name], prefix="workload.")
+            setattr(cfg.workload, name, _convert(f"workload.{name}", value, workload_fields[name]))
         else:
             raise UserError(f"unknown setting {name!r}")
     _imply(cfg.workload, set(given))
@@ -158,27 +162,10 @@ def _check_trace(workload: WorkloadConfig) -> None:
         parse_columns(workload.trace_columns)
 
 
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
-    """A `cls` dataclass from a TOML table: unknown keys and wrong types raise UserError."""
-    fields = _fields(cls)
-    obj = cls()
-    for key, value in data.items():
-        if key not in fields:
-            raise UserError(f"unknown key {prefix + key!r} (known: {', '.join(sorted(fields))})")
-        _set(obj, key, value, fields[key], prefix)
-    if cls is WorkloadConfig:
-        _imply(obj, set(data))
-    return obj
-
-
 def _imply(workload: WorkloadConfig, given: set[str]) -> None:
     for name, off in _IMPLIED_OFF.items():
         if name in given and off not in given:
             setattr(workload, off, False)
-
-
-def _set(obj: Any, name: str, value: Any, hint: Any, prefix: str) -> None:
-    setattr(obj, name, _convert(prefix + name, value, hint))
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -188,61 +175,34 @@ def _fields(cls: type) -> dict[str, Any]:
 
 def _convert(key: str, value: Any, hint: Any) -> Any:
     """`value` (from TOML or a CLI flag) as the type `hint`, or UserError naming `key`."""
-    if key == "slo":  # an [slo] table or the inline text, both checked by the one SLO parser
-        return slo_text(value) if isinstance(value, dict) else parse_slo(_scalar(key, value, str)).text
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        # `X | None`: false (TOML has no null) or "off" switches the setting off.
-        if value is False or value == "off":
-            return None
-        return _convert(key, value, next(a for a in args if a is not type(None)))
-    if hint is LengthDist:
-        if isinstance(value, LengthDist):
-            return value
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise UserError(f"{key} must be a distribution string such as \"uniform:64:256\"")
-        parse = parse_seconds if key.rsplit(".", 1)[-1] in _SECONDS_FIELDS else parse_length
-        try:
-            return parse(str(value))
-        except UserError as e:
-            raise UserError(f"{key}: {e}") from None
-    if hint is WorkloadConfig:
-        if isinstance(value, WorkloadConfig):
-            return value
-        if not isinstance(value, dict):
-            raise UserError(f"{key} must be a table ([{key}])")
-        return _build(WorkloadConfig, value, prefix=key + ".")
-    if typing.get_origin(hint) is list:
-        if isinstance(value, str):
-            value = value.split(",")
-            if not all(v.strip() for v in value):
-                raise UserError(f"{key}: an empty item in {','.join(value)!r} (use e.g. 1,8,32)")
-        elif not isinstance(value, (list, tuple)):
-            value = [value]
-        return [_convert(key, v, args[0]) for v in value]
-    return _scalar(key, value, hint)
+    try:
+        return from_settings(hint, value, key, {LengthDist: _length})
+    except ConvertError as e:
+        raise UserError(str(e)) from None
 
 
-def _scalar(key: str, value: Any, hint: type) -> Any:
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise UserError(f"{key} must be true or false, got {value!r}")
-    if hint in (int, float) and not isinstance(value, bool):
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                pass
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            if hint is float:
-                return float(value)
-            if value == int(value):
-                return int(value)
-        kind = "a whole number" if hint is int else "a number"
-        raise UserError(f"{key} must be {kind}, got {value!r}")
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise UserError(f"{key} must be a string, got {value!r}")
-    raise UserError(f"{key}: cannot set a setting of type {hint}")
+def _length(value: Any, key: str) -> LengthDist:
+    """A length distribution from its text ("uniform:64:256"): tokens, or seconds for the fields
+    that hold times."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UserError(f"{key} must be a distribution string such as \"uniform:64:256\"")
+    parse = parse_seconds if key.rsplit(".", 1)[-1] in _SECONDS_FIELDS else parse_length
+    try:
+        return parse(str(value))
+    except UserError as e:
+        raise UserError(f"{key}: {e}") from None
+
+
+def _with_slo_text(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with the SLO, an [slo] table or the inline text, as the inline text the one SLO
+    parser checked."""
+    if "slo" not in settings:
+        return settings
+    slo = settings["slo"]
+    if isinstance(slo, dict):
+        text = slo_text(slo)
+    elif isinstance(slo, str):
+        text = parse_slo(slo).text
+    else:
+        raise UserError(f"slo must be a string or an [slo] table, got {slo!r}")
+    return {**settings, "slo": text}
