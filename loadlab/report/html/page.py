@@ -90,11 +90,12 @@ def _figure(fig: go.Figure, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=div_id)
 
 
-def _note(text: str) -> str:
+def html_note(text: str) -> str:
+    """A note under a heading: `text` escaped, in the pages' small grey type."""
     return f'<p class="note">{esc(text)}</p>'
 
 
-def _table(headers: Iterable[str] | None, rows: Iterable[Iterable[str]], cls: str = "") -> str:
+def html_table(headers: Iterable[str] | None, rows: Iterable[Iterable[str]], cls: str = "") -> str:
     """A table of already-escaped cells (no heading row when `headers` is None)."""
     head = "" if headers is None else "<thead><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -137,7 +138,7 @@ def _run_header(data: ReportData) -> str:
             f"{overall.aborted:,} aborted, {overall.warmup:,} warm-up",
         ),
     ]
-    parts = [_table(None, [(f"<b>{k}</b>", v) for k, v in facts])]
+    parts = [html_table(None, [(f"<b>{k}</b>", v) for k, v in facts])]
     if s.reason:
         parts.append(f'<p class="alert">Why it ended: {esc(s.reason)}</p>')
     if s.client_limited:
@@ -160,7 +161,7 @@ def _run_header(data: ReportData) -> str:
 def _verdict(data: ReportData) -> str:
     analysis = data.analysis
     if analysis is None:
-        problem = _note(data.analysis_problem) if data.analysis_problem else ""
+        problem = html_note(data.analysis_problem) if data.analysis_problem else ""
         return f'<p class="missing">{NO_ANALYSIS.format(path=esc(data.path))}</p>{problem}'
     overall, steps = analysis.overall, analysis.steps
     label_of = {s.index: s.label for s in steps}
@@ -177,11 +178,11 @@ def _verdict(data: ReportData) -> str:
         '<p class="chips">' + "".join(f'<span class="chip"><b>{k}</b> {esc(v)}</span>' for k, v in chips) + "</p>",
     ]
     if analysis.cut_off:
-        parts.append(_note("The run was cut off: the analysis used what it left."))
+        parts.append(html_note("The run was cut off: the analysis used what it left."))
     parts += _list("Advice", overall.advice) + _list("Notes", analysis.notes)
     if steps:
         parts.append(
-            _table(
+            html_table(
                 ["step", "saturation", "constraint", "score", "confidence", "runner-up", "headline"],
                 [
                     (
@@ -227,9 +228,9 @@ def _step_evidence(step: StepVerdict) -> str:
         for e in step.evidence
     ]
     body = (
-        _table(["constraint", "signal", "value", "threshold", "direction", "source", "what it says"], rows)
+        html_table(["constraint", "signal", "value", "threshold", "direction", "source", "what it says"], rows)
         if rows
-        else _note("No evidence recorded for this step.")
+        else html_note("No evidence recorded for this step.")
     )
     body += "".join(_list("Advice", step.advice) + _list("Missing signals", step.missing))
     return f"<details><summary>Evidence for {esc(step.label)}: {esc(step.constraint)}</summary>{body}</details>"
@@ -307,29 +308,29 @@ def _steps_table(data: ReportData) -> str:
         "or requests sent per second (open loop). per-user tok/s: output tokens / (E2E − TTFT) of one "
         "request; p10 is what the slowest tenth of users saw."
     )
-    return _table(headers, rows, "numbers") + _note(note)
+    return html_table(headers, rows, "numbers") + html_note(note)
 
 
 def _load_curve(data: ReportData) -> str:
     steps = [s for s in data.summary.steps if s.succeeded]
     if not steps:
-        return _note("No step has a successful request: nothing to draw.")
+        return html_note("No step has a successful request: nothing to draw.")
     note = (
         "The seed question as a picture: as load grows, does total throughput still rise, and what does "
         "each user get? Hover for each step's label; click a legend entry to hide it; drag to zoom."
     )
-    return _note(note) + _figure(charts.load_curve(steps, data.extras), "fig-load-curve")
+    return html_note(note) + _figure(charts.load_curve(steps, data.extras), "fig-load-curve")
 
 
 def _cdfs(data: ReportData) -> str:
     if not data.cdfs:
-        return _note("No successful request: no latency to draw.")
+        return html_note("No successful request: no latency to draw.")
     note = (
         "Share of requests (ITL: of token gaps) at or below each latency, per step. TTFT counts from the "
         "scheduled time in open loop and from the send time in closed loop. Click a step in the legend "
         "to hide its three lines."
     )
-    return _note(note) + _figure(charts.latency_cdfs(data.cdfs, data.summary.steps), "fig-cdfs")
+    return html_note(note) + _figure(charts.latency_cdfs(data.cdfs, data.summary.steps), "fig-cdfs")
 
 
 def _timeline(data: ReportData) -> str:
@@ -369,7 +370,8 @@ def _breakdown(data: ReportData) -> str:
             for t in s.turns
         ]
         parts.append(
-            _note("Sessions, turn by turn: the prompt grows, a prefix cache should carry it.") + _table(headers, rows)
+            html_note("Sessions, turn by turn: the prompt grows, a prefix cache should carry it.")
+            + html_table(headers, rows)
         )
     if s.media:
         headers = [
@@ -393,13 +395,13 @@ def _breakdown(data: ReportData) -> str:
             + [format_number(m.prompt_tokens_p50, group=True), _ms(m.ttft_p50), _ms(m.ttft_p99)]
             for m in s.media
         ]
-        parts.append(_note("TTFT against the images and audio each request carried.") + _table(headers, rows))
+        parts.append(html_note("TTFT against the images and audio each request carried.") + html_table(headers, rows))
     return "".join(parts)
 
 
 def _errors(data: ReportData) -> str:
     if not data.errors:
-        return _note("No failed request.")
+        return html_note("No failed request.")
     rows = [(esc(k.category), f"{k.total:,}", "<br>".join(esc(d) for d in k.examples) or "–") for k in data.errors]
     note = (
         "By the interval in which each request ended. aborted: still in flight when the run stopped, "
@@ -407,19 +409,21 @@ def _errors(data: ReportData) -> str:
     )
     return (
         _figure(charts.errors_over_time(data.errors, data.timeseries), "fig-errors")
-        + _note(note)
-        + _table(["category", "requests", "examples"], rows)
+        + html_note(note)
+        + html_table(["category", "requests", "examples"], rows)
     )
 
 
 def _coverage(data: ReportData) -> str:
     if not data.coverage:
-        return _note("run.json lists no collectors (none ran, or the run was cut off before it wrote their coverage).")
+        return html_note(
+            "run.json lists no collectors (none ran, or the run was cut off before it wrote their coverage)."
+        )
     rows = [
         (esc(c.source), "yes" if c.enabled else "no", f"{c.ok_samples:,}", f"{c.failed_samples:,}", esc(c.error) or "–")
         for c in data.coverage
     ]
-    return _table(["source", "enabled", "samples ok", "samples failed", "first error"], rows)
+    return html_table(["source", "enabled", "samples ok", "samples failed", "first error"], rows)
 
 
 def _config(data: ReportData) -> str:

@@ -17,7 +17,7 @@ from loadlab.analyze.whatif import WhatIf
 from loadlab.metrics.slo import SloSpec
 from loadlab.numbers import format_number
 from loadlab.report.html.charts import TEMPLATE, label
-from loadlab.report.html.page import PLOTLY_CONFIG, Section, _note, _table, esc, render_page, write_page
+from loadlab.report.html.page import PLOTLY_CONFIG, Section, esc, html_note, html_table, render_page, write_page
 
 SIMULATED = (
     "Simulated in virtual time on each GPU twin (loadlab simulate, docs/simulate.md): the engine's "
@@ -75,17 +75,17 @@ def _answer(answers: list[WhatIf], users: int, slo: SloSpec | None) -> str:
         "within the SLO; N users need the replicas shown (GPUs: replicas × tensor-parallel size), and each "
         "user then sees the per-user tokens/s (p50).</p>"
     )
-    return head + _table(headers, rows, "numbers") + _note(SIMULATED)
+    return head + html_table(headers, rows, "numbers") + html_note(SIMULATED)
 
 
 def _curves(answers: list[WhatIf], slo: SloSpec | None) -> str:
     if not any(a.points for a in answers):
-        return _note("No spec has a measured step: nothing to draw.")
+        return html_note("No spec has a measured step: nothing to draw.")
     note = (
         "Each spec's simulated sweep, one replica: a star marks its knee. Click a spec in the legend to hide "
         "its lines; drag to zoom."
     )
-    return _note(note) + whatif_curves(answers, slo).to_html(
+    return html_note(note) + whatif_curves(answers, slo).to_html(
         full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id="fig-whatif"
     )
 
@@ -154,4 +154,4 @@ def _verdicts(answers: list[WhatIf]) -> str:
         for a in answers
     ]
     note = "Each run folder is an ordinary one: loadlab summary, analyze, report and compare read it."
-    return _table(["spec", "the analyzer's verdict", "the sweep", "run folder"], rows) + _note(note)
+    return html_table(["spec", "the analyzer's verdict", "the sweep", "run folder"], rows) + html_note(note)
