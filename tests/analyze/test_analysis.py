@@ -472,7 +472,7 @@ def test_per_user_speed_and_throughput_are_one_figure_each_in_summary_analysis_g
     # One user alone for 5 s of fast answers (10 tokens over 0.1 s: 100 tok/s), then two users
     # with slow ones (10 tokens over 0.9 s: 11.1 tok/s). The step's successful requests (the
     # summary's) are mostly fast (10 of 18), p50 100; the steady window (from two in flight to the last
-    # send, which the analyzer once took its figure over) holds only slow ones, p50 11.1.
+    # send) holds only slow ones, p50 11.1: every stage must give the step's figure, not the window's.
     def content(t0: float) -> tuple[list, list]:
         fast = [req(k, t0 + 0.5 * k, list(t0 + 0.5 * k + np.linspace(0.1, 0.2, 10))) for k in range(10)]
         slow = [

@@ -79,7 +79,7 @@ def test_compare_prints_the_change_interval_and_call(runs: Path) -> None:
 
 
 def test_compare_and_the_gate_say_first_that_a_run_failed(runs: Path, tmp_path: Path) -> None:
-    # 47 of 80 requests failed fast and the rest ran faster: once read as "+153.8 % requests/s".
+    # 47 of 80 requests failed fast and the rest ran faster: their figures alone would read as an improvement.
     write_drawn_run(tmp_path / "base", seed=1, n=80)
     write_drawn_run(tmp_path / "failing", seed=2, n=80, slower=0.8, failed=47)
     result = loadlab("compare", str(tmp_path / "base"), str(tmp_path / "failing"))
