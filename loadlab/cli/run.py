@@ -21,7 +21,6 @@ passed, 1 a check failed, 2 the run is invalid for gating. Codes 3-6 and 130 kee
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
@@ -146,7 +145,9 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
 
     # SIGTERM (a CI job's time limit, `kill`) ends the run like Ctrl-C: what is in flight is
     # recorded as aborted, and the run folder is closed with its summary.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    from loadlab.conductor.interrupts import deliver_interrupts_to_main
+
+    deliver_interrupts_to_main()
     console = inert_console(stderr=True)
     console.print(
         f"loadlab {command} -> {folder}  ({without_credentials(cfg.url)}, model {cfg.model}, api {cfg.api})",

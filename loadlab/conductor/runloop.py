@@ -49,6 +49,7 @@ from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLo
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.conductor.budget import Breach, ErrorBudget
+from loadlab.conductor.interrupts import interrupted
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
 from loadlab.conductor.recording import attach_writer
@@ -193,6 +194,8 @@ class Conductor:
                     return True
                 if self._stop_now(plan):
                     return False
+                if interrupted():  # its KeyboardInterrupt may have been caught and dropped
+                    raise KeyboardInterrupt
                 gevent.sleep(min(_TICK_S, left))  # a step ends on time, not on the next tick
         finally:
             # Also on Ctrl-C: the step ends at the interrupt, not once the workers are down (their
@@ -338,6 +341,8 @@ class Conductor:
         connect fails its first request, which is counted)."""
         deadline = time.perf_counter() + READY_WAIT_S
         while ready_total(self.env) < users and time.perf_counter() < deadline:
+            if interrupted():  # Locust's runner.start() catches the KeyboardInterrupt and quits
+                raise KeyboardInterrupt
             self.show("opening connections")
             gevent.sleep(0.01)
 

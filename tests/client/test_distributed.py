@@ -174,9 +174,8 @@ STOPS = {
 }
 
 
-# Serial: beside three other test processes the master once exited 0 after SIGTERM to its group
-# (passes alone, 3 of 3); the race is not yet understood.
-@pytest.mark.serial
+# Whichever of the master's greenlets the signal finds running (its message listener drops a
+# KeyboardInterrupt): tests/conductor/test_interrupts.py provokes each case.
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_interrupt_mid_stream_loses_no_record(tmp_path, stop):
     """Stopped with long streams in flight on both workers: their aborted requests still arrive,
