@@ -49,10 +49,15 @@ _TLS_SOCKETS = (SSLSocket, get_original("ssl", "SSLSocket"))  # gevent's, and th
 # (bench/results/client.md): 1 -> 2 -> 4 -> 8 ms cut the client's CPU per token by 7-9 % each time.
 GATHER_S = 0.008
 _MIN_PAUSE_S = GATHER_S / 32
+# The share of the shortest recent gap between two tokens of one stream that the pause may take:
+# a token read more than one gap after it arrived merges with the next, and the rest of the gap
+# is left to the pass itself and to the process waiting for a CPU (on a busy host, a p99 of
+# 10-15 ms: with a pause of 8 ms at 20 ms gaps, over 1 % of the gaps merged).
+_GAP_SHARE = 0.25
 # A body's end is noticed at the next pass, and only then can its user send the next request: a
-# body that ended counts as a gap between two tokens of this share of its length (first to last
-# bytes), so the pause stays under 5 % of the shortest recent body (Pacing).
-_BODY_SHARE = 0.1
+# body that ended counts as a gap of this share of its length (first to last bytes), so the pause
+# stays under 5 % of the shortest recent body (Pacing).
+_BODY_SHARE = 0.2
 # How fast the shortest recent gap (Pacing.floor) forgets a short one: it rises by this factor per
 # pass in which no shorter gap is read.
 _FLOOR_RISE = 1.1
@@ -290,7 +295,7 @@ def _tls(sock: socket.socket | None) -> SSLSocket:
 class Pacing:
     """The reader's pause between passes. Two tokens of one stream read together share the later
     time, so the pause halves (down to none) whenever a read brings more than one, and grows back
-    only up to half the shortest gap between two tokens of one stream seen lately (`floor`): a
+    only up to _GAP_SHARE of the shortest gap between two tokens of one stream seen lately (`floor`): a
     stream faster than GATHER_S settles on a pause that does not merge its tokens instead of
     merging some at every return to the longest pause. Short bodies count as gaps of
     _BODY_SHARE of their length: a user waits for the pass that notices its body's end."""
@@ -304,7 +309,7 @@ class Pacing:
         one stream; `gap`, the shortest time between a stream's read of one token and its
         previous read that brought one, or _BODY_SHARE of a body that ended (math.inf: none)."""
         self.floor = min(self.floor * _FLOOR_RISE, gap)
-        self.pause = next_pause(self.pause, merged, min(GATHER_S, self.floor / 2))
+        self.pause = next_pause(self.pause, merged, min(GATHER_S, self.floor * _GAP_SHARE))
         return self.pause
 
 
