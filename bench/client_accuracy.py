@@ -4,7 +4,7 @@ Runs `loadlab run` on CPU core 0 against `loadlab mock` on core 1 (taskset), the
 request with what the mock recorded of it (GET /truth, by X-Request-Id):
 
     .venv/bin/python bench/client_accuracy.py [--seconds 20] [--only 256] [--ramp-up S] [--nice N]
-    .venv/bin/python bench/client_accuracy.py --ab 5aee2f0 --runs 2 --only 256 --nice 10
+    .venv/bin/python bench/client_accuracy.py --ab 5aee2f0 --runs 2 --only 256 --nice 10 [--together]
 
 Scenarios: 32 and 256 concurrent streams of 128 tokens at 50 ms TTFT / 20 ms ITL, and open-loop
 Poisson at 20 req/s. Reported per scenario: client CPU (cores, and µs per token), achieved vs
@@ -21,7 +21,10 @@ interpolated to the step's start and end): the same measure whatever the client'
 PYTHONPATH; each scenario then runs `--runs` times per client, alternating (A B, B A, ...), each
 run against a fresh mock of this tree (the same server for both). A regression shows in one run
 on one machine, not across machines and hours. (`--ramp-up` is not passed to the commit's client,
-which may not know it.) On a machine shared with other
+which may not know it.) With `--together` both clients of a pair run at the same time, each at
+half the scenario's load against its own mock (both mocks on core 1, both clients on core 0): they
+share whatever the host's other work does to the core, which on a busy host moves one client's
+figures between runs by more than the difference sought. On a machine shared with other
 work, `--nice 10` runs the mock and the client at nice -10, and this session's autogroup too (Linux
 schedules sessions against each other first; needs root): what the client measures when it and the
 server get their cores, rather than how busy the neighbours are.
@@ -174,8 +177,10 @@ def own_autogroup(nice: int) -> Iterator[None]:
 
 
 def run_scenario(
-    s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int, client: Client = THIS_TREE
+    s: Scenario, seconds: float, folder: Path, ramp_up: str, nice: int, client: Client = THIS_TREE, alone: bool = True
 ) -> dict[str, float]:
+    """One run of `s` by `client`; `alone` False: another client runs at the same time (its CPU
+    would be in this script's children's rusage, so the whole run's figure is left out)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mock = [
@@ -224,7 +229,8 @@ def run_scenario(
         finally:
             trace.stop()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        trace.whole_run = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        if alone:
+            trace.whole_run = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if proc.returncode != 0:
             raise RuntimeError(f"{client.label}: loadlab run exited {proc.returncode}: {stderr[-1500:]}")
         with urllib.request.urlopen(f"{url}/truth", timeout=30) as r:
@@ -297,6 +303,7 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=0, help="run mock and client at nice -N (root only)")
     parser.add_argument("--ab", default="", metavar="COMMIT", help="compare with the client of COMMIT, alternating")
     parser.add_argument("--runs", type=int, default=2, help="with --ab: runs of each scenario per client")
+    parser.add_argument("--together", action="store_true", help="with --ab: both clients at once, half the load each")
     args = parser.parse_args()
     with own_autogroup(args.nice):
         rows = run_all(args)
@@ -315,8 +322,15 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, dict[str, float]]]:
             return rows
         old = Client(args.ab, extract_package(args.ab, Path(tmp) / "old"))
         n = 0
+        if args.together:
+            scenarios = [halved(s) for s in scenarios]
         for s in scenarios:
             for r in range(args.runs):
+                if args.together:
+                    n += 1
+                    print(f"both clients at once: {s.name} for {args.seconds:g} s (run {r + 1}) ...", file=sys.stderr)
+                    rows += run_together(s, args, Path(tmp) / f"run{n}", (old, THIS_TREE))
+                    continue
                 pair = (old, THIS_TREE) if r % 2 == 0 else (THIS_TREE, old)  # A B, B A, ...: drift cancels
                 for client in pair:
                     n += 1
@@ -335,6 +349,38 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, dict[str, float]]]:
                 whole = " / ".join(f"{m['µs CPU/token, whole run']:.1f}" for m in mine)
                 print(f"{client.label}: {s.name}: µs CPU/token {step} (whole run {whole})", file=sys.stderr)
     return rows
+
+
+def halved(s: Scenario) -> Scenario:
+    """`s` at half its users or rate (each client of a --together pair takes half)."""
+    flag = s.load[0]
+    value = s.requested / 2
+    load = [flag, f"{value:g}", *s.load[2:]]
+    return Scenario(f"{s.name}, half each", load, value, s.mode)
+
+
+def run_together(
+    s: Scenario, args: argparse.Namespace, folder: Path, clients: tuple[Client, Client]
+) -> list[tuple[str, dict[str, float]]]:
+    """Run `s` with both clients at the same time (each its own mock); a row per client."""
+    results: dict[str, dict[str, float]] = {}
+    errors: list[BaseException] = []
+
+    def one(client: Client, sub: str) -> None:
+        try:
+            ramp_up = args.ramp_up if client is THIS_TREE else ""
+            results[client.label] = run_scenario(s, args.seconds, folder / sub, ramp_up, args.nice, client, False)
+        except BaseException as e:  # raised below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(c, f"c{i}")) for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [(f"{c.label}: {s.name}", results[c.label]) for c in clients]
 
 
 def extract_package(commit: str, folder: Path) -> Path:

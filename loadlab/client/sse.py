@@ -77,12 +77,14 @@ class TokenShape:
     tail starts with the quote that closes it, followed by `,` or `}`; so no match can start or
     end inside the text, and those in the head and tail are the ones the learned line had."""
 
-    __slots__ = ("head", "tail", "size")
+    __slots__ = ("head", "tail", "size", "text_at", "text_end")
 
     def __init__(self) -> None:
         self.head = b"\n"  # (no line holds a newline: nothing fits before a shape is learned)
         self.tail = b""
         self.size = 0  # len(head) + len(tail)
+        self.text_at = 1  # len(head): where a line's text starts
+        self.text_end = -1  # -len(tail): where it ends, counted from the line's end (never 0)
 
     def learn(self, line: bytes, text_at: int) -> None:
         """`line` is a plain token event in the usual shape (parsed in place) whose text starts
@@ -91,6 +93,7 @@ class TokenShape:
         if close > 0 and line[close + 1 : close + 2] in (b",", b"}"):
             self.head, self.tail = line[:text_at], line[close:]
             self.size = len(line) - close + text_at
+            self.text_at, self.text_end = text_at, close - len(line)
 
 
 def line_kind(line: bytes) -> str:
@@ -109,12 +112,11 @@ def parse_data(line: bytes, shape: TokenShape | None = None) -> Event:
     token in that shape without a scan, and learn the shape from the line. Raises MalformedEvent
     or StreamErrorEvent."""
     if shape is not None:  # the common case first: a token written like the stream's last one
-        head, tail = shape.head, shape.tail
         if (
-            len(line) > shape.size
-            and line.startswith(head)
-            and line.endswith(tail)
-            and line.find(b'"', len(head), len(line) - len(tail)) < 0
+            line.startswith(shape.head)
+            and line.endswith(shape.tail)
+            and len(line) > shape.size
+            and line.find(b'"', shape.text_at, shape.text_end) < 0
         ):
             return TOKEN_EVENT
     if line.startswith(b"data: {") and line.endswith(b"}"):  # the usual shape: scanned in place

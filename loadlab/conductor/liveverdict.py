@@ -23,7 +23,7 @@ requests still in flight, and the client check would read that as a load never r
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import gc
 import logging
 import math
@@ -293,7 +293,9 @@ class LiveVerdict:
     def add_record(self, record: RequestRecord) -> None:
         """A finished request, as the run writer gets it (its token times are not needed)."""
         if not record.warmup and not self._failed:
-            self._records.append(dataclasses.replace(record, token_times=[]))
+            slim = copy.copy(record)  # (a shallow copy: dataclasses.replace costs ~2x, per request)
+            slim.token_times = []
+            self._records.append(slim)
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         """A batch of samples, as the run writer gets it."""

@@ -17,7 +17,7 @@ from gevent.server import StreamServer
 from geventhttpclient.client import HTTPClient
 from geventhttpclient.url import URL
 
-from loadlab.client.reader import GATHER_S, body_reader, next_pause
+from loadlab.client.reader import GATHER_S, Pacing, body_reader, next_pause
 from loadlab.store.schema import ErrorCategory
 from tests.support.event_stream import client, send, serve_events, start_mock, truth, url_of
 
@@ -158,3 +158,26 @@ def test_the_pause_halves_to_none_while_tokens_merge_and_grows_back_to_the_gathe
         pause = next_pause(pause, merged=False)
         assert 0 < pause <= GATHER_S
     assert pause == GATHER_S
+
+
+def test_streams_slower_than_the_gather_time_keep_the_longest_pause():
+    pacing = Pacing()
+    pauses = [pacing.after_pass(merged=False, gap=0.04) for _ in range(50)]
+    assert all(p == GATHER_S for p in pauses)
+
+
+def test_a_stream_faster_than_the_gather_time_settles_below_a_quarter_of_its_gap_instead_of_merging_again():
+    """Tokens 6 ms apart: the longest pause merges two of them; the pause then grows back only to
+    a quarter of the gap the reads show, leaving the rest to the pass and to a busy host."""
+    pacing = Pacing()
+    pause = pacing.after_pass(merged=True, gap=float("inf"))
+    assert pause == GATHER_S / 2
+    pauses = [pacing.after_pass(merged=False, gap=0.006) for _ in range(50)]
+    assert 0 < max(pauses) <= 0.0015 and pauses[-1] == max(pauses)
+
+
+def test_a_single_short_gap_is_forgotten_within_tens_of_passes():
+    pacing = Pacing()
+    assert pacing.after_pass(merged=False, gap=0.0002) == 0.0  # a quarter of it is below the shortest pause
+    pauses = [pacing.after_pass(merged=False, gap=float("inf")) for _ in range(60)]
+    assert pauses[0] < GATHER_S and pauses[-1] == GATHER_S
