@@ -87,6 +87,9 @@ class Engine:
                 str(port),
                 "--dtype",
                 "float32",  # an AVX2-only CPU has no fast bf16
+                # No torch.compile: its cache failed to load on every start ("'function' object has
+                # no attribute 'finalize_loading'") and compiling again took 57-71 s of each start.
+                "--enforce-eager",
                 *flags,
             ]
         twin_flags = ("--twin", twin) if twin else ()
@@ -123,7 +126,7 @@ def vllm_engine(python: Path, model: Path) -> Engine:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    # Start-up: ~60 s of torch.compile the first time, 56-130 s in all on a quiet 2-core host.
+    # Start-up, eager (no torch.compile): 90-110 s on a busy 2-core host, where compiling made it 138-195 s.
     return Engine(VLLM, ready_timeout=900.0, python=str(python), model=model, env=env)
 
 

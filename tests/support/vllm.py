@@ -3,7 +3,8 @@
 Its Python is $LOADLAB_VLLM_PYTHON, else the repository's .venv-vllm (`make vllm`, which `make
 test` runs first); without one the tests about vLLM skip and say so. The tiny random-weight Llama
 it serves is made once, in the user's cache folder (loadlab/lab/engines.py), and reused by every
-later run. Its start takes one to two minutes (two on a busy host): the tests share one server.
+later run. It runs eager (the lab's command: `--enforce-eager`, no torch.compile), and still takes
+one and a half to two minutes to start on a busy 2-core host: the tests share one server.
 """
 
 from __future__ import annotations
