@@ -18,7 +18,7 @@ import pandas as pd
 
 from loadlab.analyze import blackbox, peaks, rules
 from loadlab.analyze.advice import VLLM, advice_for, server_kind
-from loadlab.analyze.derive import Derived, StepData, derive
+from loadlab.analyze.derive import Derived, StepData, derive, server_cores
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, has_work_estimates, work_rates
@@ -206,7 +206,8 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     `window`: judge every step over it instead of the step's steady state (the live verdict
     judges the last seconds of a run still going, loadlab.conductor.liveverdict).
     `device`: a CPU server's peak FLOP/s and bandwidth for its work estimates' roofline; None
-    calibrates this host when a run without GPU samples has them.
+    calibrates this host when a run without GPU samples has them, over the cores the server's
+    process may run on where the host collector read them.
     """
     steps = steps_of(run)
     summary = summarize(run)
@@ -219,7 +220,7 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     on_gpu = any(samples.has(name) for name in GPU_SIGNALS)
     estimates = has_work_estimates(samples)
     if device is None and estimates and not on_gpu:
-        device = peaks.calibrate()
+        device = peaks.calibrate(server_cores(samples))
     for d in data:
         derive(d)
         _add_roofline(d, fit, device)

@@ -314,6 +314,15 @@ def _host_side(d: StepData) -> None:
             d.put("server_cpu", server.groupby("time")["value"].sum().mean(), "cores", [PROCESS_CPU], HOST)
 
 
+def server_cores(samples: SampleIndex) -> int | None:
+    """How many cores the server's process may run on, as the host collector read its affinity
+    (`loadlab run --server-pid`); None where it was not sampled or the platform could not say."""
+    cpu = samples.of(PROCESS_CPU, ("host",))
+    found = [json.loads(t) for t in cpu["labels"].unique()] if len(cpu) else []
+    cores = [int(labels["cores"]) for labels in found if labels.get("role") == "server" and "cores" in labels]
+    return max(cores) if cores else None
+
+
 def _in_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
     return df[window.contains(df["time"])]
 

@@ -5,10 +5,11 @@ that fits every part, so its figures are given (`loadlab analyze --peak-tflops -
 measured here by a short calibration: the best of a few float32 matrix products (numpy's BLAS)
 and of a few copies of an array larger than the caches, each timed in CPU seconds, not wall
 seconds, so that other work on a busy host does not count as slowness: FLOPs per CPU-second
-times the cores, and one core's copy bandwidth (a lower bound of the socket's on a large
-host, where the ridge then reads high: give the figures there). Measured on the machine that
-analyzes, which is the server's when the analysis runs at the end of `loadlab run` beside a CPU
-server; elsewhere give the figures.
+times the cores the server may run on (its process's affinity, where `loadlab run --server-pid`
+sampled it, else all of this host's), and one core's copy bandwidth (a lower bound of the
+socket's on a large host, where the ridge then reads high: give the figures there). Measured on
+the machine that analyzes, which is the server's when the analysis runs at the end of `loadlab
+run` beside a CPU server; elsewhere give the figures.
 """
 
 from __future__ import annotations
@@ -47,23 +48,29 @@ def given(tflops: float, gbps: float) -> Peaks:
     return Peaks(tflops * 1e12, gbps * 1e9, f"given: {tflops:g} TFLOP/s, {gbps:g} GB/s")
 
 
-@functools.cache
-def calibrate() -> Peaks:
-    """This host's peaks, measured once per process (about 0.3 CPU-seconds)."""
-    rng = np.random.default_rng(0)
-    a = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
-    b = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
-    cores = os.cpu_count() or 1
-    flops = cores * 2 * MATMUL_N**3 / _best(lambda: a @ b)
-    src = np.ones(COPY_BYTES // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    bandwidth = 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src))  # read once, written once
+def calibrate(cores: int | None = None) -> Peaks:
+    """This host's peaks over the server's `cores` cores (None: all of this host's), measured once
+    per process (about 0.3 CPU-seconds)."""
+    per_core, bandwidth = _measure()
+    on = f"the server's {cores} core{'s' if cores > 1 else ''}" if cores else f"{os.cpu_count() or 1} cores"
+    flops = (cores or os.cpu_count() or 1) * per_core
     return Peaks(
         flops,
         bandwidth,
-        f"calibrated on this host: {format_number(flops / 1e9)} GFLOP/s on {cores} cores, "
-        f"{format_number(bandwidth / 1e9)} GB/s",
+        f"calibrated on this host: {format_number(flops / 1e9)} GFLOP/s on {on}, {format_number(bandwidth / 1e9)} GB/s",
     )
+
+
+@functools.cache
+def _measure() -> tuple[float, float]:
+    """FLOP/s per core (per CPU-second) and one core's copy bandwidth in bytes/s."""
+    rng = np.random.default_rng(0)
+    a = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
+    b = rng.random((MATMUL_N, MATMUL_N), dtype=np.float32)
+    per_core = 2 * MATMUL_N**3 / _best(lambda: a @ b)
+    src = np.ones(COPY_BYTES // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    return per_core, 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src))  # read once, written once
 
 
 def _best(work: Callable[[], object]) -> float:

@@ -26,7 +26,10 @@ def analyze(
         None, "--peak-tflops", help="A CPU server's peak TFLOP/s for vLLM's work estimates (with --peak-gbps)."
     ),
     peak_gbps: float | None = typer.Option(
-        None, "--peak-gbps", help="Its peak memory bandwidth in GB/s (without both: calibrated on this host)."
+        None,
+        "--peak-gbps",
+        help="Its peak memory bandwidth in GB/s (without both: calibrated on this host, over the cores the server "
+        "may run on where --server-pid let the run read them).",
     ),
 ) -> None:
     """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.

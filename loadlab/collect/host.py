@@ -117,7 +117,8 @@ class RunWait:
 
 class HostCollector(PollingCollector):
     """Samples `host_cpu` (cores busy on the whole host) and `process_cpu{role}` per PID (the
-    process and its descendants: `ProcessTreeCpu`).
+    process and its descendants: `ProcessTreeCpu`; label `cores`: how many cores the process may
+    run on, its affinity when sampling began, which a CPU server's calibrated peaks count).
 
     A PID that is gone at start or disappears later is reported once (in the log and the
     coverage) and dropped; the others go on.
@@ -129,6 +130,7 @@ class HostCollector(PollingCollector):
         super().__init__(interval)
         self.pids = dict(pids)
         self._procs: dict[str, ProcessTreeCpu] = {}
+        self._labels: dict[str, dict[str, str]] = {}
         self._host = HostCpu()
         self._primed = False
 
@@ -136,6 +138,7 @@ class HostCollector(PollingCollector):
         for role, pid in self.pids.items():
             try:
                 self._procs[role] = ProcessTreeCpu(pid)
+                self._labels[role] = {"role": role, "pid": str(pid), **_allowed(pid)}
             except (psutil.NoSuchProcess, psutil.AccessDenied) as e:
                 self.note_error(f"process {role} (pid {pid}) cannot be sampled: {type(e).__name__}", always_log=True)
         return True
@@ -154,6 +157,14 @@ class HostCollector(PollingCollector):
                 self.note_error(f"process {role} (pid {proc.pid}) disappeared: {type(e).__name__}", always_log=True)
                 continue
             if self._primed:
-                samples.append(Sample(t, self.source, "process_cpu", cores, {"role": role, "pid": str(proc.pid)}))
+                samples.append(Sample(t, self.source, "process_cpu", cores, self._labels[role]))
         self._primed = True
         return samples
+
+
+def _allowed(pid: int) -> dict[str, str]:
+    """{"cores": how many cores `pid` may run on}, or {} where the platform cannot say."""
+    try:
+        return {"cores": str(len(psutil.Process(pid).cpu_affinity()))}
+    except (AttributeError, psutil.Error):  # no cpu_affinity on macOS
+        return {}

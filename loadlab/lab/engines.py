@@ -60,6 +60,7 @@ class Engine:
     python: str = sys.executable
     model: Path | None = None  # vLLM: the model folder it serves
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
+    flags: tuple[str, ...] = ()  # vLLM: flags of every start, before the scenario's own
 
     def env_for(self, cpus: tuple[int, ...]) -> dict[str, str]:
         """The server's added environment when it is pinned to `cpus` (() = not pinned): vLLM's CPU
@@ -87,6 +88,7 @@ class Engine:
                 str(port),
                 "--dtype",
                 "float32",  # an AVX2-only CPU has no fast bf16
+                *self.flags,
                 *flags,
             ]
         twin_flags = ("--twin", twin) if twin else ()
@@ -109,8 +111,9 @@ def default_model_folder() -> Path:
     return Path(cache) / "loadlab" / "vllm-tiny-llama"
 
 
-def vllm_engine(python: Path, model: Path) -> Engine:
-    """A real vLLM from the environment of `python`, serving `model` (see `make_tiny_llama`)."""
+def vllm_engine(python: Path, model: Path, eager: bool = True) -> Engine:
+    """A real vLLM from the environment of `python`, serving `model` (see `make_tiny_llama`);
+    `eager`: without torch.compile (`--enforce-eager`)."""
     if not python.exists():
         raise EngineUnavailable(
             f"no vLLM environment at {python}: `make vllm` builds .venv-vllm, or set {VLLM_PYTHON_ENV}"
@@ -123,8 +126,11 @@ def vllm_engine(python: Path, model: Path) -> Engine:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    # Start-up: ~60 s of torch.compile the first time, 56-130 s in all on a quiet 2-core host.
-    return Engine(VLLM, ready_timeout=900.0, python=str(python), model=model, env=env)
+    # Eager: torch.compile's cache failed to load on every start ("'function' object has no attribute
+    # 'finalize_loading'") and compiling again took 57-71 s of each start; eager, a start took 90-110 s
+    # on a busy 2-core host against 138-195 s.
+    flags = ("--enforce-eager",) if eager else ()
+    return Engine(VLLM, ready_timeout=900.0, python=str(python), model=model, env=env, flags=flags)
 
 
 def make_tiny_llama(python: Path, folder: Path) -> Path:

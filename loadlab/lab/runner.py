@@ -2,8 +2,9 @@
 it with `loadlab run`, read the verdict.
 
 Every process is a child started here and ended here by its PID, in a `finally`, within a time
-limit: the server (SIGTERM, then SIGKILL; vLLM's whole process group), and `loadlab run`
-(SIGTERM past its limit, which ends the run like Ctrl-C with its records kept). The verdict
+limit: the server (SIGTERM, then SIGKILL; vLLM's whole process group), `loadlab run`
+(SIGTERM past its limit, which ends the run like Ctrl-C with its records kept) and the client
+scenario's rival processes (lab/rival.py: when the load's steps end). The verdict
 comes from the run folder's analysis.json (docs/run-folder.md), written by `loadlab analyze RUN`
 when the run did not leave one, and read back by the analyzer's own typed reader.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.lab.engines import VLLM, Engine, reference_engine
 from loadlab.lab.processes import NotReady, cores, end_child, free_port, start_child, usable, wait_healthy
+from loadlab.lab.rival import hold_cores
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
 
@@ -57,6 +59,8 @@ class Result:
     # ("0", "0-1"; "" where not started): pinned apart, neither starves the other.
     server_cores: str = ""
     client_cores: str = ""
+    # How the load generator was starved on purpose (the client scenario's rival process, lab/rival.py).
+    client_rival: str = ""
     folder: str = ""
     seconds: float = 0.0  # wall time of the scenario, server start included
 
@@ -155,7 +159,8 @@ def _load(
     result: Result,
 ) -> int:
     """Run the load against `server` and end it within its limit; `loadlab run`'s exit code.
-    The cores the server and the load generator may run on go into `result`."""
+    The cores the server and the load generator may run on go into `result`, and, where the
+    scenario starves the load generator with a rival process, how it did."""
     load_args = [
         sys.executable,
         "-m",
@@ -180,8 +185,13 @@ def _load(
         f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s, "
         f"cores {result.client_cores or '?'}; the server's {server.cores or '?'})"
     )
+    deadline = time.monotonic() + scenario.steps * step_seconds + RUN_MARGIN
     try:
-        return client.wait(scenario.steps * step_seconds + RUN_MARGIN)
+        if scenario.client_rival:
+            rivalry = hold_cores(client, run, scenario.client_cpus, scenario.steps, deadline)
+            result.client_rival = rivalry.describe(scenario.client_nice)
+            say(f"{scenario.name}: the load generator starved by {result.client_rival or 'nothing (no core to pin)'}")
+        return client.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")
         return end_child(client)

@@ -111,7 +111,14 @@ def print_lab(lab: LabRun, console: Console) -> None:
         table.add_column(header, overflow="fold", justify="right" if header == "confidence" else "left")
     for r, row in zip(lab.results, _rows(lab), strict=True):
         table.add_row(*map(escape, row), style=STYLE[r.status])
+    table.caption = escape("\n".join(_starved(lab))) or None
+    table.caption_justify = "left"
     console.print(Group(table, _matrix(lab)))
+
+
+def _starved(lab: LabRun) -> list[str]:
+    """One line per scenario whose load generator was starved on purpose, saying how."""
+    return [f"{r.name}: the load generator starved by {r.client_rival}" for r in lab.results if r.client_rival]
 
 
 def _matrix(lab: LabRun) -> Table:
@@ -143,6 +150,7 @@ def to_markdown(lab: LabRun) -> str:
         *map(line, _rows(lab)),
         "",
     ]
+    out += [*_starved(lab), ""] if _starved(lab) else []
     confusion = lab.confusion()
     verdicts = sorted({v for row in confusion.values() for v in row})
     out += [line(["expected \\ verdict", *verdicts]), line(["---"] * (len(verdicts) + 1))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -393,6 +394,26 @@ def test_analysis_json_reads_back_into_the_dataclasses_that_wrote_it(tmp_path):
     built = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
     assert built.overall.step_time_fit is not None and "intensity_over_ridge" in built.steps[1].derived
     assert Analysis.from_dict(json.loads(json.dumps(built.to_dict()))).to_dict() == built.to_dict()
+
+
+def test_a_cpu_servers_calibrated_peak_counts_the_cores_its_process_may_run_on():
+    # vLLM pinned to one core of a larger host: its compute peak is one core's, not the host's.
+    stretch = replace(DECODE_HEAVY[0], flops=3.3e9, read_bytes=0.9e9)
+    records, _ = loaded_run(users=int(stretch.running), ttft=0.02, e2e=1.0, start=stretch.start)
+    steps = [closed(stretch.running, stretch.start, stretch.start + 20)]
+
+    def ridge_note(*labels: dict[str, str]) -> str:
+        cpu = [Sample(stretch.start + t, "host", "process_cpu", 1.0, dict(x)) for t in range(20) for x in labels]
+        step = analyze_run(run_of(records, steps, vllm_samples([stretch]) + cpu)).steps[0]
+        return step.derived["intensity_over_ridge"].note
+
+    server = {"role": "server", "pid": "7"}
+    pinned, unknown = ridge_note({**server, "cores": "1"}), ridge_note(server)
+    assert "on the server's 1 core," in pinned
+    assert f"on {os.cpu_count()} cores," in unknown  # not read (an older run): the host's
+    ridge = [float(note.split("against a ridge of ")[1].split()[0]) for note in (pinned, unknown)]
+    assert ridge[0] == pytest.approx(ridge[1] / os.cpu_count(), rel=0.01)  # the same calibration, scaled
+    assert "on the server's 3 cores," in ridge_note({**server, "cores": "3"}, {"role": "client", "cores": "9"})
 
 
 def test_an_analysis_json_that_is_not_an_analysis_is_one_line_and_an_absent_one_is_none(tmp_path):

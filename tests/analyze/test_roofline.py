@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -208,7 +209,11 @@ def test_a_cpus_given_peaks_set_the_ridge_of_vllms_estimates():
     assert work_rates(index_of(gpu), Window(T, T + 2, 2, "w"), given(0.1, 10)).ridge == pytest.approx(989 / 3.35)
 
 
-def test_calibration_measures_this_host_once():
+def test_calibration_measures_this_host_once_and_counts_the_servers_cores():
     peaks = calibrate()
     assert peaks.flops > 1e8 and peaks.bandwidth > 1e8 and math.isfinite(peaks.ridge)
-    assert peaks.source.startswith("calibrated on this host") and calibrate() is peaks
+    assert peaks.source.startswith("calibrated on this host") and f"on {os.cpu_count()} cores," in peaks.source
+    one, three = calibrate(1), calibrate(3)  # measured once: the figures scale, they are not measured again
+    assert one.flops * 3 == pytest.approx(three.flops) and one.bandwidth == three.bandwidth == peaks.bandwidth
+    assert peaks.flops == pytest.approx(one.flops * (os.cpu_count() or 1))
+    assert "on the server's 1 core," in one.source and "on the server's 3 cores," in three.source

@@ -150,3 +150,19 @@ def test_host_collector_with_a_pid_missing_from_the_start_still_samples_the_host
     assert [s for s in got if s.signal == "host_cpu"]
     assert not [s for s in got if s.signal == "process_cpu"]
     assert "cannot be sampled" in collector.coverage().error
+
+
+def test_host_collector_labels_each_process_with_the_cores_it_may_run_on(spawn):
+    pinned = subprocess.Popen([sys.executable, "-c", IDLE], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    anywhere = spawn(IDLE)
+    got = []
+    collector = HostCollector({"server": pinned.pid, "other": anywhere.pid}, interval=0.1)
+    try:
+        collector.start(got.extend)
+        time.sleep(0.5)
+        collector.stop()
+    finally:
+        pinned.kill()
+        pinned.wait(5)
+    cores = {s.labels["role"]: s.labels["cores"] for s in got if s.signal == "process_cpu"}
+    assert cores == {"server": "1", "other": str(len(os.sched_getaffinity(0)))}

@@ -31,7 +31,9 @@ def test_vllm_serves_the_tiny_llama_on_loopback_in_float32_with_a_small_kv_pool(
     engine = vllm_engine(python, tmp_path / "model")
     command = engine.command(("--max-num-seqs", "2"), 8124, "cpu")
     assert command[:3] == [str(python), "-m", "vllm.entrypoints.openai.api_server"]
-    flags = dict(zip(command[3:-2:2], command[4:-2:2], strict=True))
+    assert command[-3] == "--enforce-eager"  # no torch.compile: its cache never loaded, a minute per start
+    assert "--enforce-eager" not in vllm_engine(python, tmp_path / "model", eager=False).command((), 8124, "cpu")
+    flags = dict(zip(command[3:-3:2], command[4:-3:2], strict=True))
     assert flags["--model"] == str(tmp_path / "model") and flags["--host"] == "127.0.0.1"
     assert flags["--port"] == "8124" and flags["--dtype"] == "float32"
     assert command[-2:] == ["--max-num-seqs", "2"]  # the scenario's own flags last: they win

@@ -31,6 +31,7 @@ def lab() -> LabRun:
             Result("mb", "memory_bandwidth", [], MISMATCH, "compute", "at_knee", 0.4, runner_up="memory_bandwidth"),
             Result("light", "", ["under_loaded"], MATCH, "compute", "under_loaded", 0.3),
             Result("twin", "compute", [], SKIPPED, reason="the reference server has no --twin"),
+            Result("starved", "client", [], MATCH, "client", "overloaded", 1.0, client_rival="a CPU-bound process"),
         ],
     )
 
@@ -38,25 +39,35 @@ def lab() -> LabRun:
 def test_confusion_counts_judged_scenarios_in_the_terms_each_expects():
     assert lab().confusion() == {
         "kv_capacity": {"kv_capacity": 1},
+        "client": {"client": 1},
         "memory_bandwidth": {"compute": 1},
         "scheduling": {"client": 1},
         "under_loaded": {"under_loaded": 1},
     }
     data = lab().to_dict()
-    assert (data["matched"], data["client_limited"], data["judged"]) == (2, 1, 4)
-    assert [r["status"] for r in data["results"]] == ["match", "client_limited", "mismatch", "match", "skipped"]
+    assert (data["matched"], data["client_limited"], data["judged"]) == (3, 1, 5)
+    assert [r["status"] for r in data["results"]] == [
+        "match",
+        "client_limited",
+        "mismatch",
+        "match",
+        "skipped",
+        "match",
+    ]
+    assert data["results"][-1]["client_rival"] == "a CPU-bound process"  # how the client was starved
 
 
 def test_markdown_and_terminal_show_every_scenario_and_why():
     md = to_markdown(lab())
     assert md.startswith(
-        "`loadlab lab --short` (reference on cpu, 12 s per step): 2 of 4 judged scenarios as expected, "
+        "`loadlab lab --short` (reference on cpu, 12 s per step): 3 of 5 judged scenarios as expected, "
         "1 client-limited (server side as expected)."
     )
     assert "| mb | memory_bandwidth | compute | at_knee | 0.4 | memory_bandwidth | NO |" in md
     assert "| twin | compute |  |  |  |  | skipped | the reference server has no --twin |" in md
     assert "| light | any constraint (under_loaded) | compute | under_loaded |" in md
     assert "| expected \\ verdict | client | compute | kv_capacity | under_loaded |" in md
+    assert "\nstarved: the load generator starved by a CPU-bound process\n" in md
     assert "| memory_bandwidth |  | 1 |  |  |" in md
     assert md.splitlines()[2].endswith("| evidence | cores |")
     assert "| kv usage p90 100 % >= 90 % | 0 / 1 |" in md  # where each ran, read back from the processes
@@ -65,3 +76,4 @@ def test_markdown_and_terminal_show_every_scenario_and_why():
     print_lab(lab(), console)
     text = console.export_text()
     assert "client (server side: scheduling)" in text and "kv usage p90 100 % >= 90 %" in text
+    assert "starved: the load generator starved by a CPU-bound process" in text
