@@ -145,7 +145,11 @@ def simulate_steps(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]
 
 
 def _header(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]) -> dict[str, Any]:
-    """The simulator's first line: the engine, the API and the steps."""
+    """The simulator's first line: the engine, the API, the steps, and the grace after the last
+    (the requests still in flight then are cut off, as `loadlab run` cuts them off)."""
+    from loadlab.conductor.runloop import cut_off_detail
+
+    grace = _grace(cfg, plans)
     return {
         "engine": engine.to_dict(),
         "api": cfg.api,
@@ -162,7 +166,16 @@ def _header(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]) -> di
         "ramp_up": cfg.ramp_up,
         "timeout": cfg.timeout,
         "metrics_interval": cfg.metrics_interval,
+        "grace": grace,
+        "cut_off": cut_off_detail(plans[-1].label, grace) if plans else "",
     }
+
+
+def _grace(cfg: RunConfig, plans: list[StepPlan]) -> float:
+    """How long the requests in flight at the last step's end get to finish (`loadlab run`'s grace)."""
+    from loadlab.conductor.runloop import step_grace
+
+    return step_grace(plans[-1].seconds, cfg.timeout) if plans else cfg.timeout
 
 
 def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path) -> None:
@@ -207,6 +220,8 @@ def _write_folder(
     wall: float,
 ) -> SimulationResult:
     """Turn the simulator's results into a run folder whose epoch times start at `origin`."""
+    from loadlab.conductor.runloop import cut_off_warning
+
     virtual = {"now": 0.0}
     writer = RunWriter(folder, cfg, ClockAnchor(origin, 0.0), clock=lambda: origin + virtual["now"])
     writer.meta.simulated = {"twin": engine.twin, "engine": engine.to_dict(), "wall_seconds": round(wall, 3)}
@@ -232,6 +247,8 @@ def _write_folder(
         elif kind == "end":
             virtual["now"] = item["time"]
             reason = item["reason"]
+            if item["cut_off"]:
+                writer.add_warning(cut_off_warning(plans[-1].label, item["cut_off"], _grace(cfg, plans)))
         if requests % 5000 == 0:
             writer.flush()
     coverage = [
