@@ -14,7 +14,9 @@ Header: `{"engine": EngineConfig fields, "api": "chat" | "completions", "steps":
 "grace": s, "cut_off": detail}`: the requests still in flight `grace` seconds after the last step
 ended are cut off (recorded as aborted, with that detail), as the load generator does.
 
---out, JSON lines, times in virtual seconds from 0: `{"kind": "request", ...}` per request,
+--out, JSON lines, times in virtual seconds from 0: `{"kind": "request", ...}` per request (its
+`tokens`: the token times as float64 in this machine's byte order, base64: written and read as JSON
+numbers, millions of them cost more than the run folder's other work),
 `{"kind": "metrics", "time", "text"}` (the /metrics exposition every metrics_interval),
 `{"kind": "step", "index", "start", "end"}` and a last `{"kind": "end", "time", "reason", "cut_off"}`
 (cut_off: how many requests the grace cut off).
@@ -23,11 +25,13 @@ ended are cut off (recorded as aborted, with that detail), as the load generator
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import heapq
 import itertools
 import json
 import sys
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import IO, Any
@@ -70,7 +74,7 @@ class Flight:
     think: float
     scheduled: float
     send: float
-    tokens: list[float] = field(default_factory=list)
+    tokens: array = field(default_factory=lambda: array("d"))  # each token's time
     prompt_tokens: int = -1
     completion_tokens: int = -1
 
@@ -282,7 +286,7 @@ class Simulation:
                 "warmup": flight.warmup,
                 "scheduled": flight.scheduled,
                 "send": flight.send,
-                "tokens": flight.tokens,
+                "tokens": base64.b64encode(flight.tokens.tobytes()).decode("ascii"),
                 "end": end,
                 "prompt_tokens": flight.prompt_tokens,
                 "completion_tokens": flight.completion_tokens,

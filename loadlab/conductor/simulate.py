@@ -10,6 +10,7 @@ ordinary run folder from them, with virtual epoch times starting now, marked sim
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -23,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
 
 from loadlab.analyze.summary import write_summary
 from loadlab.clock import ClockAnchor
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
 MODEL_NAME = "loadlab-reference"  # the reference server's default --model-name
+FLUSH_REQUESTS = 5000  # the run folder is written every this many requests (memory stays bounded)
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,8 @@ def _write_folder(
         if kind == "request":
             writer.add_requests([_record(item, cfg.api, origin)])
             requests += 1
+            if requests % FLUSH_REQUESTS == 0:
+                writer.flush()
         elif kind == "metrics":
             writer.add_samples(parse_metrics_text(item["text"], origin + item["time"], "server"))
             scrapes += 1
@@ -249,8 +255,6 @@ def _write_folder(
             reason = item["reason"]
             if item["cut_off"]:
                 writer.add_warning(cut_off_warning(plans[-1].label, item["cut_off"], _grace(cfg, plans)))
-        if requests % 5000 == 0:
-            writer.flush()
     coverage = [
         Coverage("server", True, ok_samples=scrapes),
         Coverage("client", False, error="simulated: no load generator, so no client self-check"),
@@ -264,7 +268,7 @@ def _write_folder(
 
 
 def _record(item: dict[str, Any], api: str, origin: float) -> RequestRecord:
-    tokens = [origin + t for t in item["tokens"]]
+    tokens = (np.frombuffer(base64.b64decode(item["tokens"]), dtype=np.float64) + origin).tolist()
     input_tokens, max_tokens, images, image_pixels, audio_seconds = item["meta"]
     return RequestRecord(
         request_id=item["id"],

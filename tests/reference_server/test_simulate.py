@@ -4,8 +4,10 @@ failures a server would answer (a bad body, a full queue, a timeout) are recorde
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+from array import array
 from collections import defaultdict
 from typing import Any
 
@@ -32,6 +34,8 @@ def simulate(steps: list[dict[str, Any]], lines: list[dict[str, Any]], **header:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for line in out.getvalue().splitlines():
         item = json.loads(line)
+        if item["kind"] == "request":  # token times come as float64s, base64
+            item["tokens"] = array("d", base64.b64decode(item["tokens"])).tolist()
         by_kind[item["kind"]].append(item)
     return by_kind
 
