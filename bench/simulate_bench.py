@@ -3,6 +3,7 @@
     .venv/bin/python bench/simulate_bench.py                 # the issue's target: 1,000 users, 600 s
     .venv/bin/python bench/simulate_bench.py --users 100 --seconds 60 --profile 25   # hot path
     .venv/bin/python bench/simulate_bench.py --digest       # fingerprints: a speed-up must keep them
+    .venv/bin/python bench/simulate_bench.py --folder-digest   # ... and the run folders' content
 
 Runs the simulator in this process (the planning of loadlab.conductor.simulate feeding
 reference_server.simulate.Simulation, output to /dev/null-like memory), so the figure is the
@@ -10,7 +11,9 @@ simulator's own, on one core; `--cli` times the whole `loadlab simulate` instead
 too). Prints one Markdown row (bench/results/simulate.md). `--digest` prints instead the SHA-256 of
 the simulator's whole output (every request's token times, every /metrics scrape) for a few fixed
 scenarios that reach preemption, prefix-cache hits, think times, open loop and tensor parallelism:
-a change meant only to make the engine faster must leave them as they were.
+a change meant only to make the engine faster must leave them as they were. `--folder-digest`
+prints the SHA-256 of the run folder's content written from them (every request and sample row,
+run.json and summary.json, on a fixed epoch): the same for a change to how the folder is written.
 """
 
 from __future__ import annotations
@@ -70,31 +73,28 @@ DIGESTS: list[tuple[str, str, dict, dict, dict]] = [
 ]  # fmt: skip
 
 
-def simulation_of(twin: str, engine_fields: dict, run_fields: dict, workload_fields: dict, sink: io.TextIOBase) -> Any:
-    """The simulator of this run, as `loadlab simulate` would set it up, writing to `sink`."""
-    from loadlab.conductor.runloop import plan_steps
-    from loadlab.conductor.simulate import EngineSettings, planned_requests
+def run_config(run_fields: dict, workload_fields: dict) -> Any:
+    """The RunConfig of `loadlab simulate` with these load and workload flags."""
+    from loadlab.conductor.simulate import MODEL_NAME
     from loadlab.config import RunConfig
     from loadlab.workload.distributions import parse_length, parse_seconds
-    from reference_server.simulate import Simulation
 
     if "think_time" in run_fields:
         run_fields = {**run_fields, "think_time": parse_seconds(run_fields["think_time"])}
-    cfg = RunConfig(url="http://simulated", model="loadlab-reference", **run_fields)
+    cfg = RunConfig(url="http://simulated", model=MODEL_NAME, **run_fields)
     for name, value in workload_fields.items():
         setattr(cfg.workload, name, parse_length(value) if isinstance(value, str) and name.endswith("_len") else value)
-    engine = EngineSettings(twin, **engine_fields)
-    header = {
-        "engine": engine.to_dict(),
-        "api": cfg.api,
-        "steps": [
-            {"mode": p.mode, "target": p.target, "seconds": p.seconds, "requests": p.requests, "warmup": 0}
-            for p in plan_steps(cfg)
-        ],
-        "ramp_up": cfg.ramp_up,
-        "timeout": cfg.timeout,
-        "metrics_interval": cfg.metrics_interval,
-    }
+    return cfg
+
+
+def simulation_of(twin: str, engine_fields: dict, run_fields: dict, workload_fields: dict, sink: io.TextIOBase) -> Any:
+    """The simulator of this run, as `loadlab simulate` would set it up, writing to `sink`."""
+    from loadlab.conductor.runloop import plan_steps
+    from loadlab.conductor.simulate import EngineSettings, _header, planned_requests
+    from reference_server.simulate import Simulation
+
+    cfg = run_config(run_fields, workload_fields)
+    header = _header(cfg, EngineSettings(twin, **engine_fields), plan_steps(cfg))
     return Simulation(header, planned_requests(cfg), sink)
 
 
@@ -105,6 +105,34 @@ def digests() -> None:
         start = time.process_time()
         simulation_of(twin, engine_fields, run_fields, workload_fields, sink).run()
         print(f"{sink.hash.hexdigest()}  {name} ({time.process_time() - start:.1f} s CPU)")
+
+
+def folder_digests() -> None:
+    """Print the SHA-256 of the run folder `loadlab simulate` writes for each fixed scenario: every
+    request row, every sample row, run.json and summary.json (less the writing process's host and
+    the folder's path), with the virtual clock's epoch fixed (it is the wall clock's now otherwise)."""
+    import pyarrow.parquet as pq
+
+    from loadlab.conductor.runloop import plan_steps
+    from loadlab.conductor.simulate import EngineSettings, _header, _run_simulator, _write_folder, planned_requests
+
+    for name, twin, engine_fields, run_fields, workload_fields in DIGESTS:
+        cfg = run_config(run_fields, workload_fields)
+        engine, plans = EngineSettings(twin, **engine_fields), plan_steps(cfg)
+        start = time.process_time()
+        with tempfile.TemporaryDirectory() as tmp:
+            results, folder = Path(tmp) / "results.jsonl", Path(tmp) / "run"
+            _run_simulator(_header(cfg, engine, plans), planned_requests(cfg), results)
+            with results.open() as lines:
+                _write_folder(cfg, engine, plans, lines, folder, 1.8e9, 0.0)
+            digest = hashlib.sha256()
+            for table in ("requests", "samples"):
+                rows = pq.read_table(folder / table).to_pylist()
+                digest.update(json.dumps(rows).encode())
+            meta, summary = (json.loads((folder / name).read_text()) for name in ("run.json", "summary.json"))
+            del meta["host"], summary["path"]  # (the process that wrote it, the folder's place)
+            digest.update(json.dumps([meta, summary], sort_keys=True).encode())
+        print(f"{digest.hexdigest()}  {name}, run folder ({time.process_time() - start:.1f} s CPU here)")
 
 
 def in_process(args: argparse.Namespace) -> tuple[float, float]:
@@ -154,9 +182,10 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions by cumulative time")
     parser.add_argument("--cli", action="store_true", help="time the whole `loadlab simulate` command")
     parser.add_argument("--digest", action="store_true", help="print the fixed scenarios' output digests")
+    parser.add_argument("--folder-digest", action="store_true", help="... and of the run folders written from them")
     args = parser.parse_args()
-    if args.digest:
-        digests()
+    if args.digest or args.folder_digest:
+        (folder_digests if args.folder_digest else digests)()
         return
     # CPU seconds beside wall seconds: on a shared host the wall time measures the neighbours too.
     print("| twin | users | simulated s | wall s | CPU s | simulated s per wall s | what |")

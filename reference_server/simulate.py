@@ -10,21 +10,28 @@ stdin, JSON lines: a header, then the requests in the order the users take them,
 `{"body": OpenAI request body, "think": seconds after it (closed loop), "gap": arrival gap at rate 1
 (open loop), "meta": anything, echoed back}`. The reader stops reading when it has enough.
 Header: `{"engine": EngineConfig fields, "api": "chat" | "completions", "steps": [{"mode",
-"target", "seconds", "requests", "warmup"}], "ramp_up": s, "timeout": s, "metrics_interval": s}`.
+"target", "seconds", "requests", "warmup"}], "ramp_up": s, "timeout": s, "metrics_interval": s,
+"grace": s, "cut_off": detail}`: the requests still in flight `grace` seconds after the last step
+ended are cut off (recorded as aborted, with that detail), as the load generator does.
 
---out, JSON lines, times in virtual seconds from 0: `{"kind": "request", ...}` per request,
+--out, JSON lines, times in virtual seconds from 0: `{"kind": "request", ...}` per request (its
+`tokens`: the token times as float64 in this machine's byte order, base64: written and read as JSON
+numbers, millions of them cost more than the run folder's other work),
 `{"kind": "metrics", "time", "text"}` (the /metrics exposition every metrics_interval),
-`{"kind": "step", "index", "start", "end"}` and a last `{"kind": "end", "time", "reason"}`.
+`{"kind": "step", "index", "start", "end"}` and a last `{"kind": "end", "time", "reason", "cut_off"}`
+(cut_off: how many requests the grace cut off).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import heapq
 import itertools
 import json
 import sys
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import IO, Any
@@ -39,7 +46,7 @@ from reference_server.engine.core import EngineCore, RequestOutput
 from reference_server.interface import StepFailed
 
 # Event kinds, in the order they fire at the same instant: a step's end before the sends it stops.
-STEP_END, SAMPLE, TIMEOUT, SEND, ARRIVAL = range(5)
+STEP_END, SAMPLE, CUT_OFF, TIMEOUT, SEND, ARRIVAL = range(6)
 
 
 @dataclass
@@ -67,7 +74,7 @@ class Flight:
     think: float
     scheduled: float
     send: float
-    tokens: list[float] = field(default_factory=list)
+    tokens: array = field(default_factory=lambda: array("d"))  # each token's time
     prompt_tokens: int = -1
     completion_tokens: int = -1
 
@@ -89,6 +96,9 @@ class Simulation:
         self.steps = [Step(s["mode"], s["target"], s["seconds"], s["requests"], s["warmup"]) for s in header["steps"]]
         self.ramp_up = float(header.get("ramp_up", 0.0))
         self.timeout = float(header.get("timeout", 300.0))
+        self.grace = float(header.get("grace", self.timeout))
+        self.cut_off_detail = str(header.get("cut_off", f"cut off {self.grace:g} s after the last step's end"))
+        self.cut_off = 0  # requests the grace cut off
         self.interval = float(header.get("metrics_interval", 1.0))
         self.requests = requests
         self.out = out
@@ -116,29 +126,33 @@ class Simulation:
         self._push(0.0, SAMPLE)
         self._begin_step(0, 0.0)
         core, clock = self.core, self.clock
+        self._fire_due(clock.now())
         while self.current < len(self.steps) or self.flights:
-            self._fire_due()
-            if self.current >= len(self.steps) and not self.flights:
-                break
             result = core.step()
-            if result.outputs:
+            if result.num_scheduled:
+                # What happened during the step (a timeout, a cut-off) came before its tokens; what
+                # happens as it ends (a user sending on hearing its last token) comes after the
+                # engine began its next step, at that very instant: it reaches the engine too late.
+                self._fire_due(clock.now(), before=True)
                 self._on_outputs(result.outputs, clock.now())
-            if not result.num_scheduled:
+            else:
                 if not self.events:  # nothing runs and nothing will happen: requests stuck waiting
                     self.reason = f"{core.num_waiting} requests could never be scheduled"
                     break
                 clock.advance_to(self.events[0][0])
+                self._fire_due(clock.now())  # an idle engine wakes for it
         for rid in list(self.flights):
-            self._abort(rid, "aborted", "still waiting when the simulation ended")
+            self._abort(rid, clock.now(), "aborted", "still waiting when the simulation ended")
         self._scrape()
-        self._write({"kind": "end", "time": clock.now(), "reason": self.reason})
+        self._write({"kind": "end", "time": clock.now(), "reason": self.reason, "cut_off": self.cut_off})
 
     def _push(self, when: float, kind: int, argument: int = 0) -> None:
         heapq.heappush(self.events, (when, kind, next(self.order), argument))
 
-    def _fire_due(self) -> None:
-        now = self.clock.now()
-        while self.events and self.events[0][0] <= now:
+    def _fire_due(self, now: float, before: bool = False) -> None:
+        """Fire the events due by `now` (`before`: strictly before it)."""
+        events = self.events
+        while events and (events[0][0] < now or (not before and events[0][0] == now)):
             when, kind, _, argument = heapq.heappop(self.events)
             if kind == STEP_END:
                 if argument == self.current:
@@ -147,10 +161,14 @@ class Simulation:
                 self._scrape(when)
                 if self.current < len(self.steps) or self.flights:
                     self._push(when + self.interval, SAMPLE)
+            elif kind == CUT_OFF:
+                self.cut_off += len(self.flights)
+                for rid in list(self.flights):
+                    self._abort(rid, when, "aborted", self.cut_off_detail)
             elif kind == TIMEOUT:
                 rid = f"sim-{argument}"
                 if rid in self.flights:
-                    self._abort(rid, "timeout", f"no end after {self.timeout:g} s")
+                    self._abort(rid, when, "timeout", f"no end after {self.timeout:g} s")
             elif kind == SEND:
                 self._user_sends(argument, when)
             else:
@@ -160,7 +178,8 @@ class Simulation:
 
     def _begin_step(self, index: int, now: float) -> None:
         self.current = index
-        if index >= len(self.steps):
+        if index >= len(self.steps):  # the load has ended: what is in flight gets the grace to finish
+            self._push(now + self.grace, CUT_OFF)
             return
         step = self.steps[index]
         step.start = now
@@ -241,9 +260,9 @@ class Simulation:
             if o.finish_reason is not None:
                 self._finish(out.request_id, now, finish=o.finish_reason)
 
-    def _abort(self, rid: str, error: str, detail: str) -> None:
+    def _abort(self, rid: str, when: float, error: str, detail: str) -> None:
         self.core.abort(rid)
-        self._finish(rid, self.clock.now(), error=error, detail=detail)
+        self._finish(rid, when, error=error, detail=detail)
 
     def _finish(self, rid: str, now: float, finish: str = "", error: str = "", detail: str = "") -> None:
         flight = self.flights.pop(rid)
@@ -267,7 +286,7 @@ class Simulation:
                 "warmup": flight.warmup,
                 "scheduled": flight.scheduled,
                 "send": flight.send,
-                "tokens": flight.tokens,
+                "tokens": base64.b64encode(flight.tokens.tobytes()).decode("ascii"),
                 "end": end,
                 "prompt_tokens": flight.prompt_tokens,
                 "completion_tokens": flight.completion_tokens,

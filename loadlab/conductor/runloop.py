@@ -83,6 +83,19 @@ def step_grace(seconds: float, timeout: float) -> float:
     return min(timeout, max(STEP_GRACE_MIN_S, STEP_GRACE_SHARE * seconds))
 
 
+def cut_off_detail(label: str, grace: float) -> str:
+    """The error detail of a request cut off `grace` seconds after the end of step `label`."""
+    return f"cut off {grace:g} s after the end of step {label} (the step's grace)"
+
+
+def cut_off_warning(label: str, left: int, grace: float) -> str:
+    """run.json's warning that `left` requests were cut off after step `label`."""
+    return (
+        f"{label}: {left} request(s) still in flight {grace:g} s after the step's end were cut off "
+        "(recorded as aborted, not as failures)"
+    )
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """One step to run: its label and target, and when it ends."""
@@ -372,15 +385,12 @@ class Conductor:
         left = in_flight_total(self.env)
         if not left or plan is None:
             return
-        cut_off_total(self.env, f"cut off {grace:g} s after the end of step {plan.label} (the step's grace)")
+        cut_off_total(self.env, cut_off_detail(plan.label, grace))
         deadline = time.perf_counter() + CUT_OFF_WAIT_S
         while in_flight_total(self.env) and time.perf_counter() < deadline:
             self.show("cutting off requests in flight")
             gevent.sleep(0.02)
-        self.writer.add_warning(
-            f"{plan.label}: {left} request(s) still in flight {grace:g} s after the step's end were cut off "
-            "(recorded as aborted, not as failures)"
-        )
+        self.writer.add_warning(cut_off_warning(plan.label, left, grace))
 
     def _warning(self) -> str:
         lost = "; ".join(f"worker {loss.worker} died, {loss.aborted} aborted" for loss in self.losses)

@@ -10,6 +10,7 @@ ordinary run folder from them, with virtual epoch times starting now, marked sim
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -23,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
 
 from loadlab.analyze.summary import write_summary
 from loadlab.clock import ClockAnchor
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
 MODEL_NAME = "loadlab-reference"  # the reference server's default --model-name
+FLUSH_REQUESTS = 5000  # the run folder is written every this many requests (memory stays bounded)
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,11 @@ def simulate_steps(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]
 
 
 def _header(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]) -> dict[str, Any]:
-    """The simulator's first line: the engine, the API and the steps."""
+    """The simulator's first line: the engine, the API, the steps, and the grace after the last
+    (the requests still in flight then are cut off, as `loadlab run` cuts them off)."""
+    from loadlab.conductor.runloop import cut_off_detail
+
+    grace = _grace(cfg, plans)
     return {
         "engine": engine.to_dict(),
         "api": cfg.api,
@@ -162,7 +170,16 @@ def _header(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]) -> di
         "ramp_up": cfg.ramp_up,
         "timeout": cfg.timeout,
         "metrics_interval": cfg.metrics_interval,
+        "grace": grace,
+        "cut_off": cut_off_detail(plans[-1].label, grace) if plans else "",
     }
+
+
+def _grace(cfg: RunConfig, plans: list[StepPlan]) -> float:
+    """How long the requests in flight at the last step's end get to finish (`loadlab run`'s grace)."""
+    from loadlab.conductor.runloop import step_grace
+
+    return step_grace(plans[-1].seconds, cfg.timeout) if plans else cfg.timeout
 
 
 def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path) -> None:
@@ -207,6 +224,8 @@ def _write_folder(
     wall: float,
 ) -> SimulationResult:
     """Turn the simulator's results into a run folder whose epoch times start at `origin`."""
+    from loadlab.conductor.runloop import cut_off_warning
+
     virtual = {"now": 0.0}
     writer = RunWriter(folder, cfg, ClockAnchor(origin, 0.0), clock=lambda: origin + virtual["now"])
     writer.meta.simulated = {"twin": engine.twin, "engine": engine.to_dict(), "wall_seconds": round(wall, 3)}
@@ -218,6 +237,8 @@ def _write_folder(
         if kind == "request":
             writer.add_requests([_record(item, cfg.api, origin)])
             requests += 1
+            if requests % FLUSH_REQUESTS == 0:
+                writer.flush()
         elif kind == "metrics":
             writer.add_samples(parse_metrics_text(item["text"], origin + item["time"], "server"))
             scrapes += 1
@@ -232,8 +253,8 @@ def _write_folder(
         elif kind == "end":
             virtual["now"] = item["time"]
             reason = item["reason"]
-        if requests % 5000 == 0:
-            writer.flush()
+            if item["cut_off"]:
+                writer.add_warning(cut_off_warning(plans[-1].label, item["cut_off"], _grace(cfg, plans)))
     coverage = [
         Coverage("server", True, ok_samples=scrapes),
         Coverage("client", False, error="simulated: no load generator, so no client self-check"),
@@ -247,7 +268,7 @@ def _write_folder(
 
 
 def _record(item: dict[str, Any], api: str, origin: float) -> RequestRecord:
-    tokens = [origin + t for t in item["tokens"]]
+    tokens = (np.frombuffer(base64.b64decode(item["tokens"]), dtype=np.float64) + origin).tolist()
     input_tokens, max_tokens, images, image_pixels, audio_seconds = item["meta"]
     return RequestRecord(
         request_id=item["id"],

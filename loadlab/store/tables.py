@@ -48,12 +48,21 @@ def label_text(labels: dict[str, str]) -> str:
 
 def samples_table(samples: list[Sample]) -> pa.Table:
     """One row per sample; labels are stored as a JSON string so any label set fits one column."""
+    # Each scrape repeats the same label sets: each is encoded once per table.
+    texts: dict[tuple[tuple[str, str], ...], str] = {}
+    labels = []
+    for s in samples:
+        key = tuple(s.labels.items())
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = label_text(s.labels)
+        labels.append(text)
     return pa.Table.from_pydict(
         {
             "time": [s.time for s in samples],
             "source": [s.source for s in samples],
             "signal": [s.signal for s in samples],
-            "labels": [label_text(s.labels) for s in samples],
+            "labels": labels,
             "value": [float(s.value) for s in samples],
         },
         schema=SAMPLE_SCHEMA,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -16,7 +17,32 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.txt")))
 def test_same_series_and_values_as_the_reference_parser(fixture):
+    assert_same_as_the_reference_parser((FIXTURES / fixture).read_text())
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.txt")))
+def test_series_read_before_take_each_scrapes_own_values(fixture):
+    """A page's series are remembered from one scrape to the next: only their values are new."""
     text = (FIXTURES / fixture).read_text()
+    parse_metrics_text(text, time=0.0, source="server")
+    counter = itertools.count(1)
+    lines = [
+        f"{line.rstrip().rpartition(' ')[0]} {next(counter)}" if line.strip() and not line.startswith("#") else line
+        for line in text.splitlines()
+    ]  # every sample line's value (or timestamp) another number
+    later = "\n".join(lines)
+    assert later != text
+    assert_same_as_the_reference_parser(later)
+
+
+def test_a_series_read_before_with_a_bad_value_is_still_malformed():
+    parse_metrics_text('a{x="1"} 1\n', time=0.0, source="server")
+    for junk, message in [('a{x="1"} one', "bad value"), ('a{x="1"}1', "line 1"), ('a{x="1"} 1 2 3', "line 1")]:
+        with pytest.raises(MalformedMetrics, match=message):
+            parse_metrics_text(junk, time=0.0, source="server")
+
+
+def assert_same_as_the_reference_parser(text: str) -> None:
     ours = {
         (s.signal, tuple(sorted(s.labels.items()))): s.value
         for s in parse_metrics_text(text, time=0.0, source="server")

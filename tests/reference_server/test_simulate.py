@@ -4,8 +4,10 @@ failures a server would answer (a bad body, a full queue, a timeout) are recorde
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+from array import array
 from collections import defaultdict
 from typing import Any
 
@@ -32,6 +34,8 @@ def simulate(steps: list[dict[str, Any]], lines: list[dict[str, Any]], **header:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for line in out.getvalue().splitlines():
         item = json.loads(line)
+        if item["kind"] == "request":  # token times come as float64s, base64
+            item["tokens"] = array("d", base64.b64decode(item["tokens"])).tolist()
         by_kind[item["kind"]].append(item)
     return by_kind
 
@@ -73,6 +77,29 @@ def test_users_and_steps_follow_the_plan() -> None:
             in_flight += change
             peak = max(peak, in_flight)
         assert peak == users
+
+
+def test_a_request_sent_as_a_step_ends_waits_for_the_step_that_began_then() -> None:
+    """A user hears its last token when a step ends and sends at once, but the engine has begun
+    its next step that instant: the new request joins the step after (as a real server's would)."""
+    long = {"body": body(max_tokens=1000), "think": 0.0, "gap": 1.0, "meta": "long"}
+    short = [{"body": body(max_tokens=5), "think": 0.0, "gap": 1.0, "meta": i} for i in range(100)]
+    requests = simulate([closed(2, 1.0)], [short[0], long, *short[1:]], ramp_up=0.0)["request"]
+    decoding = next(r for r in requests if r["meta"] == "long")["tokens"]
+    for second in (r for r in requests if r["meta"] not in ("long", 0)):
+        began = decoding.index(second["send"])  # sent as a step of the long request ended ...
+        assert second["tokens"][0] == decoding[began + 2]  # ... it missed the next, came with the one after
+
+
+def test_requests_in_flight_a_grace_after_the_last_step_are_cut_off() -> None:
+    lines = [{"body": body(max_tokens=5 if i % 2 else 2000), "think": 0.0, "gap": 1.0, "meta": i} for i in range(100)]
+    result = simulate([closed(2, 1.0)], lines, ramp_up=0.0, grace=0.5, cut_off="cut off after step c=2")
+    requests = result["request"]
+    cut = [r for r in requests if r["error"]]
+    assert cut and all(r["error"] == "aborted" and r["detail"] == "cut off after step c=2" for r in cut)
+    assert all(r["end"] == pytest.approx(1.5, abs=0.05) and r["tokens"] for r in cut)  # tokens kept
+    assert all(r["end"] <= 1.5 for r in requests) and any(r["finish"] == "length" for r in requests)
+    assert result["end"][0]["cut_off"] == len(cut)
 
 
 def test_open_loop_arrivals_are_the_planned_gaps_over_the_rate() -> None:
