@@ -63,6 +63,33 @@ def start_child(
     )
 
 
+def freest_cores(seconds: float = 0.2) -> tuple[int, ...]:
+    """The cores this process may run on, the one other work leaves freest first: by the share of
+    CPU a spinning probe gets on each over `seconds` (a busy core's idle time reads zero however
+    many compete for it; the share says how many do). () where the platform cannot pin."""
+    if not hasattr(os, "sched_getaffinity"):
+        return ()
+    allowed = sorted(os.sched_getaffinity(0))
+    share = {}
+    try:
+        for core in allowed:
+            os.sched_setaffinity(0, (core,))
+            wall, cpu = time.monotonic(), time.thread_time()
+            while time.monotonic() - wall < seconds:
+                pass
+            share[core] = (time.thread_time() - cpu) / (time.monotonic() - wall)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return tuple(sorted(allowed, key=lambda core: -share[core]))
+
+
+def placed(cpus: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    """`cpus` as places in `order` (0: its first core): a scenario pins to "the freest core" and
+    "the next", not to core numbers another program may be keeping busy. `cpus` itself where
+    `order` is empty; those beyond it are dropped."""
+    return tuple(order[c] for c in cpus if c < len(order)) if order else cpus
+
+
 def usable(cpus: tuple[int, ...]) -> tuple[int, ...]:
     """Those of `cpus` this process may run on (and so may pin a child to), in order; () where
     none is, or the platform cannot pin."""

@@ -22,7 +22,17 @@ from pathlib import Path
 
 from loadlab.analyze.analysis import Analysis, read_analysis
 from loadlab.lab.engines import VLLM, Engine, reference_engine
-from loadlab.lab.processes import NotReady, cores, end_child, free_port, start_child, usable, wait_healthy
+from loadlab.lab.processes import (
+    NotReady,
+    cores,
+    end_child,
+    free_port,
+    freest_cores,
+    placed,
+    start_child,
+    usable,
+    wait_healthy,
+)
 from loadlab.lab.rival import hold_cores
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
@@ -84,6 +94,8 @@ class Served:
     pid: int
     log: Path
     cores: str = ""
+    # The host's cores, freest first when the server started: scenarios' cores are places in it.
+    order: tuple[int, ...] = ()
 
 
 @contextmanager
@@ -95,7 +107,8 @@ def serving(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = engine.command(scenario.server, port, device, scenario.twin)
-    pinned = usable(scenario.server_cpus)
+    order = freest_cores() if scenario.server_cpus or scenario.client_cpus else ()
+    pinned = usable(placed(scenario.server_cpus, order))
     env = engine.env_for(pinned)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "server.log", "wb") as log:
@@ -105,7 +118,7 @@ def serving(
         binds = "".join(f" {k}={v}" for k, v in env.items() if k not in engine.env)
         say(f"{scenario.name}: server {' '.join(args[3:])} (pid {server.pid}, cores {on or '?'}{binds})")
         wait_healthy(url + "/health", server, engine.ready_timeout)
-        yield Served(url, server.pid, folder / "server.log", on)
+        yield Served(url, server.pid, folder / "server.log", on, order)
     finally:
         end_child(server)
 
@@ -178,8 +191,9 @@ def _load(
     ]
     if device == "cpu":
         load_args.append("--no-gpu")
+    client_cpus = placed(scenario.client_cpus, server.order)
     with open(folder / "run.log", "wb") as log:
-        client = start_child(load_args, log, scenario.client_nice, scenario.client_cpus)
+        client = start_child(load_args, log, scenario.client_nice, client_cpus)
     result.server_cores, result.client_cores = server.cores, cores(client.pid)
     say(
         f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s, "
@@ -188,7 +202,7 @@ def _load(
     deadline = time.monotonic() + scenario.steps * step_seconds + RUN_MARGIN
     try:
         if scenario.client_rival:
-            rivalry = hold_cores(client, run, scenario.client_cpus, scenario.steps, deadline)
+            rivalry = hold_cores(client, run, client_cpus, scenario.steps, deadline)
             result.client_rival = rivalry.describe(scenario.client_nice)
             say(f"{scenario.name}: the load generator starved by {result.client_rival or 'nothing (no core to pin)'}")
         return client.wait(max(0.0, deadline - time.monotonic()))

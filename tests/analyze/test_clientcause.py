@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -26,8 +27,9 @@ from loadlab.analyze.clientcause import (
     host_load,
     server_is_local,
 )
+from loadlab.lab.processes import freest_cores
 from loadlab.store.reader import SUMMARY_JSON
-from tests.support.procs import BIN, CpuHogs, Proc, free_port, niced_on
+from tests.support.procs import BIN, CpuHogs, Proc, free_port, pinned_to
 
 VLLM_STARVED = {"client_cpu_p90": 0.07, "client_loop_lag_p99": 1.2, "achieved_concurrency_ratio": 0.79}
 MANY_USERS = {"client_cpu_p90": 0.97, "client_loop_lag_p99": 0.182, "achieved_concurrency_ratio": 0.89}
@@ -116,10 +118,13 @@ def test_the_server_is_local_when_its_process_was_sampled_or_its_url_is_loopback
 
 @pytest.mark.serial  # it starves one core on purpose: not beside other tests
 def test_a_load_generator_starved_of_its_core_is_told_from_one_doing_too_much(tmp_path):
-    """For real: `loadlab run` at nice 19 pinned to core 0 against `loadlab mock`; once its step
-    has begun, two spinning processes take core 0 for the step's length (its start-up and its end,
-    which need CPU too, run free: the test stays bounded on a busy host). Its users are not kept
-    in flight, yet it barely runs: starved, told so, and given the cores to pin."""
+    """For real: `loadlab run` pinned to the core other work leaves freest against `loadlab mock`; once
+    its step has begun, it is reniced to 19 and two spinning processes take that core for the
+    step's length (its start-up and its end, which need CPU too, run free at the default priority:
+    the test stays bounded on a busy host, and other work that keeps another core busy is not in
+    its way). Its users are not kept in flight, yet it barely runs: starved, told so, and given
+    the cores to pin."""
+    core = freest_cores()[0]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     out = tmp_path / "run"
@@ -129,11 +134,12 @@ def test_a_load_generator_starved_of_its_core_is_told_from_one_doing_too_much(tm
             [str(BIN / "loadlab"), *args, "--no-gpu", "--out", str(out)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            preexec_fn=niced_on((0,)),
+            preexec_fn=pinned_to((core,)),
         ) as run:
             try:
                 _wait_for_step(out / "run.json", run, timeout=120)
-                with CpuHogs(2, cpus=(0,)):
+                os.setpriority(os.PRIO_PROCESS, run.pid, 19)
+                with CpuHogs(2, cpus=(core,)):
                     time.sleep(STEP_S)
                 _, stderr = run.communicate(timeout=180)
             finally:

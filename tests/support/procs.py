@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ class CpuHogs:
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> CpuHogs:
-        pin = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
+        pin = pinned_to(self.cpus) if self.cpus else None
         self.procs = [
             subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin) for _ in range(self.count)
         ]
@@ -150,11 +151,21 @@ class CpuHogs:
                 p.wait(5)
 
 
-def niced_on(cpus: tuple[int, ...]) -> Callable[[], None]:
-    """`preexec_fn` for a child that runs at the lowest priority (nice 19) pinned to `cpus`."""
+def pinned_to(cpus: tuple[int, ...]) -> Callable[[], None]:
+    """`preexec_fn` for a child pinned to `cpus`."""
+    return lambda: os.sched_setaffinity(0, cpus)
 
-    def limit() -> None:
-        os.nice(19)
-        os.sched_setaffinity(0, cpus)
 
-    return limit
+@contextmanager
+def on_freest_core() -> Iterator[int]:
+    """Pin this process, and so the children it starts in the block, to the core other work leaves
+    freest (loadlab.lab.processes.freest_cores): a test that needs a quiet core takes one."""
+    from loadlab.lab.processes import freest_cores
+
+    allowed = os.sched_getaffinity(0)
+    core = freest_cores()[0]
+    os.sched_setaffinity(0, (core,))
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, allowed)
