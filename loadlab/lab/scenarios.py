@@ -41,7 +41,7 @@ class Scenario:
     expect_saturation: tuple[str, ...] = ()  # accepted saturation states; () = any
     server_nice: int = 10  # nice the server: the client keeps its CPU on a busy host
     client_nice: int = -5  # ignored without the privilege to raise a priority
-    server_cpus: tuple[int, ...] = ()  # pin the server to these cores (() = anywhere)
+    server_cpus: tuple[int, ...] = ()  # pin the server to these cores, places freest first (() = anywhere)
     client_cpus: tuple[int, ...] = ()  # pin the load generator to these cores
     twin: str = ""  # a GPU twin (`--twin SPEC`): GPU timing on a CPU host
     # A CPU-bound process on each of `client_cpus` in the load generator's session while the load's
@@ -151,7 +151,7 @@ VLLM_DEFAULT = ("--max-model-len", "2048", "--enable-mfu-metrics")
 # core, the load generator on another: on two shared cores, unpinned, vLLM's threads left the load
 # generator 0.05 cores and event-loop lags of seconds, and half the scenarios read client-limited.
 # Pinned apart, neither is niced: nicing served only to keep the client's share of shared cores.
-VLLM_CORE, CLIENT_CORE = 0, 1
+VLLM_CORE, CLIENT_CORE = 0, 1  # places among the host's cores, freest first (lab/processes.freest_cores)
 
 
 def _vllm(
