@@ -8,7 +8,18 @@ import time
 
 import pytest
 
-from loadlab.lab.processes import NotReady, cores, end_child, free_port, start_child, usable, wait_healthy
+from loadlab.lab.processes import (
+    NotReady,
+    cores,
+    end_child,
+    free_port,
+    freest_cores,
+    placed,
+    start_child,
+    usable,
+    wait_healthy,
+)
+from tests.support.procs import CpuHogs
 
 
 def test_a_child_is_niced_and_pinned_as_asked(tmp_path):
@@ -35,6 +46,24 @@ def test_cores_this_process_may_not_use_are_not_pinned_and_where_it_runs_is_read
     finally:
         end_child(child)
     assert cores(child.pid) == ""  # gone
+
+
+def test_a_scenarios_cores_are_places_in_the_order_freest_first():
+    assert placed((0,), (1, 0)) == (1,)
+    assert placed((0, 1), (1, 0)) == (1, 0)
+    assert placed((2,), (1, 0)) == ()  # a place the host lacks: not pinned there
+    assert placed((0,), ()) == (0,)  # no order (a platform that cannot pin): as asked
+
+
+@pytest.mark.serial  # it holds a core on purpose: not beside other tests
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to rank")
+def test_a_core_that_other_processes_hold_ranks_last():
+    allowed = sorted(os.sched_getaffinity(0))
+    with CpuHogs(3, cpus=(allowed[0],)):
+        time.sleep(0.3)  # the hogs started
+        order = freest_cores()
+    assert sorted(order) == allowed and order[-1] == allowed[0]
+    assert sorted(os.sched_getaffinity(0)) == allowed  # the probe gave back this process's cores
 
 
 def test_cores_are_written_as_taskset_writes_them(monkeypatch):
