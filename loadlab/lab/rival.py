@@ -20,6 +20,7 @@ folder would each take minutes.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -65,11 +66,21 @@ class Rivalry:
         )
 
 
-def hold_cores(client: subprocess.Popen, run: Path, cpus: tuple[int, ...], steps: int, deadline: float) -> Rivalry:
-    """Hold each of `cpus` (the cores of `client`, a `loadlab run` into `run` with `steps` steps)
-    with a rival from when its first step begins (its run.json says) until its last step ends, it
-    exits, or `deadline` (time.monotonic()) passes; then return, the rivals ended by their PIDs
-    (on the way out too, however it ends)."""
+def starve_client(
+    client: subprocess.Popen,
+    run: Path,
+    cpus: tuple[int, ...],
+    steps: int,
+    deadline: float,
+    nice: int = 0,
+    rival: bool = True,
+) -> Rivalry:
+    """From when the first step of `client` (a `loadlab run` into `run` with `steps` steps, on the
+    cores `cpus`) begins (its run.json says) until its last step ends, it exits, or `deadline`
+    (time.monotonic()) passes: nice it to `nice` (where > 0; niced from its start, beside a core
+    other work keeps busy its start-up alone overran the step), and with `rival` hold each of
+    `cpus` with a rival; then return, the rivals ended by their PIDs (on the way out too, however
+    it ends)."""
     rivalry = Rivalry(usable(cpus))
     rivals: list[subprocess.Popen] = []
     began = math.nan
@@ -78,15 +89,18 @@ def hold_cores(client: subprocess.Popen, run: Path, cpus: tuple[int, ...], steps
             begun, ended = _steps(run)
             if ended >= steps:
                 break
-            if begun and not rivals:
+            if begun and math.isnan(began):
                 began = time.monotonic()
-                burn = f"{deadline - began:.0f}"
-                rivals = [start_child([sys.executable, "-c", BURN, burn], cpus=(c,)) for c in rivalry.cores]
-                rivalry.pids = [r.pid for r in rivals]
+                if nice > 0:
+                    os.setpriority(os.PRIO_PROCESS, client.pid, nice)
+                if rival:
+                    burn = f"{deadline - began:.0f}"
+                    rivals = [start_child([sys.executable, "-c", BURN, burn], cpus=(c,)) for c in rivalry.cores]
+                    rivalry.pids = [r.pid for r in rivals]
             time.sleep(POLL_S)
     finally:
-        for rival in rivals:
-            end_child(rival)
+        for child in rivals:
+            end_child(child)
         if rivals:
             rivalry.seconds = time.monotonic() - began
     return rivalry

@@ -33,7 +33,7 @@ from loadlab.lab.processes import (
     usable,
     wait_healthy,
 )
-from loadlab.lab.rival import hold_cores
+from loadlab.lab.rival import starve_client
 from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
 
@@ -192,8 +192,8 @@ def _load(
     if device == "cpu":
         load_args.append("--no-gpu")
     client_cpus = placed(scenario.client_cpus, server.order)
-    with open(folder / "run.log", "wb") as log:
-        client = start_child(load_args, log, scenario.client_nice, client_cpus)
+    with open(folder / "run.log", "wb") as log:  # niced on purpose only once its steps begin (below)
+        client = start_child(load_args, log, min(scenario.client_nice, 0), client_cpus)
     result.server_cores, result.client_cores = server.cores, cores(client.pid)
     say(
         f"{scenario.name}: loadlab run {' '.join(scenario.load)} ({scenario.steps} x {step_seconds:g} s, "
@@ -201,10 +201,14 @@ def _load(
     )
     deadline = time.monotonic() + scenario.steps * step_seconds + RUN_MARGIN
     try:
-        if scenario.client_rival:
-            rivalry = hold_cores(client, run, client_cpus, scenario.steps, deadline)
+        if scenario.client_nice > 0 or scenario.client_rival:
+            rivalry = starve_client(
+                client, run, client_cpus, scenario.steps, deadline, scenario.client_nice, scenario.client_rival
+            )
             result.client_rival = rivalry.describe(scenario.client_nice)
-            say(f"{scenario.name}: the load generator starved by {result.client_rival or 'nothing (no core to pin)'}")
+            if scenario.client_rival:
+                how = result.client_rival or "nothing (no core to pin)"
+                say(f"{scenario.name}: the load generator starved by {how}")
         return client.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         say(f"{scenario.name}: loadlab run overran its limit; stopping it (its records are kept)")

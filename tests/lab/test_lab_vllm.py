@@ -60,14 +60,16 @@ def test_vllm_and_the_load_generator_ran_on_cores_of_their_own(lab):
     folder, _ = lab
     results = {r["name"]: r for r in json.loads((folder / "lab.json").read_text())["results"]}
     for name, r in results.items():
-        assert (r["server_cores"], r["client_cores"]) == ("0", "1"), name  # read back from the processes
+        # One core each, read back from the processes (vLLM on the freest, docs/lab.md).
+        assert r["server_cores"] != r["client_cores"] and {r["server_cores"], r["client_cores"]} <= {"0", "1"}, name
         assert bool(r["client_rival"]) == (name == "client"), name  # only the client scenario starves it
     # vLLM's compute peak is its one core's, calibrated where the run sampled vLLM's process.
     step = json.loads((folder / "compute" / "run" / "analysis.json").read_text())["steps"][-1]
     assert "on the server's 1 core," in step["derived"]["intensity_over_ridge"]["note"]
     log = (folder / "kv_capacity" / "server.log").read_text(errors="replace")
-    assert "VLLM_CPU_OMP_THREADS_BIND='0'" in log and "core ids=[0]" in log  # vLLM's own binding info
-    assert "| 0 / 1 |" in (folder / "lab.md").read_text()
+    core = results["kv_capacity"]["server_cores"]
+    assert f"VLLM_CPU_OMP_THREADS_BIND='{core}'" in log and f"core ids=[{core}]" in log  # vLLM's own binding info
+    assert f"| {core} / {results['kv_capacity']['client_cores']} |" in (folder / "lab.md").read_text()
 
 
 def test_scenarios_whose_servers_start_alike_share_one(lab):
@@ -94,7 +96,7 @@ def test_the_vllm_lab_prints_the_table_and_the_confusion_matrix(lab):
 def test_the_starved_client_is_told_from_a_busy_one_and_told_where_to_run(lab):
     folder, _ = lab
     result = next(r for r in json.loads((folder / "lab.json").read_text())["results"] if r["name"] == "client")
-    assert "a CPU-bound process at nice 0 on core 1" in result["client_rival"]  # how it was starved
+    assert f"a CPU-bound process at nice 0 on core {result['client_cores']}" in result["client_rival"]  # how
     assert "client: the load generator starved by a CPU-bound process" in (folder / "lab.md").read_text()
     check = json.loads((folder / "client" / "run" / "summary.json").read_text())["steps"][-1]["client"]
     assert check["limited"] and check["cause"] == "starved", check  # the host's doing, not its own work

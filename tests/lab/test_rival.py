@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from loadlab.lab.processes import cores, end_child, start_child
-from loadlab.lab.rival import BURN, Rivalry, hold_cores
+from loadlab.lab.rival import BURN, Rivalry, starve_client
 
 # A stand-in for `loadlab run`: it writes its run folder with the store's own writer, begins a
 # step, sleeps a second (time for the lab to see the step and start the rival), then tries to run
@@ -60,7 +60,7 @@ def test_a_rival_holds_the_clients_core_while_its_step_runs_and_outranks_it(tmp_
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        rivalry = hold_cores(client, run, (core,), steps=1, deadline=time.monotonic() + 120)
+        rivalry = starve_client(client, run, (core,), steps=1, deadline=time.monotonic() + 120)
         assert client.poll() is None  # it returned when the step ended, not when the run exited
     finally:
         done.set()
@@ -82,7 +82,7 @@ def test_a_rival_holds_the_clients_core_while_its_step_runs_and_outranks_it(tmp_
 
 def test_a_run_that_ends_before_its_first_step_meets_no_rival(tmp_path: Path):
     client = start_child([sys.executable, "-c", "pass"])
-    rivalry = hold_cores(client, tmp_path / "run", (0,), steps=1, deadline=time.monotonic() + 60)
+    rivalry = starve_client(client, tmp_path / "run", (0,), steps=1, deadline=time.monotonic() + 60)
     assert client.wait(10) == 0
     assert rivalry.pids == [] and rivalry.describe(19) == ""
     assert Rivalry().describe(19) == ""
