@@ -210,8 +210,8 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     process may run on where the host collector read them.
     """
     steps = steps_of(run)
-    summary = summarize(run)
     requests = per_request(run.requests, {s.index: s.mode for s in steps})
+    summary = summarize(run, requests=requests)
     # Only the columns the analysis reads: filtering a million rows then moves no strings it ignores.
     measured = requests.loc[~requests["warmup"].astype(bool), list(REQUEST_COLUMNS)]
     samples = SampleIndex(run.samples)

@@ -38,10 +38,19 @@ class SampleIndex:
             str(name): df.sort_values("time", kind="stable")
             for name, df in samples.groupby("signal", sort=False, observed=True)
         }
+        self._picked: dict[tuple[str, tuple[str, ...]], pd.DataFrame] = {}
 
     def of(self, signal: str, sources: tuple[str, ...] = SERVER_SOURCES) -> pd.DataFrame:
         """The samples of `signal` from the first of `sources` that has any, sorted by time."""
-        return pick_source(self._by_signal.get(signal, self._empty), signal, sources)
+        # Remembered: the analysis asks for the same few signals many times, and most of those it
+        # asks for are absent (every engine's names are tried); pandas' cost per look-up, not the
+        # data, was most of a live verdict's.
+        key = (signal, sources)
+        found = self._picked.get(key)
+        if found is None:
+            frame = self._by_signal.get(signal)
+            found = self._picked[key] = self._empty if frame is None else pick_source(frame, signal, sources)
+        return found
 
     def has(self, signal: str) -> bool:
         """Whether any sample of `signal` was stored, from any source."""

@@ -99,8 +99,8 @@ def statistic(values: np.ndarray, stat: str) -> float:
 def measure(run: RunData, slo: Slo | None = None) -> RunValues:
     """The run's values per step and overall (goodput with `slo`'s per-request objectives)."""
     tokens = TokenTimes.of(run.requests["token_times"])
-    summary = summarize(run, slo, tokens)
     requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+    summary = summarize(run, slo, tokens, requests)
     judged = requests[~requests["warmup"] & (requests["error"] != ErrorCategory.ABORTED.value)]
     judged = judged.sort_values("send_time", kind="stable")
     ok = judged[judged["ok"]]

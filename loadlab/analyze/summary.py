@@ -79,14 +79,17 @@ def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
     return result
 
 
-def summarize(run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = None) -> RunSummary:
+def summarize(
+    run: RunData, slo: Slo | None = None, tokens: TokenTimes | None = None, requests: pd.DataFrame | None = None
+) -> RunSummary:
     """Compute the summary of a run folder's data (finished or cut off).
 
-    `tokens`: the run's TokenTimes when the caller already has them (a large run's cost seconds).
+    `tokens`, `requests`: the run's TokenTimes and `per_request` table when the caller already
+    has them (a large run's cost seconds; a live verdict's, a tenth of it).
     """
     steps = steps_of(run)
-    mode_of = {s.index: s.mode for s in steps}
-    requests = per_request(run.requests, mode_of)
+    if requests is None:
+        requests = per_request(run.requests, {s.index: s.mode for s in steps})
     if tokens is None:
         tokens = TokenTimes.of(run.requests["token_times"])
     measured = requests[~requests["warmup"]]

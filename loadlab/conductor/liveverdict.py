@@ -55,7 +55,7 @@ from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
 log = logging.getLogger("loadlab")
 
 WINDOW_S = 30.0  # the live verdict judges this many recent seconds
-EVERY_S = 5.0  # ... this often, or less often when a verdict costs more than:
+EVERY_S = 10.0  # ... this often (a third of the window), or less often when a verdict costs more than:
 MAX_CORE_SHARE = 0.02  # the judge process's CPU / the time between verdicts
 MIN_WINDOW_S = 5.0  # a step younger than this has no verdict yet
 SAMPLE_MARGIN_S = 10.0  # samples kept before the window: a counter's increase needs the scrape before it
