@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# --step-duration, for every command that runs steps (LoadFlags, SweepFlags, `plan --what-if`'s
+# WhatIfFlags): `Annotated[float | None, STEP_DURATION]`, each with its own default.
+STEP_DURATION = typer.Option("--step-duration", help="Seconds per step (simulated seconds in a simulation).")
+
 
 @dataclass(frozen=True)
 class FlagGroup:
@@ -97,7 +101,7 @@ class LoadFlags(ConfigFlags):
     requests: Annotated[
         int | None, typer.Option("--requests", help="Stop after this many measured requests (per step).")
     ] = None
-    step_duration: Annotated[float | None, typer.Option("--step-duration", help="Seconds per step.")] = None
+    step_duration: Annotated[float | None, STEP_DURATION] = None
     warmup_requests: Annotated[
         int | None, typer.Option("--warmup-requests", help="First N requests of each step, excluded from results.")
     ] = None
@@ -122,7 +126,7 @@ class LoadFlags(ConfigFlags):
 
 @dataclass(frozen=True)
 class WorkloadFlags(ConfigFlags):
-    """What to send (docs/workloads.md): `run`, `sweep`, `diagnose` and `simulate`."""
+    """What to send (docs/workloads.md): `run`, `sweep`, `diagnose`, `simulate` and `plan --what-if`."""
 
     panel: ClassVar[str] = "Workload"
     api: Annotated[

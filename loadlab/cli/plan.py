@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from loadlab.cli.options import EngineFlags, takes_flags
+from loadlab.cli.options import EngineFlags, WorkloadFlags, takes_flags
+from loadlab.cli.whatif import WhatIfFlags
 
 # From this many replicas on, the plan says that their adding up is assumed, not measured.
 LARGE_FLEET = 1000
@@ -47,21 +48,10 @@ def plan(
         help="GPU twins to compare, GPU:MODEL[:tpN],... (docs/twin.md): a simulated sweep of each, planned for "
         "--users, in one table and one HTML page.",
     ),
-    input_len: str | None = typer.Option(None, "--input-len", help="--what-if: prompt tokens (default 128)."),
-    output_len: str | None = typer.Option(None, "--output-len", help="--what-if: output tokens (default 128)."),
-    step_duration: float | None = typer.Option(
-        None, "--step-duration", help="--what-if: simulated seconds per step (default 20)."
-    ),
-    max_load: int | None = typer.Option(None, "--max", help="--what-if: highest concurrency (default --users)."),
-    seed: int | None = typer.Option(None, "--seed", help="--what-if: workload seed (default 0)."),
     *,
+    workload: WorkloadFlags,
+    simulation: WhatIfFlags,
     engine: EngineFlags,
-    out: Path | None = typer.Option(
-        None, "--out", help="--what-if: folder for one run folder per spec (default runs/<timestamp>-whatif)."
-    ),
-    report: Path | None = typer.Option(
-        None, "--report", help="--what-if: HTML page to write (default reports/<--out's name>.html)."
-    ),
 ) -> None:
     """Active streams = users x E2E / (E2E + think time) (Little's law); one replica's capacity is
     the highest measured concurrency meeting the SLOs (interpolated between steps); replicas =
@@ -71,7 +61,7 @@ def plan(
     from loadlab.analyze.capacity import plan_capacity
     from loadlab.cli.output import say
     from loadlab.cli.sweep import goodput_note
-    from loadlab.cli.whatif import simulation, what_if as run_what_if
+    from loadlab.cli.whatif import what_if as run_what_if
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.report.console import table_console
@@ -90,23 +80,14 @@ def plan(
         say("note", note)
     for text in skipped:
         say("note", f"SLO item '{text}' is not a per-step statistic the curve can hold; not planned on")
-    simulated = {
-        "--input-len": input_len,
-        "--output-len": output_len,
-        "--step-duration": step_duration,
-        "--max": max_load,
-        "--seed": seed,
-        "--out": out,
-        "--report": report,
-    }
     if what_if is not None:
         if folder is not None:
             raise UserError("plan reads either a run folder or --what-if's simulated sweeps, not both")
-        run_what_if(what_if, users, think, spec, objectives, simulation(simulated), engine, out, report)
+        run_what_if(what_if, users, think, spec, objectives, workload, simulation, engine)
         return
     if folder is None:
         raise UserError("plan needs a run folder of a sweep, or --what-if GPU:MODEL[:tpN],...")
-    given = [name for name, value in simulated.items() if value is not None] + engine.given()
+    given = workload.given() + simulation.given() + engine.given()
     if given:
         raise UserError(f"{given[0]} is for --what-if's simulated sweeps; a run folder has its own")
     points, knee = curve_points(folder, objectives, spec)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 import typer
 
 from loadlab.cli.options import (
+    STEP_DURATION,
     ClientFlags,
     CollectorFlags,
     ConfigFlags,
@@ -49,7 +50,7 @@ class SweepFlags(FlagGroup):
     max_load: Annotated[
         float, typer.Option("--max", help="Highest load to try: users (requests/s with `sweep --rate auto`).")
     ] = DEFAULT_MAX
-    step_duration: Annotated[float, typer.Option("--step-duration", help="Seconds per step.")] = DEFAULT_STEP_SECONDS
+    step_duration: Annotated[float, STEP_DURATION] = DEFAULT_STEP_SECONDS
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Most steps to run (default 12).")] = None
 
 

@@ -14,14 +14,20 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, ClassVar
+
+import typer
+
+from loadlab.cli.options import STEP_DURATION, FlagGroup
+from loadlab.cli.sweep import DEFAULT_STEP_SECONDS
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from loadlab.analyze.whatif import WhatIf
-    from loadlab.cli.options import EngineFlags
+    from loadlab.cli.options import EngineFlags, WorkloadFlags
     from loadlab.conductor.simulate import EngineSettings
+    from loadlab.conductor.stepping import SweepLimits
     from loadlab.config import RunConfig
     from loadlab.metrics.slo import Objective, SloSpec
 
@@ -29,27 +35,20 @@ TP = re.compile(r"tp(\d+)")
 
 
 @dataclass(frozen=True)
-class Simulated:
-    """How each spec's sweep is simulated: the workload and the steps (`loadlab sweep`'s defaults;
-    the engine's flags are cli/options.py's EngineFlags)."""
+class WhatIfFlags(FlagGroup):
+    """How far and how long each spec's simulated sweep goes, and where its results go (what it
+    sends is WorkloadFlags, the engine EngineFlags)."""
 
-    input_len: str = "128"
-    output_len: str = "128"
-    step_seconds: float = 20.0
-    max_load: int | None = None  # highest concurrency (None: the users)
-    seed: int = 0
-
-
-def simulation(flags: dict[str, Any]) -> Simulated:
-    """The simulation `plan`'s flags ask for (None: the default)."""
-    names = {
-        "--input-len": "input_len",
-        "--output-len": "output_len",
-        "--step-duration": "step_seconds",
-        "--max": "max_load",
-        "--seed": "seed",
-    }
-    return Simulated(**{names[flag]: value for flag, value in flags.items() if flag in names and value is not None})
+    panel: ClassVar[str] = "What-if"
+    step_duration: Annotated[float, STEP_DURATION] = DEFAULT_STEP_SECONDS
+    max_load: Annotated[int | None, typer.Option("--max", help="Highest concurrency (default --users).")] = None
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Folder for one run folder per spec (default runs/<timestamp>-whatif)."),
+    ] = None
+    report: Annotated[
+        Path | None, typer.Option("--report", help="HTML page to write (default reports/<--out's name>.html).")
+    ] = None
 
 
 def parse_specs(text: str) -> list[str]:
@@ -82,13 +81,12 @@ def what_if(
     think: float,
     slo: SloSpec | None,
     objectives: tuple[Objective, ...],
-    how: Simulated,
+    workload: WorkloadFlags,
+    flags: WhatIfFlags,
     engine: EngineFlags,
-    out: Path | None,
-    report: Path | None,
 ) -> None:
-    """Check every spec (UserError, one line, before any sweep), sweep each in virtual time, plan
-    N users on it, print the table and write the comparison page."""
+    """Check every spec and the flags (UserError, one line, before any sweep), sweep each in
+    virtual time, plan N users on it, print the table and write the comparison page."""
     from loadlab.cli.output import say
     from loadlab.cli.report import DEFAULT_FOLDER
     from loadlab.cli.run import check_out_folder
@@ -98,12 +96,8 @@ def what_if(
     from loadlab.report.html.whatif import write_whatif_report
 
     specs = parse_specs(text)
-    if not (math.isfinite(how.step_seconds) and how.step_seconds > 0):
-        raise UserError(f"--step-duration must be a number of seconds > 0, got {how.step_seconds:g}")
-    top = float(users if how.max_load is None else how.max_load)
-    if top < 1:
-        raise UserError(f"--max must be >= 1 user, got {top:g}")
-    cfg = _config(how, slo)
+    limits = _limits(users, flags)
+    cfg = _config(workload, limits, slo)
     engines = [engine.engine(s) for s in specs]
     for settings in engines:
         try:
@@ -111,7 +105,7 @@ def what_if(
         except UserError as e:
             why = re.sub(r"^--twin( \S+)?: ", "", str(e).removeprefix("the simulation failed: "))
             raise UserError(f"--what-if {settings.twin}: {why}") from None
-    base = out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
+    base = flags.out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
     folders = [base / spec.replace(":", "_") for spec in specs]
     for folder in folders:
         check_out_folder(folder)
@@ -120,7 +114,7 @@ def what_if(
         print(f"loadlab plan --what-if: sweeping {settings.twin} in virtual time -> {folder}", file=sys.stderr)
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
-            answers.append(_answer(settings, folder, cfg, top, users, think, slo, objectives))
+            answers.append(_answer(settings, folder, cfg, limits, users, think, slo, objectives))
         except UserError as e:  # the other specs' answers stand without this one
             say("warning", f"{settings.twin} left out of the table: {e}")
     if not answers:
@@ -130,29 +124,43 @@ def what_if(
     for a in answers:
         console.print(f"{a.spec}: {a.stop}", highlight=False, markup=False)
     say("note", "simulated: the engine's scheduling, KV cache and the twin's step times; no network or HTTP time")
-    page = report or DEFAULT_FOLDER / f"{base.resolve().name}.html"
+    page = flags.report or DEFAULT_FOLDER / f"{base.resolve().name}.html"
     try:
         print(f"report: {write_whatif_report(answers, users, slo, page)}")
     except UserError as e:  # the run folders and the table stand without it
         say("warning", str(e))
 
 
-def _config(how: Simulated, slo: SloSpec | None) -> RunConfig:
-    from loadlab.cli.simulate import SIMULATED_URL
-    from loadlab.config import RunConfig
-    from loadlab.workload.scenario import apply_overrides, check
+def _limits(users: int, flags: WhatIfFlags) -> SweepLimits:
+    """Each spec's sweep: closed loop from 1 user to --max (default the users), in steps of
+    --step-duration, with room to double up to the top and then bisect."""
+    from loadlab.conductor.stepping import DEFAULT_MAX_STEPS
+    from loadlab.conductor.sweep import sweep_limits
+    from loadlab.errors import UserError
 
-    cfg = apply_overrides(
-        RunConfig(),
-        url=SIMULATED_URL,
-        concurrency="1",
-        step_duration=how.step_seconds,
-        input_len=how.input_len,
-        output_len=how.output_len,
-        seed=how.seed,
-        slo=slo.text if slo else None,
-    )
+    top = users if flags.max_load is None else flags.max_load
+    if top < 1:
+        raise UserError(f"--max must be >= 1 user, got {top}")
+    # Doubling from 1 to the top takes log2(top) steps; leave the default's room to bisect after.
+    steps = max(DEFAULT_MAX_STEPS, math.ceil(math.log2(top)) + DEFAULT_MAX_STEPS // 2)
+    return sweep_limits("closed", 1.0, float(top), steps, flags.step_duration)
+
+
+def _config(workload: WorkloadFlags, limits: SweepLimits, slo: SloSpec | None) -> RunConfig:
+    """The sweeps' run config from the workload flags (RunConfig's defaults where none is given),
+    checked as `loadlab simulate` checks its own: UserError (one line) for what cannot be simulated."""
+    from loadlab.cli.options import configure
+    from loadlab.cli.simulate import SIMULATED_URL
+    from loadlab.conductor.simulate import check_simulable
+    from loadlab.conductor.sweep import sweep_config
+    from loadlab.config import RunConfig
+    from loadlab.workload import make_workload
+    from loadlab.workload.scenario import check
+
+    cfg = sweep_config(configure(RunConfig(), workload, url=SIMULATED_URL, slo=slo.text if slo else None), limits)
     check(cfg, complete=True)
+    check_simulable(cfg)
+    make_workload(cfg.workload, cfg.api)  # a bad data set fails here, before any sweep
     return cfg
 
 
@@ -160,7 +168,7 @@ def _answer(
     engine: EngineSettings,
     folder: Path,
     cfg: RunConfig,
-    top: float,
+    limits: SweepLimits,
     users: int,
     think: float,
     slo: SloSpec | None,
@@ -172,11 +180,7 @@ def _answer(
     from loadlab.cli.analyze import analyze_folder
     from loadlab.cli.plan import curve_points
     from loadlab.conductor.simsweep import simulate_sweep
-    from loadlab.conductor.stepping import DEFAULT_MAX_STEPS, SweepLimits
 
-    # Doubling from 1 to the users takes log2(users) steps; leave the default's room to bisect after.
-    steps = max(DEFAULT_MAX_STEPS, math.ceil(math.log2(top)) + DEFAULT_MAX_STEPS // 2)
-    limits = SweepLimits("closed", 1.0, top, steps, cfg.step_duration)
     outcome = simulate_sweep(cfg, engine, folder, limits, slo)
     analysis = analyze_folder(folder)
     points, knee = curve_points(folder, objectives, slo, analysis)

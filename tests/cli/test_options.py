@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 
 import pytest
 import typer
@@ -13,6 +14,7 @@ from typer.models import OptionInfo
 
 from loadlab.cli import app
 from loadlab.cli.options import (
+    STEP_DURATION,
     ClientFlags,
     CollectorFlags,
     ConfigFlags,
@@ -24,6 +26,7 @@ from loadlab.cli.options import (
     takes_flags,
 )
 from loadlab.cli.sweep import SweepFlags
+from loadlab.cli.whatif import WhatIfFlags
 from loadlab.conductor.simulate import EngineSettings
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
@@ -32,12 +35,13 @@ from tests.support.procs import loadlab
 
 # Which commands take which group: the workload flags go wherever requests are sent or planned.
 TAKEN_BY: dict[type[FlagGroup], tuple[str, ...]] = {
-    WorkloadFlags: ("run", "sweep", "diagnose", "simulate"),
+    WorkloadFlags: ("run", "sweep", "diagnose", "simulate", "plan"),
     LoadFlags: ("run", "simulate"),
     ClientFlags: ("run", "sweep", "diagnose"),
     CollectorFlags: ("run", "sweep", "diagnose"),
     SweepFlags: ("sweep", "diagnose"),
     EngineFlags: ("simulate", "plan"),
+    WhatIfFlags: ("plan",),
 }
 
 
@@ -61,7 +65,7 @@ REQUIRED = {
     "simulate": ["--twin", "h100:m"],
     "plan": ["--users", "1"],
 }
-VALUES = {int: "3", float: "2.5", str: "x"}
+VALUES = {int: "3", float: "2.5", str: "x", Path: "x"}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +82,9 @@ def given(group: type[FlagGroup]) -> list[tuple[str, str, list[str], object]]:
     hints = typing.get_type_hints(group)
     out = []
     for field, flag in zip(dataclasses.fields(group), flag_names(group), strict=True):
-        kind = next(t for t in (bool, int, float, str) if t in (hints[field.name], *typing.get_args(hints[field.name])))
+        kind = next(
+            t for t in (bool, int, float, str, Path) if t in (hints[field.name], *typing.get_args(hints[field.name]))
+        )
         if kind is bool:
             out.append((field.name, flag, [flag], True))
         else:
@@ -106,7 +112,9 @@ def test_help_lists_each_group_under_its_heading(command) -> None:
         assert all(f"{flag} " in flags for flag in flag_names(group)), (group.panel, flags)
 
 
-@pytest.mark.parametrize("group", [g for g in TAKEN_BY if g not in (LoadFlags, SweepFlags)], ids=lambda g: g.__name__)
+@pytest.mark.parametrize(
+    "group", [g for g in TAKEN_BY if g not in (LoadFlags, SweepFlags, WhatIfFlags)], ids=lambda g: g.__name__
+)
 def test_a_command_not_taking_a_group_refuses_its_flags(commands, group) -> None:
     """simulate has no endpoint: the client's and collectors' flags are unknown options there."""
     for command in set(REQUIRED) - set(TAKEN_BY[group]):
@@ -134,6 +142,13 @@ def test_a_flag_declared_twice_is_a_programming_error() -> None:
         @takes_flags
         def cmd(*, load: LoadFlags, limits: SweepFlags) -> None:  # both have step_duration
             pass
+
+
+def test_step_duration_is_declared_once_for_every_command_that_runs_steps() -> None:
+    """run's and simulate's steps, a sweep's and plan --what-if's: one flag, one help text."""
+    for group in (LoadFlags, SweepFlags, WhatIfFlags):
+        declared = typing.get_type_hints(group, include_extras=True)["step_duration"]
+        assert STEP_DURATION in typing.get_args(declared)[1:], group.__name__
 
 
 def test_a_group_says_which_of_its_flags_were_given() -> None:

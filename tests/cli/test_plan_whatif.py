@@ -2,7 +2,8 @@
 users, answered in one table and one page; a bad spec is one line and exit 2, before any sweep.
 
 At small scale: 8B on an H100 and on an A100, 1,024-token prompts so that prefill and batching
-show, 3 simulated seconds per step, up to 8 users.
+show, 3 simulated seconds per step, up to 8 users. The workload flags are `loadlab run`'s
+(WorkloadFlags): what the simulation can send, the sweeps send; what it cannot is one line.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from loadlab.numbers import DASH
 from loadlab.store.reader import load_run
 from tests.support.browser import load_page
 from tests.support.procs import loadlab
+from tests.support.traces import write_burstgpt
 
 SPECS = ("h100:llama-3-8b", "a100:llama-3-8b")
 USERS = 30
 SLO = "tps_user_p50=40,ttft_p99=150ms"
-SMALL = ("--step-duration", "3", "--max", "8", "--input-len", "1024", "--output-len", "16")
+SMALL = ("--step-duration", "3", "--max", "8", "--input-len", "1024", "--output-len", "16", "--seed", "7")
 COLUMNS = ("spec", "knee", "users/replica", "replicas", "GPUs", "user tok/s", "capacity set by", "at the knee")
 
 
@@ -92,6 +94,15 @@ def test_each_spec_leaves_a_simulated_sweep_run_folder_that_the_table_reads(what
             assert rows[spec]["at the knee"] == at_knee["constraint"]
 
 
+def test_each_sweep_sends_the_workload_flags_lengths_and_seed(whatif) -> None:
+    out, _, _ = whatif
+    for spec in SPECS:
+        run = load_run(out / spec.replace(":", "_"))
+        req = run.requests
+        assert len(req) > 0 and set(req["input_tokens"]) == {1024} and set(req["max_tokens"]) == {16}
+        assert run.meta.config["workload"]["seed"] == 7 and run.meta.config["step_duration"] == 3.0
+
+
 def test_plan_on_a_spec_run_folder_sizes_it_as_the_table_does(whatif) -> None:
     out, stdout, _ = whatif
     rows = table_rows(stdout)
@@ -149,12 +160,53 @@ def test_a_bad_spec_is_one_line_and_exit_2_before_any_sweep(tmp_path: Path, spec
     assert not out.exists()
 
 
+def test_a_what_if_sweep_takes_a_traces_lengths(tmp_path: Path) -> None:
+    """Any workload flag the simulation can keep works with --what-if: here --trace, whose
+    lengths a sweep takes (it sets the load itself)."""
+    rows = [(i * 0.5, 200 + 10 * i, 4 + i % 3) for i in range(6)]
+    trace = write_burstgpt(tmp_path / "BurstGPT_1.csv", rows)
+    out = tmp_path / "runs"
+    args = ("--what-if", "h100:llama-3-8b", "--users", "2", "--step-duration", "2", "--trace", str(trace))
+    result = loadlab("plan", *args, "--out", str(out), "--report", str(tmp_path / "p.html"), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    req = load_run(out / "h100_llama-3-8b").requests
+    assert len(req) > 0 and (req["error"] == "").all()
+    assert set(zip(req["input_tokens"], req["max_tokens"], strict=True)) <= {(i, o) for _, i, o in rows}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--api", "embeddings"), "--api embeddings is not simulated"),
+        (("--workload", "multiturn"), "--workload multiturn is not simulated"),
+        (("--trace", "TRACE", "--trace-speed", "2"), "--trace-speed sets a trace's clock"),
+        (("--workload", "sharegpt", "--dataset", "missing.json"), "dataset file not found"),
+        (("--step-duration", "0"), "--step-duration must be a number of seconds > 0"),
+        (("--max", "0"), "--max must be >= 1 user"),
+    ],
+)
+def test_a_workload_the_simulation_cannot_send_is_one_line_before_any_sweep(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    trace = write_burstgpt(tmp_path / "BurstGPT_1.csv", [(0.0, 100, 10)])
+    out = tmp_path / "runs"
+    words = (str(trace) if a == "TRACE" else a for a in args)
+    result = loadlab("plan", "--what-if", "h100:llama-3-8b", "--users", "4", *words, "--out", str(out), timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (("--users", "10"), "needs a run folder of a sweep, or --what-if"),
         (("RUN", "--what-if", "h100:llama-3-8b", "--users", "10"), "not both"),
         (("RUN", "--users", "10", "--max-num-seqs", "64"), "--max-num-seqs is for --what-if"),
+        (("RUN", "--users", "10", "--output-len", "64", "--seed", "1"), "--output-len is for --what-if"),
+        (("RUN", "--users", "10", "--step-duration", "5"), "--step-duration is for --what-if"),
+        (("RUN", "--users", "10", "--out", "x"), "--out is for --what-if"),
     ],
 )
 def test_plan_takes_a_run_folder_or_what_if(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
