@@ -40,7 +40,7 @@ class WhatIfFlags(FlagGroup):
     sends is WorkloadFlags, the engine EngineFlags)."""
 
     panel: ClassVar[str] = "What-if"
-    step_duration: Annotated[float, STEP_DURATION] = DEFAULT_STEP_SECONDS
+    step_duration: Annotated[float | None, STEP_DURATION] = None  # (None: DEFAULT_STEP_SECONDS)
     max_load: Annotated[int | None, typer.Option("--max", help="Highest concurrency (default --users).")] = None
     out: Annotated[
         Path | None,
@@ -133,7 +133,9 @@ def what_if(
 
 def _limits(users: int, flags: WhatIfFlags) -> SweepLimits:
     """Each spec's sweep: closed loop from 1 user to --max (default the users), in steps of
-    --step-duration, with room to double up to the top and then bisect."""
+    --step-duration (default 20 s: the field's default is None, so that a value typed on a run
+    folder is refused even when it equals the default), with room to double up to the top and then
+    bisect."""
     from loadlab.conductor.stepping import DEFAULT_MAX_STEPS
     from loadlab.conductor.sweep import sweep_limits
     from loadlab.errors import UserError
@@ -143,7 +145,8 @@ def _limits(users: int, flags: WhatIfFlags) -> SweepLimits:
         raise UserError(f"--max must be >= 1 user, got {top}")
     # Doubling from 1 to the top takes log2(top) steps; leave the default's room to bisect after.
     steps = max(DEFAULT_MAX_STEPS, math.ceil(math.log2(top)) + DEFAULT_MAX_STEPS // 2)
-    return sweep_limits("closed", 1.0, float(top), steps, flags.step_duration)
+    seconds = DEFAULT_STEP_SECONDS if flags.step_duration is None else flags.step_duration
+    return sweep_limits("closed", 1.0, float(top), steps, seconds)
 
 
 def _config(workload: WorkloadFlags, limits: SweepLimits, slo: SloSpec | None) -> RunConfig:

@@ -206,6 +206,7 @@ def test_a_workload_the_simulation_cannot_send_is_one_line_before_any_sweep(
         (("RUN", "--users", "10", "--max-num-seqs", "64"), "--max-num-seqs is for --what-if"),
         (("RUN", "--users", "10", "--output-len", "64", "--seed", "1"), "--output-len is for --what-if"),
         (("RUN", "--users", "10", "--step-duration", "5"), "--step-duration is for --what-if"),
+        (("RUN", "--users", "10", "--step-duration", "20"), "--step-duration is for --what-if"),
         (("RUN", "--users", "10", "--out", "x"), "--out is for --what-if"),
     ],
 )
