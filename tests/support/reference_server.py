@@ -14,6 +14,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadlab.conductor.liveverdict import EVERY_S, MIN_WINDOW_S
 from tests.support.procs import Proc, free_port, loadlab
 
 # The tiny preset on CPU with a short context: fast to start, and "too long" is cheap to reach.
@@ -130,12 +131,13 @@ def kv_bound_run(folder: Path) -> KvBoundRun:
     once the step is past its ramp-up (1 s), the recent requests' E2E p90 (a request's own time,
     slower with two sharing the engine, plus two others' ahead of it in the queue: ~4 requests'
     time alone, doubled for a host whose load changes, then doubled again so that a window holds
-    the five finished requests a verdict needs) and MIN_WINDOW_S (5 s); then the niced judge
-    process takes a few seconds, and the status line shows it within 5 s. At least 40 s: a 20 s
-    step finished 8 requests when the host grew busier after the measurement."""
+    the five finished requests a verdict needs) and MIN_WINDOW_S (5 s); then a verdict every
+    EVERY_S (one too early to hold five requests is followed by another), the niced judge process
+    taking a few seconds. At least 40 s: a 20 s step finished 8 requests when the host grew busier
+    after the measurement."""
     with start_server(folder / "server.log", "--num-kv-blocks", "18", niceness=15) as server:
         alone = request_seconds(server)
-        seconds = min(max(40.0, 1 + 16 * alone + 5 + 10), 150.0)
+        seconds = min(max(40.0, 1 + 16 * alone + MIN_WINDOW_S + EVERY_S + 5), 150.0)
         result = loadlab(
             "run",
             "--url",
