@@ -43,8 +43,8 @@ class SampleIndex:
     def of(self, signal: str, sources: tuple[str, ...] = SERVER_SOURCES) -> pd.DataFrame:
         """The samples of `signal` from the first of `sources` that has any, sorted by time."""
         # Remembered: the analysis asks for the same few signals many times, and most of those it
-        # asks for are absent (every engine's names are tried); pandas' cost per look-up, not the
-        # data, was most of a live verdict's.
+        # asks for are absent (every engine's names are tried); each look-up costs pandas' per-call
+        # overhead whatever the data, and a live verdict repeats the analysis every few seconds.
         key = (signal, sources)
         found = self._picked.get(key)
         if found is None:

@@ -85,7 +85,7 @@ def summarize(
     """Compute the summary of a run folder's data (finished or cut off).
 
     `tokens`, `requests`: the run's TokenTimes and `per_request` table when the caller already
-    has them (a large run's cost seconds; a live verdict's, a tenth of it).
+    has them (a large run's cost seconds, and a live verdict makes them every few seconds).
     """
     steps = steps_of(run)
     if requests is None:
