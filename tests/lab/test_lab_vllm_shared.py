@@ -1,0 +1,62 @@
+"""`loadlab lab --engine vllm --shared-host --short`, for real: a real vLLM started as users start it
+(not pinned, not niced, its engine's threads bound by vLLM itself) beside the load generator on
+the same cores, provoked with settings the pinned lab never used. The load generator delivers less
+load there; each step is judged at the load it delivered (docs/diagnosis.md, §3), and every
+scenario must still come out as its class (the black-box one as the pattern that holds it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadlab.lab.runner import MATCH
+from loadlab.lab.scenarios import VLLM_SHARED_SCENARIOS
+from tests.support.procs import loadlab
+from tests.support.vllm import needs_vllm, vllm_python
+
+pytestmark = [needs_vllm, pytest.mark.serial]  # vLLM and the load generator share the host's cores
+
+LAB_TIMEOUT = 1800  # three server starts and seven steps: ~6-10 minutes on a busy 2-core host
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One lab over every shared-host scenario: its folder."""
+    folder = tmp_path_factory.mktemp("lab") / "vllm-shared"
+    done = loadlab(
+        "lab",
+        "--engine",
+        "vllm",
+        "--shared-host",
+        "--vllm-python",
+        str(vllm_python()),
+        "--short",
+        "--out",
+        str(folder),
+        timeout=LAB_TIMEOUT,
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a verdict differed, judged below
+    return folder
+
+
+@pytest.mark.parametrize("scenario", VLLM_SHARED_SCENARIOS, ids=lambda s: s.name)
+def test_each_shared_host_scenario_names_its_class(lab, scenario):
+    result = next(r for r in json.loads((lab / "lab.json").read_text())["results"] if r["name"] == scenario.name)
+    summary = (
+        f"{result['status']}: {result['constraint']} (server side {result['server_side'] or '-'}), "
+        f"{result['saturation']}; {result['reason'] or result['headline']}; evidence {result['evidence']}"
+    )
+    assert result["status"] == MATCH, summary
+    # Never the client's verdict beside a server it merely shared cores with.
+    assert result["constraint"] != "client", summary
+
+
+def test_vllm_and_the_load_generator_shared_the_cores(lab):
+    results = json.loads((lab / "lab.json").read_text())["results"]
+    for r in results:
+        assert r["server_cores"] == r["client_cores"], r["name"]  # both anywhere: nothing pinned
+    log = (lab / "kv_capacity" / "server.log").read_text(errors="replace")
+    assert "--kv-cache-memory-bytes" in log or "kv_cache_memory_bytes" in log.lower()
