@@ -21,12 +21,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadlab.lab.engines import REFERENCE, VLLM
+from loadlab.metrics.verdicts import (
+    AT_KNEE,
+    CLIENT,
+    COMPUTE,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    NETWORK,
+    OVERLOADED,
+    PAST_KNEE,
+    SCHEDULING,
+    UNDER_LOADED,
+    Constraint,
+    SaturationState,
+)
 
-KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "kv_capacity", "memory_bandwidth", "compute"
-SCHEDULING, NETWORK, CLIENT = "scheduling", "network", "client"
-INSUFFICIENT_DATA = "insufficient_data"
-UNDER_LOADED = "under_loaded"
-SATURATED = ("at_knee", "past_knee", "overloaded")
+SATURATED: tuple[SaturationState, ...] = (AT_KNEE, PAST_KNEE, OVERLOADED)
 
 
 @dataclass(frozen=True)
@@ -34,11 +44,11 @@ class Scenario:
     """One provoked bottleneck: how to start the server, what load to send, what should bind."""
 
     name: str
-    expect: str | None  # the constraint the analyzer should name; None: any (judged on saturation)
+    expect: Constraint | None  # the constraint the analyzer should name; None: any (judged on saturation)
     why: str  # one line: what makes `expect` bind
     server: tuple[str, ...]  # flags of the engine's server
     load: tuple[str, ...]  # flags of `loadlab run` (load shape and workload)
-    expect_saturation: tuple[str, ...] = ()  # accepted saturation states; () = any
+    expect_saturation: tuple[SaturationState, ...] = ()  # accepted saturation states; () = any
     server_nice: int = 10  # nice the server: the client keeps its CPU on a busy host
     client_nice: int = -5  # ignored without the privilege to raise a priority
     server_cpus: tuple[int, ...] = ()  # pin the server to these cores, places freest first (() = anywhere)
@@ -156,11 +166,11 @@ VLLM_CORE, CLIENT_CORE = 0, 1  # places among the host's cores, freest first (la
 
 def _vllm(
     name: str,
-    expect: str | None,
+    expect: Constraint | None,
     why: str,
     server: tuple[str, ...],
     load: tuple[str, ...],
-    expect_saturation: tuple[str, ...] = (),
+    expect_saturation: tuple[SaturationState, ...] = (),
     client_nice: int = -5,
     client_rival: bool = False,
 ) -> Scenario:
