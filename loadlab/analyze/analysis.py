@@ -210,6 +210,15 @@ def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:
     return analysis
 
 
+def save_analysis(run: RunData, device: Peaks | None = None) -> tuple[Analysis, str]:
+    """`write_analysis`, or where analysis.json cannot be written, the analysis all the same and
+    why ("" when written): a folder that cannot be written to costs a warning, not the verdict."""
+    try:
+        return write_analysis(run, device), ""
+    except OSError as e:
+        return analyze_run(run, device=device), f"analysis.json not written ({type(e).__name__}: {e})"
+
+
 def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None = None) -> Analysis:
     """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed).
 

@@ -290,6 +290,22 @@ class RunWriter:
                 self._fail(e)
 
 
+def check_out_folder(folder: Path) -> None:
+    """UserError unless `folder` is new or an empty folder: a run never mixes with other files."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise UserError(f"--out {folder} is a file, not a folder")
+    if (folder / RUN_JSON).exists():
+        raise UserError(f"{folder} already holds a run (run.json); choose another --out folder")
+    try:
+        empty = not any(folder.iterdir())
+    except OSError as e:
+        raise UserError(f"cannot read --out {folder}: {e.strerror or e}") from None
+    if not empty:
+        raise UserError(f"--out {folder} is a non-empty folder that is not a run folder; choose a new or empty one")
+
+
 def _versions() -> dict[str, str]:
     def version_of(package: str) -> str:
         try:

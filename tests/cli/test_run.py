@@ -919,7 +919,7 @@ def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
 
 
 def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):
-    from loadlab.cli.run import print_final_summary
+    from loadlab.cli.running import print_final_summary
 
     print_final_summary(tmp_path)  # the writer could not write it
     (tmp_path / "summary.json").write_text("[]")
