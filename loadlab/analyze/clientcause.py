@@ -11,7 +11,6 @@ the host's busy cores. The advice follows the cause (docs/diagnosis.md, section 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import pandas as pd
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, HOST_BUSY_MIN, LOOP_LAG_P99_MAX, RUN_WAIT_MIN
 from loadlab.metrics.verdicts import OWN_WORK, STARVED, UNEXPLAINED, ClientCause
 from loadlab.numbers import format_number, format_value
+from loadlab.store.reader import labels_of
 
 # Samples of the host's busy cores: each load-generator process's (label `cores`), and the host
 # collector's (loadlab.collect.host, label `cores` since it carries one).
@@ -50,7 +50,7 @@ def server_is_local(url: str, samples: pd.DataFrame) -> bool | None:
     """True when the server's process was sampled on this host (--server-pid) or its URL is a
     loopback address; None when neither says."""
     host = samples[(samples["source"] == "host") & (samples["signal"] == "process_cpu")]
-    if len(host) and any(json.loads(t).get("role") == SERVER_ROLE for t in host["labels"].unique()):
+    if len(host) and any(labels_of(t).get("role") == SERVER_ROLE for t in host["labels"].unique()):
         return True
     netloc = url.split("://", 1)[-1].split("/", 1)[0]
     return True if any(netloc.startswith(prefix) for prefix in LOOPBACK) else None
@@ -64,7 +64,7 @@ def host_load(samples: pd.DataFrame, server_local: bool | None, cores_known: int
         df = samples[samples["signal"] == signal]
         if not len(df):
             continue
-        cores = {t: int((json.loads(t) if t else {}).get("cores", cores_known)) for t in df["labels"].unique()}
+        cores = {t: int(labels_of(t).get("cores", cores_known)) for t in df["labels"].unique()}
         df = df.assign(cores=df["labels"].map(cores))
         df = df[df["cores"] > 0]
         if len(df):
