@@ -581,7 +581,7 @@ def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:
     if not cut_off or not data:
         return []
     config = run.meta.config
-    planned = config.get("step_duration") or config.get("duration")
+    planned = config.step_duration or config.duration
     last = data[-1]
     ran = last.window.seconds
     if planned and math.isfinite(ran):

@@ -33,7 +33,16 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.offload import off_the_event_loop
-from loadlab.store.meta import FAILED, FINISHED, RUNNING, CacheReset, RunMeta, RunStatus, write_json_atomic
+from loadlab.store.meta import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    CacheReset,
+    RunMeta,
+    RunStatus,
+    stored_config,
+    write_json_atomic,
+)
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
@@ -77,7 +86,7 @@ class RunWriter:
         self.unsaved = 0  # requests still unwritten when the folder was closed
         self.meta = RunMeta(
             status=RUNNING,
-            config=config.to_dict(),
+            config=stored_config(config.to_dict()),  # what run.json keeps: no secrets
             versions=_versions(),
             host=_host(),
             anchor=anchor,

@@ -136,7 +136,7 @@ def build_report_data(run: RunData) -> ReportData:
         timeseries=_timeseries(run, timeline, bins, summary),
         errors=_errors(measured, bins),
         coverage=list(run.meta.coverage),
-        config=run.meta.config,
+        config=run.meta.config.to_dict(),
         versions=run.meta.versions,
         host=run.meta.host,
         analysis=analysis,
