@@ -1,7 +1,7 @@
-"""What the commands that run load share: starting a run (`run`, `sweep`, `diagnose`), its exit
-code (docs/run-folder.md), and the tables, analysis and gate printed when it ends (also
-`simulate`, `analyze`, `gate`, `plan --what-if`'s page aside). Not a command: no command module
-imports another, they share this (tests/test_layering.py)."""
+"""What the commands share about a run: starting one (`run`, `sweep`, `diagnose`), its exit code
+(docs/run-folder.md), and what is printed and written when it ends: the summary table, the
+analysis (also `analyze`, `simulate`) and the gate's checks (also `gate`). Not a command: no
+command module imports another; they share this (tests/test_layering.py)."""
 
 from __future__ import annotations
 
