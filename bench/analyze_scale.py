@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from loadlab.clock import ClockAnchor
+from loadlab.config import RunConfig
 from loadlab.store.meta import RunMeta, write_json_atomic
 from loadlab.store.schema import Coverage, StepInfo
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
@@ -149,7 +150,7 @@ def write_meta(folder: Path, seconds: float) -> None:
     ]
     meta = RunMeta(
         status="finished",
-        config={"concurrency": list(STEPS)},
+        config=RunConfig(concurrency=list(STEPS)),
         versions={},
         host={},
         anchor=ClockAnchor(T0, 0.0),

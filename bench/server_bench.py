@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 
 from loadlab.config import LengthDist, WorkloadConfig
 from loadlab.workload import make_workload
-from reference_server.config import EngineConfig, ModelShape
+from reference_server.config import EngineConfig
 from reference_server.engine import AsyncEngine
 from reference_server.engine.runner import DTYPES
 from reference_server.interface import SamplingParams
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS, ModelShape
 from reference_server.tokenizer import ByteTokenizer
 
 

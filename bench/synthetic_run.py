@@ -52,9 +52,7 @@ def write_synthetic_run(folder: Path, requests: int = 1_000_000, tokens: int = 6
     pq.write_table(pa.concat_tables(tables), folder / REQUESTS_DIR / "part-000000.parquet")
     end = T0 + len(CONCURRENCY) * duration
     pq.write_table(_samples(rng, steps, end), folder / SAMPLES_DIR / "part-000000.parquet")
-    config = RunConfig(
-        url="http://gpu-server:8000", model="synthetic", concurrency=CONCURRENCY, step_duration=duration
-    ).to_dict()
+    config = RunConfig(url="http://gpu-server:8000", model="synthetic", concurrency=CONCURRENCY, step_duration=duration)
     meta = RunMeta(
         status=FINISHED,
         config=config,

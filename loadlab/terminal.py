@@ -9,6 +9,7 @@ wherever its text came from; plain `print` lines apply it themselves.
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +28,11 @@ def inert(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else _visible(ch) for ch in text)
+
+
+def say(kind: str, text: str) -> None:
+    """One line `KIND: TEXT` on stderr, made inert, e.g. say("warning", ...)."""
+    print(f"{kind}: {inert(text)}", file=sys.stderr)
 
 
 def _visible(ch: str) -> str:

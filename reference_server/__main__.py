@@ -23,7 +23,7 @@ from reference_server.config import CHOICES, EngineConfig
 API_KEY_ENV = "LOADLAB_SERVER_API_KEY"
 
 FLAG_HELP = {
-    "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/model.py)",
+    "preset": "model shape: tiny, small, or a real model's (see PRESETS in reference_server/shapes.py)",
     "weights": "local safetensors file with Hugging Face tensor names (empty: seeded random weights)",
     "device": "where the model runs",
     "dtype": "weights and activations type",

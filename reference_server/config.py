@@ -1,10 +1,11 @@
-"""Configuration of the reference server: model shape, engine limits, A/B modes."""
+"""Configuration of the reference server: which model shape, engine limits, A/B modes."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+from reference_server.shapes import PRESETS
 from reference_server.twin.spec import TwinSpec, parse_twin
 
 # The values each string setting of EngineConfig accepts: the server's flag choices and the engine's
@@ -18,33 +19,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The shape of a Llama-family decoder. Serving speed depends on shapes, not weight values."""
-
-    name: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    max_position: int
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    tie_embeddings: bool = False
-    qkv_bias: bool = False  # Qwen2 has biases on q/k/v projections
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-
 @dataclass
 class EngineConfig:
     """Everything the engine needs; `loadlab serve` / `python -m reference_server` flags map 1:1."""
 
-    preset: str = "tiny"  # a key of reference_server.model.PRESETS
+    preset: str = "tiny"  # a key of reference_server.shapes.PRESETS
     weights: str = ""  # local safetensors file with HF tensor names ("" = seeded random)
     device: str = "cpu"  # cpu | cuda
     dtype: str = "float32"  # float32 | bfloat16 | float16
@@ -80,11 +59,9 @@ class EngineConfig:
 
     def validate(self) -> None:
         """Refuse a bad configuration with one clear ValueError before anything is loaded."""
-        # torch (through the model's presets) is imported here, not at the top: the server's
-        # --help reads this module and must stay fast.
+        # torch is imported here, not at the top: the server's --help reads this module and must
+        # stay fast.
         import torch
-
-        from reference_server.model import PRESETS
 
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")

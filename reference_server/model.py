@@ -13,82 +13,8 @@ import torch
 from torch import nn
 
 from reference_server.attention import AttentionMetadata, KVCache, attention
-from reference_server.config import ModelShape
 from reference_server.parallel import TensorParallel
-
-PRESETS: dict[str, ModelShape] = {
-    # Byte-level toy models that run on a laptop CPU.
-    "tiny": ModelShape(
-        "tiny",
-        vocab_size=512,
-        hidden_size=256,
-        intermediate_size=768,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position=1024,
-    ),
-    "small": ModelShape(
-        "small",
-        vocab_size=512,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_layers=8,
-        num_heads=8,
-        num_kv_heads=4,
-        max_position=2048,
-    ),
-    # Real shapes (performance twins). Llama 3's RoPE frequency scaling is not modelled.
-    "qwen2.5-0.5b": ModelShape(
-        "qwen2.5-0.5b",
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_layers=24,
-        num_heads=14,
-        num_kv_heads=2,
-        max_position=32768,
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        tie_embeddings=True,
-        qkv_bias=True,
-    ),
-    "llama-3-8b": ModelShape(
-        "llama-3-8b",
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_layers=32,
-        num_heads=32,
-        num_kv_heads=8,
-        max_position=8192,
-        rope_theta=500000.0,
-    ),
-    "llama-3-70b": ModelShape(
-        "llama-3-70b",
-        vocab_size=128256,
-        hidden_size=8192,
-        intermediate_size=28672,
-        num_layers=80,
-        num_heads=64,
-        num_kv_heads=8,
-        max_position=8192,
-        rope_theta=500000.0,
-    ),
-    "qwen2.5-7b": ModelShape(
-        "qwen2.5-7b",
-        vocab_size=152064,
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_layers=28,
-        num_heads=28,
-        num_kv_heads=4,
-        max_position=32768,
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        qkv_bias=True,
-    ),
-}
+from reference_server.shapes import ModelShape
 
 
 class RMSNorm(nn.Module):

@@ -163,6 +163,72 @@ def test_each_rule_can_fail(importer: str, imported: str):
     assert violations({importer: {imported}}) != []
 
 
+def circles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among our modules (lazy imports count): each a sorted list of the
+    modules that reach each other (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(imports.get(module, set()) & imports.keys()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(imports):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circle():
+    found = modules()
+    imports = {name: imports_of(name, path, set(found)) for name, path in found.items()}
+    assert circles(imports) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The modules of loadlab/cli/ that are not commands: what several commands share (flag groups,
+# reading run folders, starting and ending a run, a sweep); `loadlab.cli` registers the commands.
+CLI_SHARED = {"loadlab.cli", "loadlab.cli.__main__", "loadlab.cli.options", "loadlab.cli.output"}
+CLI_SHARED |= {"loadlab.cli.running", "loadlab.cli.sweeping"}
+
+
+def command_imports(imports: dict[str, set[str]]) -> list[str]:
+    """'importer -> imported' for every module in cli/ (a command, or a shared module) that
+    imports a command module: commands share through CLI_SHARED, never through each other (only
+    the package, `loadlab.cli`, imports them all, to register them)."""
+    commands = {m for m in imports if m.startswith("loadlab.cli.") and m not in CLI_SHARED}
+    return [
+        f"{module} -> {target}"
+        for module, targets in sorted(imports.items())
+        if module.startswith("loadlab.cli.")
+        for target in sorted(targets & commands - {module})
+    ]
+
+
+def test_no_command_module_imports_another():
+    found = modules()
+    imports = {name: imports_of(name, path, set(found)) for name, path in found.items()}
+    commands = {m for m in found if m.startswith("loadlab.cli.") and m not in CLI_SHARED}
+    # A command module registers its command; a module that does not is one of CLI_SHARED.
+    assert {m for m in commands if "def register(" not in found[m].read_text()} == set()
+    assert len(commands) > 10
+    assert command_imports(imports) == []
+    assert command_imports({"loadlab.cli.plan": {"loadlab.cli.sweep"}, "loadlab.cli.sweep": set()}) != []
+
+
 CODE = """
 import importlib, pkgutil, sys
 sys.modules['torch'] = None          # any `import torch` now raises ImportError
@@ -180,6 +246,21 @@ def test_every_loadlab_module_imports_without_torch():
     result = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert int(result.stdout) > 30  # the walk really found the package's modules
+
+
+TORCH_FREE = """
+import sys
+sys.modules['torch'] = None
+import reference_server.shapes, reference_server.config, reference_server.accounting, reference_server.twin.timing
+print(len(reference_server.shapes.PRESETS))
+"""
+
+
+def test_model_shapes_the_twin_and_the_config_read_need_no_torch():
+    """The twin's timing and the server's config (its --help) read the model shapes without PyTorch."""
+    result = subprocess.run([sys.executable, "-c", TORCH_FREE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout) >= 6
 
 
 STARTUP = """

@@ -9,8 +9,16 @@ The server kind is read from the samples: canonical signals only the reference s
 from __future__ import annotations
 
 from loadlab.analyze.histograms import SampleIndex
-from loadlab.analyze.rules import CLIENT, COMPUTE, INSUFFICIENT_DATA, KV_CAPACITY, MEMORY_BANDWIDTH, NETWORK, SCHEDULING
 from loadlab.collect import signals as sig
+from loadlab.metrics.verdicts import (
+    CLIENT,
+    COMPUTE,
+    INSUFFICIENT_DATA,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    NETWORK,
+    SCHEDULING,
+)
 
 VLLM, SGLANG, TGI, TRTLLM, REFERENCE, UNKNOWN_SERVER = "vLLM", "SGLang", "TGI", "TensorRT-LLM", "reference server", ""
 RAW_PREFIXES = {"vllm:": VLLM, "sglang:": SGLANG, "tgi_": TGI, "trtllm_": TRTLLM, "trtllm:": TRTLLM}

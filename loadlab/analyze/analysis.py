@@ -22,15 +22,10 @@ from loadlab.analyze.derive import Derived, StepData, derive, server_cores
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.roofline import StepTimeFit, fit_step_time, has_work_estimates, work_rates
-from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Constraint, Evidence, score_all
+from loadlab.analyze.rules import ClassScore, Evidence, score_all
 from loadlab.analyze.saturation import (
-    OVERLOADED,
-    PAST_KNEE,
     QUEUE_WAITING,
-    UNDER_LOADED,
-    UNKNOWN,
     Saturation,
-    SaturationState,
     StepLoad,
     held_at_admission,
     saturated_at_delivered_load,
@@ -42,6 +37,21 @@ from loadlab.analyze.summary import StepSummary, per_request, steps_of, summariz
 from loadlab.analyze.window import Window, steady_window
 from loadlab.collect import signals as sig
 from loadlab.convert import ConvertError, from_json
+from loadlab.metrics.verdicts import (
+    CLIENT,
+    COMPUTE,
+    INSUFFICIENT_DATA,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    NETWORK,
+    OVERLOADED,
+    PAST_KNEE,
+    SCHEDULING,
+    UNDER_LOADED,
+    UNKNOWN,
+    Constraint,
+    SaturationState,
+)
 from loadlab.numbers import format_number, format_value
 from loadlab.store.meta import FAILED, INTERRUPTED, STOPPED, json_safe, write_json_atomic
 from loadlab.store.reader import ANALYSIS_JSON, RunData, RunFolderError, read_stage_json
@@ -70,11 +80,11 @@ CONFIDENT = 0.6
 GPU_SIGNALS = (sig.GPU_UTIL, sig.GPU_SM_ACTIVE, sig.GPU_DRAM_ACTIVE, sig.GPU_TENSOR_ACTIVE)
 NAMES = {
     CLIENT: "the load generator",
-    rules.KV_CAPACITY: "KV capacity",
-    rules.MEMORY_BANDWIDTH: "memory bandwidth",
-    rules.COMPUTE: "compute",
-    rules.SCHEDULING: "scheduling (admission)",
-    rules.NETWORK: "network (collectives)",
+    KV_CAPACITY: "KV capacity",
+    MEMORY_BANDWIDTH: "memory bandwidth",
+    COMPUTE: "compute",
+    SCHEDULING: "scheduling (admission)",
+    NETWORK: "network (collectives)",
     INSUFFICIENT_DATA: "insufficient data",
     **blackbox.NAMES,
 }
@@ -199,6 +209,15 @@ def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:
     analysis = analyze_run(run, device=device)
     write_json_atomic(run.path / ANALYSIS_JSON, analysis.to_dict())
     return analysis
+
+
+def save_analysis(run: RunData, device: Peaks | None = None) -> tuple[Analysis, str]:
+    """`write_analysis`, or where analysis.json cannot be written, the analysis all the same and
+    why ("" when written): a folder that cannot be written to costs a warning, not the verdict."""
+    try:
+        return write_analysis(run, device), ""
+    except OSError as e:
+        return analyze_run(run, device=device), f"analysis.json not written ({type(e).__name__}: {e})"
 
 
 def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None = None) -> Analysis:
@@ -360,7 +379,7 @@ def _verdict(
     if state.state == UNDER_LOADED:  # an idle server's queue and KV pool set no per-token latency
         eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
     elif held_at_admission(d.derived):  # a queue before free KV at the cap: what binds is admission
-        eligible = [s for s in eligible if s.constraint == rules.SCHEDULING] or eligible
+        eligible = [s for s in eligible if s.constraint == SCHEDULING] or eligible
     if client.limited and client.untrusted:
         limited = verdict(
             CLIENT,
@@ -515,11 +534,11 @@ def _clock_advice(d: StepData) -> list[str]:
 def _headline(best: ClassScore, state: Saturation, chosen: StepVerdict) -> str:
     name = NAMES[best.constraint]
     top = "; ".join(e.text for e in best.evidence if e.direction == "for")
-    if state.state == "under_loaded":
+    if state.state == UNDER_LOADED:
         claim, evidence = f"{name} sets per-token latency", f"headroom: {state.reason}"
     else:
         claim, evidence = f"{name} binds ({state.state.replace('_', ' ')})", top
-    sep = "; " if state.state == "under_loaded" else ": "
+    sep = "; " if state.state == UNDER_LOADED else ": "
     return f"{_likely(chosen)}{claim}{sep}{evidence}{_doubt(chosen)}"
 
 
@@ -566,12 +585,12 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
             INSUFFICIENT_DATA, UNKNOWN, knee, bool(short), 0.0, f"insufficient data: {reason}", [], kind, fit
         )
     by_index = {s.index: s for s in judged}
-    saturated = [s for s in judged if s.saturation in ("past_knee", "overloaded")]
+    saturated = [s for s in judged if s.saturation in (PAST_KNEE, OVERLOADED)]
     focus = by_index.get(knee) if knee is not None else None
     focus = focus or (saturated[0] if saturated else judged[-1])
     last = judged[-1]
     name = _likely(focus) + NAMES[focus.constraint]
-    if focus.saturation == "under_loaded":
+    if focus.saturation == UNDER_LOADED:
         headline = f"under-loaded up to {last.label}: {name} sets per-token latency; headroom left"
     elif knee is not None and focus.index == knee:
         headline = f"{name} binds at {focus.label} (the knee)"
@@ -600,7 +619,7 @@ def _cut_notes(run: RunData, data: list[StepData], cut_off: bool) -> list[str]:
     if not cut_off or not data:
         return []
     config = run.meta.config
-    planned = config.get("step_duration") or config.get("duration")
+    planned = config.step_duration or config.duration
     last = data[-1]
     ran = last.window.seconds
     if planned and math.isfinite(ran):

@@ -27,21 +27,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from loadlab.analyze.derive import StepData
-from loadlab.analyze.rules import COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING, Constraint, Evidence
+from loadlab.analyze.rules import Evidence
+from loadlab.metrics.verdicts import (
+    BATCH_CONTENTION,
+    COMPUTE,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    PREFILL_COST,
+    QUEUEING,
+    SCHEDULING,
+    BlackBoxPattern,
+    RuleClass,
+)
 from loadlab.numbers import format_number
 from loadlab.store.reader import RunData
 
-QUEUEING: Final = "queueing"
-BATCH_CONTENTION: Final = "batch_contention"
-PREFILL_COST: Final = "prefill_cost"
 # What each black-box pattern cannot tell apart, in white-box classes.
-CANDIDATES = {
+CANDIDATES: dict[BlackBoxPattern, tuple[RuleClass, ...]] = {
     QUEUEING: (SCHEDULING, KV_CAPACITY),
     BATCH_CONTENTION: (MEMORY_BANDWIDTH, COMPUTE),
     PREFILL_COST: (COMPUTE,),
@@ -77,8 +85,8 @@ MIN_REQUESTS = 5  # successful requests a step needs for its curve point (as the
 class BlackBox:
     """One step's black-box verdict (analysis.json's `blackbox`)."""
 
-    pattern: str  # queueing | batch_contention | prefill_cost | "" (no pattern)
-    candidates: list[str]  # the white-box classes it cannot separate
+    pattern: Literal[BlackBoxPattern, ""]  # "": no pattern
+    candidates: list[RuleClass]  # the white-box classes it cannot separate
     headline: str
     confidence: float
     decide: str  # which collector would decide
@@ -196,7 +204,9 @@ def _prefill(d: StepData, evidence: list[Evidence]) -> BlackBox | None:
     )
 
 
-def _found(pattern: str, headline: str, strength: float, baseline: str, evidence: list[Evidence]) -> BlackBox:
+def _found(
+    pattern: BlackBoxPattern, headline: str, strength: float, baseline: str, evidence: list[Evidence]
+) -> BlackBox:
     return BlackBox(
         pattern, list(CANDIDATES[pattern]), headline, CONFIDENCE_CAP * strength, DECIDE[pattern], baseline, evidence
     )
@@ -206,7 +216,7 @@ def _none(why: str, evidence: list[Evidence]) -> BlackBox:
     return BlackBox("", [], f"no server metrics: {why}", 0.0, NO_PATTERN_DECIDE, "", evidence)
 
 
-def _row(pattern: Constraint, name: str, value: float, unit: str, threshold: float, what: str) -> Evidence:
+def _row(pattern: BlackBoxPattern, name: str, value: float, unit: str, threshold: float, what: str) -> Evidence:
     """An evidence row FOR the pattern when `value` reaches `threshold`."""
     for_it = value >= threshold
     return Evidence(

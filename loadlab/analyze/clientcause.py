@@ -11,16 +11,16 @@ the host's busy cores. The advice follows the cause (docs/diagnosis.md, section 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import pandas as pd
 
 from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, HOST_BUSY_MIN, LOOP_LAG_P99_MAX, RUN_WAIT_MIN
+from loadlab.metrics.verdicts import OWN_WORK, STARVED, UNEXPLAINED, ClientCause
 from loadlab.numbers import format_number, format_value
+from loadlab.store.reader import labels_of
 
-OWN_WORK, STARVED, UNEXPLAINED = "own_work", "starved", "unexplained"
 # Samples of the host's busy cores: each load-generator process's (label `cores`), and the host
 # collector's (loadlab.collect.host, label `cores` since it carries one).
 HOST_SIGNALS = ("client_host_cpu", "host_cpu")
@@ -50,7 +50,7 @@ def server_is_local(url: str, samples: pd.DataFrame) -> bool | None:
     """True when the server's process was sampled on this host (--server-pid) or its URL is a
     loopback address; None when neither says."""
     host = samples[(samples["source"] == "host") & (samples["signal"] == "process_cpu")]
-    if len(host) and any(json.loads(t).get("role") == SERVER_ROLE for t in host["labels"].unique()):
+    if len(host) and any(labels_of(t).get("role") == SERVER_ROLE for t in host["labels"].unique()):
         return True
     netloc = url.split("://", 1)[-1].split("/", 1)[0]
     return True if any(netloc.startswith(prefix) for prefix in LOOPBACK) else None
@@ -64,7 +64,7 @@ def host_load(samples: pd.DataFrame, server_local: bool | None, cores_known: int
         df = samples[samples["signal"] == signal]
         if not len(df):
             continue
-        cores = {t: int((json.loads(t) if t else {}).get("cores", cores_known)) for t in df["labels"].unique()}
+        cores = {t: int(labels_of(t).get("cores", cores_known)) for t in df["labels"].unique()}
         df = df.assign(cores=df["labels"].map(cores))
         df = df[df["cores"] > 0]
         if len(df):
@@ -75,7 +75,7 @@ def host_load(samples: pd.DataFrame, server_local: bool | None, cores_known: int
     return None
 
 
-def cause(values: dict[str, float], host: HostLoad | None) -> str:
+def cause(values: dict[str, float], host: HostLoad | None) -> ClientCause:
     """OWN_WORK when a process ran near a core; STARVED when it did not while its loop lagged and
     either it waited for a CPU (RUN_WAIT_MIN: its own core held by other work, as when pinned
     beside the server) or its host's cores were all busy; UNEXPLAINED otherwise."""
@@ -89,7 +89,7 @@ def cause(values: dict[str, float], host: HostLoad | None) -> str:
     return UNEXPLAINED
 
 
-def advice(found: str, values: dict[str, float], host: HostLoad | None, processes: int) -> list[str]:
+def advice(found: ClientCause, values: dict[str, float], host: HostLoad | None, processes: int) -> list[str]:
     """What to change for the cause found, naming the flags and, for a starved client, the cores."""
     cpu = values.get("client_cpu_p90", math.nan)
     lag = values.get("client_loop_lag_p99", math.nan)

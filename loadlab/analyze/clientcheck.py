@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -27,6 +26,7 @@ from loadlab.metrics.limits import (
 )
 from loadlab.metrics.stats import percentile
 from loadlab.numbers import format_number, format_value
+from loadlab.store.reader import labels_of
 from loadlab.store.schema import ErrorCategory, StepInfo
 
 RATE_SIGNALS = ("client_cpu", "client_run_wait", *clientcause.HOST_SIGNALS)
@@ -36,7 +36,7 @@ def client_samples(samples: pd.DataFrame) -> pd.DataFrame:
     """The load generator's own samples and the host collector's (its host's busy cores)."""
     client = samples[samples["source"].isin(["client", "host"])].copy()
     # One parse per label set, mapped by a dict (not a Python call per sample).
-    worker_of = {text: (json.loads(text) if text else {}).get("worker", "") for text in client["labels"].unique()}
+    worker_of = {text: labels_of(text).get("worker", "") for text in client["labels"].unique()}
     client["worker"] = client["labels"].map(worker_of)
     return client
 

@@ -7,7 +7,6 @@ simply absent (the rules count it as missing coverage, never as zero).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from loadlab.analyze.warm_cache import hit_rate
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
 from loadlab.metrics.stats import percentile
+from loadlab.store.reader import labels_of
 from loadlab.store.schema import ErrorCategory, StepInfo
 
 # Host collector signals (loadlab.collect.host): CPU cores busy per process, label `role`.
@@ -310,7 +310,7 @@ def _gpu_side(d: StepData) -> None:
 def _host_side(d: StepData) -> None:
     cpu = _in_window(d.samples.of(PROCESS_CPU, ("host",)), d.window)
     if len(cpu):
-        roles = cpu["labels"].map({t: json.loads(t).get("role", "") for t in cpu["labels"].unique()})
+        roles = cpu["labels"].map({t: labels_of(t).get("role", "") for t in cpu["labels"].unique()})
         server = cpu[roles == "server"]
         if len(server):
             d.put("server_cpu", server.groupby("time")["value"].sum().mean(), "cores", [PROCESS_CPU], HOST)
@@ -320,7 +320,7 @@ def server_cores(samples: SampleIndex) -> int | None:
     """How many cores the server's process may run on, as the host collector read its affinity
     (`loadlab run --server-pid`); None where it was not sampled or the platform could not say."""
     cpu = samples.of(PROCESS_CPU, ("host",))
-    found = [json.loads(t) for t in cpu["labels"].unique()] if len(cpu) else []
+    found = [labels_of(t) for t in cpu["labels"].unique()] if len(cpu) else []
     cores = [int(labels["cores"]) for labels in found if labels.get("role") == "server" and "cores" in labels]
     return max(cores) if cores else None
 
@@ -354,6 +354,6 @@ def _capacity_wait_share(s: SampleIndex, window: Window) -> float:
         df = _in_window(s.of(WAITING_BY_REASON_RAW), window)
     if not len(df):
         return math.nan
-    reason = df["labels"].map({t: json.loads(t).get("reason") for t in df["labels"].unique()})
+    reason = df["labels"].map({t: labels_of(t).get("reason") for t in df["labels"].unique()})
     total = float(df["value"].sum())
     return float(df.loc[(reason == CAPACITY).to_numpy(bool), "value"].sum()) / total if total > 0 else math.nan

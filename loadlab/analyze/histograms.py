@@ -10,7 +10,6 @@ a signal does not scan every sample of a long run.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from loadlab.analyze.intervals import (
     interval_totals,
     pick_source,
 )
+from loadlab.store.reader import labels_of
 
 
 class SampleIndex:
@@ -100,7 +100,7 @@ def window_histogram(index: SampleIndex, signal: str, bins: Bins) -> WindowHisto
     buckets = near(index.of(signal), bins)
     if not len(buckets):
         return None
-    le_of = {text: json.loads(text).get("le") for text in buckets["labels"].unique()}
+    le_of = {text: labels_of(text).get("le") for text in buckets["labels"].unique()}
     le = buckets["labels"].map(le_of)
     buckets = buckets[le.notna()]
     bound_of = {text: float(text) for text in set(le_of.values()) if text is not None}

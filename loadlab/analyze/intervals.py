@@ -5,13 +5,13 @@ interval spanning it).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from loadlab.collect import signals as sig
+from loadlab.store.reader import labels_of
 
 # Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
 SERVER_SOURCES = ("server", "prometheus")
@@ -123,7 +123,7 @@ def grouped_interval_totals(
         increase = values - previous
         amounts = np.where(np.isnan(previous), 0.0, np.where(increase < 0, values, increase))
     rank_codes, ranks = pd.factorize(
-        np.asarray([json.loads(text).get("rank", "") for text in labels], dtype=object)[label_codes]
+        np.asarray([labels_of(text).get("rank", "") for text in labels], dtype=object)[label_codes]
         if len(labels)
         else np.empty(0, object)
     )

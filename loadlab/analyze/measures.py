@@ -124,5 +124,5 @@ def measure(run: RunData, slo: Slo | None = None) -> RunValues:
         summary=summary,
         steps=[values_of(s) for s in summary.steps],
         overall=values_of(summary.overall),
-        config=run.meta.config,
+        config=run.meta.config.to_dict(),
     )

@@ -28,7 +28,6 @@ inter-token gaps against the running batch (decode) and prefill times against pr
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from loadlab.analyze.intervals import Bins, interval_totals
 from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
+from loadlab.store.reader import labels_of
 
 # Dense BF16 peak FLOP/s and memory bandwidth in bytes/s, from NVIDIA's data sheets (SXM parts).
 GPU_SPECS: dict[str, tuple[float, float]] = {
@@ -177,7 +177,7 @@ def _totals(samples: SampleIndex, signal: str, bins: Bins, phase: str = "") -> n
     """A counter's increase per interval, over its series of one `phase` (all series for "")."""
     df = near(samples.of(signal), bins)
     if phase:
-        phase_of = {text: json.loads(text).get(PHASE) for text in df["labels"].unique()}
+        phase_of = {text: labels_of(text).get(PHASE) for text in df["labels"].unique()}
         df = df[(df["labels"].map(phase_of) == phase).to_numpy(bool)]
     return interval_totals(df, bins)
 
@@ -214,7 +214,7 @@ def _decode_totals(samples: SampleIndex, x_signal: str, bins: Bins) -> tuple[np.
 
 
 def _has_phase(samples: SampleIndex, signal: str, phase: str) -> bool:
-    return any(json.loads(text).get(PHASE) == phase for text in samples.of(signal)["labels"].unique())
+    return any(labels_of(text).get(PHASE) == phase for text in samples.of(signal)["labels"].unique())
 
 
 def _bins_mean(bins: Bins, times: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -283,7 +283,7 @@ def gpu_model(samples: SampleIndex) -> str:
     for name in (sig.GPU_UTIL, sig.GPU_DRAM_ACTIVE, sig.GPU_SM_ACTIVE):
         df = samples.of(name, ("gpu", "prometheus"))
         for text in df["labels"].unique()[:8]:
-            labels = json.loads(text)
+            labels = labels_of(text)
             for key in GPU_NAME_LABELS:
                 if labels.get(key):
                     return str(labels[key])

@@ -19,7 +19,6 @@ Every threshold and its source is in docs/diagnosis.md; change both together.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
 from loadlab.metrics.limits import (
@@ -29,29 +28,9 @@ from loadlab.metrics.limits import (
     MIN_RATE_RATIO,
     START_DELAY_P99_MAX,
 )
+from loadlab.metrics.verdicts import CLIENT, COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, NETWORK, SCHEDULING, Constraint
 from loadlab.numbers import format_value
 
-# What a verdict can name: the rules' classes, the black-box patterns (loadlab.analyze.blackbox),
-# or that the evidence cannot say.
-Constraint = Literal[
-    "client",
-    "kv_capacity",
-    "memory_bandwidth",
-    "compute",
-    "scheduling",
-    "network",
-    "insufficient_data",
-    "queueing",
-    "batch_contention",
-    "prefill_cost",
-]
-CLIENT: Final = "client"
-KV_CAPACITY: Final = "kv_capacity"
-MEMORY_BANDWIDTH: Final = "memory_bandwidth"
-COMPUTE: Final = "compute"
-SCHEDULING: Final = "scheduling"
-NETWORK: Final = "network"
-INSUFFICIENT_DATA: Final = "insufficient_data"
 # The classes that can set per-token latency: the only ones an under-loaded step may name (a queue
 # or a full KV pool cannot bind where the server still has headroom).
 PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK)

@@ -28,18 +28,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final, Literal
 
 from loadlab.analyze.derive import Derived
+from loadlab.metrics.verdicts import AT_KNEE, OVERLOADED, PAST_KNEE, UNDER_LOADED, UNKNOWN, SaturationState
 from loadlab.numbers import format_number, format_value
 from loadlab.store.schema import Mode
 
-SaturationState = Literal["under_loaded", "at_knee", "past_knee", "overloaded", "unknown"]
-UNDER_LOADED: Final = "under_loaded"
-AT_KNEE: Final = "at_knee"
-PAST_KNEE: Final = "past_knee"
-OVERLOADED: Final = "overloaded"
-UNKNOWN: Final = "unknown"
 KNEE_GAIN = 0.05  # throughput growth below this is flat (judgement, notes/diagnosis-rules.md)
 KNEE_LOAD_GROWTH = 0.25  # ... when the offered load grew at least this much (judgement)
 SCALING_EFFICIENCY = 0.5  # throughput growth / load growth at or above this still scales (judgement)

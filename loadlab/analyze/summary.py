@@ -94,8 +94,8 @@ def summarize(
         tokens = TokenTimes.of(run.requests["token_times"])
     measured = requests[~requests["warmup"]]
     samples = client_samples(run.samples)
-    think_time = bool(run.meta.config.get("think_time"))
-    server_local = clientcause.server_is_local(str(run.meta.config.get("url", "")), run.samples)
+    think_time = run.meta.config.think_time is not None
+    server_local = clientcause.server_is_local(run.meta.config.url, run.samples)
     cores = int(run.meta.host.get("cpu_count") or 0)
     # A simulated run has no load generator to check: its users are planned, never late or starved.
     simulated = bool(run.meta.simulated)
@@ -174,8 +174,8 @@ def steps_of(run: RunData) -> list[StepInfo]:
     steps = list(run.meta.steps)
     known = {s.index for s in steps}
     config = run.meta.config
-    mode: Mode = "open" if config.get("rate") else "closed"
-    targets = config.get("rate") or config.get("concurrency") or []
+    mode: Mode = "open" if config.rate else "closed"
+    targets = config.rate or config.concurrency
     for index in sorted(set(int(i) for i in run.requests["step"].unique()) - known):
         target = float(targets[index]) if index < len(targets) else math.nan
         name = "rate" if mode == "open" else "concurrency"

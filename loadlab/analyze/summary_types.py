@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from loadlab.analyze.breakdown import MediaSummary, TurnSummary
 from loadlab.metrics.slo import Slo
 from loadlab.metrics.stats import Distribution
+from loadlab.metrics.verdicts import ClientCause
 from loadlab.store.meta import float_or_nan, json_safe
 from loadlab.store.schema import Coverage
 
@@ -40,7 +41,7 @@ class ClientCheck:
     reasons: list[str] = field(default_factory=list)  # the effects that made it limited
     values: dict[str, float] = field(default_factory=dict)  # the measured figures the checks used
     warnings: list[str] = field(default_factory=list)  # strain without an effect: not a verdict
-    cause: str = ""  # a limited step: own_work | starved | unexplained (loadlab.analyze.clientcause)
+    cause: ClientCause | Literal[""] = ""  # a limited step's (loadlab.analyze.clientcause)
     advice: list[str] = field(default_factory=list)  # what to change for that cause
     # A limited step whose figures are too far off to judge the server at the load it delivered:
     # the lines crossed (metrics/limits.py JUDGE_MIN_DELIVERED ...). Empty: the server's verdict

@@ -10,13 +10,13 @@ token seen for the first time in the step is computed; the rest may hit.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pandas as pd
 
 from loadlab.analyze.histograms import SampleIndex, window_increase
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
+from loadlab.config import RunConfig, WorkloadConfig
 from loadlab.numbers import format_value
 from loadlab.store.schema import StepInfo
 
@@ -43,7 +43,7 @@ def step_hit_rate(samples: SampleIndex, start: float, end: float) -> float:
     return hit_rate(samples, Window(start, end, end - start, "the step"))
 
 
-def own_traffic_ceiling(requests: pd.DataFrame, workload: dict[str, Any]) -> float:
+def own_traffic_ceiling(requests: pd.DataFrame, workload: WorkloadConfig) -> float:
     """The most of the step's prompt tokens its own requests could find cached, from a cold
     start: 1 - first-seen tokens / all prompt tokens. `requests`: the step's request records."""
     if not len(requests):
@@ -52,12 +52,12 @@ def own_traffic_ceiling(requests: pd.DataFrame, workload: dict[str, Any]) -> flo
     total = float(tokens.sum())
     if total <= 0:
         return math.nan
-    kind = workload.get("kind", "synthetic")
+    kind = workload.kind
     if kind == "multiturn":
         cold = _multiturn_cold(requests.assign(_tokens=tokens))
     elif kind == "shared_prefix":
-        prefixes, prefix_len = int(workload.get("num_prefixes", 0)), float(workload.get("prefix_len", 0))
-        pool = prefixes * int(workload.get("suffixes_per_prefix", 0))
+        prefixes, prefix_len = workload.num_prefixes, float(workload.prefix_len)
+        pool = prefixes * workload.suffixes_per_prefix
         suffix = max(0.0, float(tokens.mean()) - prefix_len)
         cold = prefixes * prefix_len + min(len(tokens), pool) * suffix
     else:  # synthetic or dataset prompts: each is new text
@@ -77,11 +77,11 @@ def _multiturn_cold(requests: pd.DataFrame) -> float:
 
 
 def warm_cache_warnings(
-    steps: list[StepInfo], requests: pd.DataFrame, samples: SampleIndex, config: dict[str, Any]
+    steps: list[StepInfo], requests: pd.DataFrame, samples: SampleIndex, config: RunConfig
 ) -> list[str]:
     """One line per step whose hit rate is far above what its own traffic explains."""
     lines = []
-    workload = config.get("workload") or {}
+    workload = config.workload
     for step in steps:
         in_step = requests[requests["step"] == step.index]
         end = step.end_time if math.isfinite(step.end_time) else float(in_step["end_time"].max())
@@ -91,12 +91,12 @@ def warm_cache_warnings(
             continue
         advice = (
             "the reset did not hold (check the server's log)"
-            if config.get("reset_prefix_cache")
+            if config.reset_prefix_cache
             else "rerun with --reset-prefix-cache"
         )
         lines.append(
             f"{step.label}: prefix-cache hit rate {format_value(rate, 'fraction')}, but its own "
-            f"{workload.get('kind', 'synthetic')} traffic explains at most {format_value(ceiling, 'fraction')}: "
+            f"{workload.kind} traffic explains at most {format_value(ceiling, 'fraction')}: "
             f"hits from earlier traffic flatter TTFT and throughput; {advice}"
         )
     return lines

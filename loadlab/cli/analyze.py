@@ -38,6 +38,7 @@ def analyze(
     run folder.
     """
     from loadlab.analyze.peaks import given
+    from loadlab.cli.running import analyze_folder
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
@@ -52,21 +53,6 @@ def analyze(
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
         print_analysis(analysis, table_console())
-
-
-def analyze_folder(folder: Path, device: Peaks | None = None) -> Analysis:
-    """Load the run (without per-token times, which the analysis does not need), analyze it and
-    write analysis.json; a folder that cannot be written to only costs a warning line. `device`:
-    a CPU server's peaks (None: calibrated here where the run needs them)."""
-    from loadlab.analyze.analysis import analyze_run, write_analysis
-    from loadlab.cli.output import read_run, say
-
-    run = read_run(folder, without=("token_times",))
-    try:
-        return write_analysis(run, device)
-    except OSError as e:
-        say("warning", f"analysis.json not written ({type(e).__name__}: {e})")
-        return analyze_run(run, device=device)
 
 
 def analyze_blackbox(folder: Path, device: Peaks | None = None) -> Analysis:

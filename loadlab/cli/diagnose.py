@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from loadlab.cli.options import ClientFlags, CollectorFlags, WorkloadFlags, takes_flags
-from loadlab.cli.sweep import SweepFlags
+from loadlab.cli.options import ClientFlags, CollectorFlags, SweepFlags, WorkloadFlags, takes_flags
 
 if TYPE_CHECKING:
     from loadlab.store.reader import RunData
@@ -35,12 +34,11 @@ def diagnose(
     /metrics, then /prometheus/metrics) and the GPUs when NVML answers; analyze the run, write
     its report, print the verdict and where the report is. The workload flags are `loadlab run`'s
     (a trace gives its lengths only)."""
-    from loadlab.cli.analyze import analyze_folder
-    from loadlab.cli.report import DEFAULT_FOLDER
-    from loadlab.cli.run import exit_on_outcome, print_final_summary
-    from loadlab.cli.sweep import print_sweep, start_sweep
+    from loadlab.cli.running import analyze_folder, exit_on_outcome, print_final_summary
+    from loadlab.cli.sweeping import print_sweep, start_sweep
     from loadlab.conductor.placement import place_beside_server
     from loadlab.report.console import table_console
+    from loadlab.report.html import DEFAULT_FOLDER
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
@@ -69,9 +67,9 @@ def diagnose(
 
 def _write_report(run: RunData, out: Path) -> Path | None:
     """The HTML report, or None with one line when it cannot be written."""
-    from loadlab.cli.output import say
     from loadlab.errors import UserError
     from loadlab.report.html import write_report
+    from loadlab.terminal import say
 
     try:
         return write_report(run, out)

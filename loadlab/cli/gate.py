@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
-
-if TYPE_CHECKING:
-    from loadlab.gate.checks import GateResult
-    from loadlab.metrics.slo import SloSpec
 
 
 def gate(
@@ -45,50 +40,13 @@ def gate(
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed of the baseline comparison."),
 ) -> None:
     """Check a run against SLOs and a baseline: exit 0 pass, 1 fail, 2 invalid run or bad usage."""
+    from loadlab.cli.running import evaluate, finish_gate
     from loadlab.metrics.slo import read_slo
 
     spec = read_slo(slo) if slo is not None else None
     result = evaluate(folder, spec, baseline, parse_fraction("--max-regression", max_regression), seed)
     finish_gate(result, junit, markdown)
     sys.exit(result.exit_code)
-
-
-def evaluate(
-    folder: Path, spec: SloSpec | None, baseline: Path | None = None, max_regression: float = 0.0, seed: int = 0
-) -> GateResult:
-    """The gate's checks of the run; when they cannot be evaluated (an unreadable run folder, or
-    any error of the gate itself) one `error:` line and a result in error: exit 2, written to
-    JUnit like any other, never 1 (an SLO failed) and never a traceback."""
-    from loadlab.cli.output import say
-    from loadlab.errors import UserError
-    from loadlab.gate.checks import gate_run, unevaluated
-
-    try:
-        return gate_run(folder, spec, baseline, max_regression, seed)
-    except UserError as e:
-        why = str(e)
-    except Exception as e:  # CI must read "not gated", not "an SLO failed"
-        why = f"the gate failed unexpectedly ({type(e).__name__}: {e})"
-    say("error", why)
-    return unevaluated(str(folder), why)
-
-
-def finish_gate(result: GateResult, junit: Path | None = None, markdown: Path | None = None) -> None:
-    """Print a gate's result and write the files asked for (also `loadlab run --slo`)."""
-    from loadlab.errors import UserError
-    from loadlab.gate.console import print_gate
-    from loadlab.gate.junit import junit_xml
-    from loadlab.gate.markdown import gate_markdown
-    from loadlab.report.console import table_console
-
-    print_gate(result, table_console())
-    for path, text in ((junit, junit_xml), (markdown, gate_markdown)):
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text(result), encoding="utf-8")
-            except OSError as e:
-                raise UserError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def parse_fraction(flag: str, text: str) -> float:

@@ -53,11 +53,11 @@ def lab(
     scheduling, network, the client, light load) on the reference server or, with --engine vllm,
     on a real vLLM provoked with its own flags; analyze each run, and print expected class against
     verdict. Writes lab.json and lab.md into the lab folder."""
-    from loadlab.cli.run import check_out_folder
     from loadlab.errors import UserError
     from loadlab.lab.engines import ENGINES, VLLM
     from loadlab.lab.runner import FULL_SECONDS, MIN_SECONDS, SHORT_SECONDS
     from loadlab.lab.scenarios import select
+    from loadlab.store.run_folder import check_out_folder
 
     if engine_name not in ENGINES:
         raise UserError(f"--engine {engine_name!r}: choose {' or '.join(ENGINES)}")

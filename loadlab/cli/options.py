@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable
 from copy import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
 
 import typer
@@ -40,6 +41,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 # --step-duration, for every command that runs steps (LoadFlags, SweepFlags, `plan --what-if`'s
 # WhatIfFlags): `Annotated[float | None, STEP_DURATION]`, each with its own default.
 STEP_DURATION = typer.Option("--step-duration", help="Seconds per step (simulated seconds in a simulation).")
+DEFAULT_STEP_SECONDS = 20.0  # a sweep's steps, real or simulated
+DEFAULT_MAX = 512  # a sweep's highest load: users, or requests/s with --rate auto
 
 
 @dataclass(frozen=True)
@@ -344,6 +347,43 @@ class EngineFlags(FlagGroup):
 
         given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return EngineSettings(twin, **{name: value for name, value in given.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class SweepFlags(FlagGroup):
+    """How far and how long a sweep goes: `sweep` and `diagnose` (conductor/sweep.py checks them)."""
+
+    panel: ClassVar[str] = "Sweep"
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            help="Stop at the first step that breaches these SLOs (inline or a TOML file, docs/slo.md), e.g. "
+            "ttft_p99=2s,itl_p99=100ms.",
+        ),
+    ] = None
+    max_load: Annotated[
+        float, typer.Option("--max", help="Highest load to try: users (requests/s with `sweep --rate auto`).")
+    ] = DEFAULT_MAX
+    step_duration: Annotated[float, STEP_DURATION] = DEFAULT_STEP_SECONDS
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Most steps to run (default 12).")] = None
+
+
+@dataclass(frozen=True)
+class WhatIfFlags(FlagGroup):
+    """How far and how long each spec's simulated sweep goes, and where its results go (what it
+    sends is WorkloadFlags, the engine EngineFlags): `plan --what-if`."""
+
+    panel: ClassVar[str] = "What-if"
+    step_duration: Annotated[float | None, STEP_DURATION] = None  # (None: DEFAULT_STEP_SECONDS)
+    max_load: Annotated[int | None, typer.Option("--max", help="Highest concurrency (default --users).")] = None
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Folder for one run folder per spec (default runs/<timestamp>-whatif)."),
+    ] = None
+    report: Annotated[
+        Path | None, typer.Option("--report", help="HTML page to write (default reports/<--out's name>.html).")
+    ] = None
 
 
 def configure(base: RunConfig, *groups: ConfigFlags, **settings: Any) -> RunConfig:

@@ -1,22 +1,15 @@
-"""The plain lines the commands print beside their tables: `warning:` and `note:` on stderr, made
-inert (loadlab/terminal.py: their text may come from a server or a run folder), and the run
-folders they read, whose warnings are printed once."""
+"""The run folders the commands read, whose warnings are printed once (as `warning:` lines on
+stderr, loadlab.terminal.say)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadlab.terminal import inert
+from loadlab.terminal import say
 
 if TYPE_CHECKING:
     from loadlab.store.reader import RunData
-
-
-def say(kind: str, text: str) -> None:
-    """One line `KIND: TEXT` on stderr, e.g. say("warning", ...)."""
-    print(f"{kind}: {inert(text)}", file=sys.stderr)
 
 
 def read_run(folder: Path, without: tuple[str, ...] = ()) -> RunData:

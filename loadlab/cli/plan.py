@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from loadlab.cli.options import EngineFlags, WorkloadFlags, takes_flags
-from loadlab.cli.whatif import WhatIfFlags
+from loadlab.cli.options import DEFAULT_STEP_SECONDS, EngineFlags, WhatIfFlags, WorkloadFlags, configure, takes_flags
 
 # From this many replicas on, the plan says that their adding up is assumed, not measured.
 LARGE_FLEET = 1000
@@ -18,7 +17,6 @@ LARGE_FLEET = 1000
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from loadlab.analyze.analysis import Analysis
     from loadlab.analyze.capacity import CapacityPlan, CurvePoint, Reading
     from loadlab.metrics.slo import Objective, SloSpec
 
@@ -59,12 +57,13 @@ def plan(
     beyond the measured concurrencies: the plan says so instead. With --what-if, the curves come
     from simulated sweeps of GPU twins (docs/sweep.md)."""
     from loadlab.analyze.capacity import plan_capacity
-    from loadlab.cli.output import say
-    from loadlab.cli.sweep import goodput_note
-    from loadlab.cli.whatif import what_if as run_what_if
+    from loadlab.analyze.curve import curve_points
+    from loadlab.cli.output import read_run
+    from loadlab.cli.sweeping import goodput_note
     from loadlab.errors import UserError
     from loadlab.metrics.slo import read_slo
     from loadlab.report.console import table_console
+    from loadlab.terminal import say
     from loadlab.workload.distributions import parse_seconds
 
     if users < 1:
@@ -83,76 +82,42 @@ def plan(
     if what_if is not None:
         if folder is not None:
             raise UserError("plan reads either a run folder or --what-if's simulated sweeps, not both")
-        run_what_if(what_if, users, think, spec, objectives, workload, simulation, engine)
+        _what_if(what_if, users, think, spec, objectives, workload, simulation, engine)
         return
     if folder is None:
         raise UserError("plan needs a run folder of a sweep, or --what-if GPU:MODEL[:tpN],...")
     given = workload.given() + simulation.given() + engine.given()
     if given:
         raise UserError(f"{given[0]} is for --what-if's simulated sweeps; a run folder has its own")
-    points, knee = curve_points(folder, objectives, spec)
+    points, knee = curve_points(read_run(folder), objectives, spec, lambda text: say("note", text))
     result = plan_capacity(points, users, think, objectives, knee)
     console = table_console()
     console.print(_curve_table(points, objectives))
     console.print(plan_sentence(result, points), highlight=False, markup=False)
 
 
-def curve_points(
-    folder: Path, objectives: tuple[Objective, ...], spec: SloSpec | None, analysis: Analysis | None = None
-) -> tuple[list[CurvePoint], float | None]:
-    """The measured curve of the run's closed-loop steps (one point per concurrency, the later
-    step when one was run twice; a step too short to judge, by the analyzer's rule, is left out
-    with a note) and the knee's concurrency by the analyzer's rule (None: none seen; `analysis`:
-    the run's, when the caller has it); UserError when there is nothing to plan from."""
-    from loadlab.analyze.analysis import analyze_run
-    from loadlab.analyze.capacity import CurvePoint
-    from loadlab.analyze.measures import measure, statistic
-    from loadlab.analyze.saturation import too_few
-    from loadlab.cli.output import read_run, say
-    from loadlab.errors import UserError
+def _what_if(
+    text: str,
+    users: int,
+    think: float,
+    spec: SloSpec | None,
+    objectives: tuple[Objective, ...],
+    workload: WorkloadFlags,
+    flags: WhatIfFlags,
+    engine: EngineFlags,
+) -> None:
+    """The specs, their engines, the sweeps' config and limits from the flags (UserError, one line,
+    before any sweep); then the conductor sweeps and plans each (conductor/whatif.py)."""
+    from loadlab.conductor.simulate import SIMULATED_URL
+    from loadlab.conductor.whatif import parse_specs, what_if, whatif_config, whatif_limits
+    from loadlab.config import RunConfig
 
-    run = read_run(folder)
-    values = measure(run, spec.per_request if spec else None)
-    by_load: dict[float, CurvePoint] = {}
-    unjudged: list[str] = []
-    for step in values.steps:
-        s = step.summary
-        if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
-            continue
-        few = too_few(s.succeeded)
-        if few:
-            unjudged.append(f"{s.label} ({few})")
-            continue
-        by_load[s.target] = CurvePoint(
-            concurrency=s.target,
-            output_tps=s.output_tokens_per_s,
-            user_tps=step.value("tps_user", "p50"),  # the gate's tps_user_p50: one figure per step
-            e2e=statistic(step.per_request["e2e"], "mean"),
-            values={o.text: step.value(o.metric, o.stat, o.share) for o in objectives},
-        )
-    limited = [s.summary.label for s in values.steps if s.summary.client.limited]
-    if limited:
-        say(
-            "note",
-            f"the client self-check flagged {', '.join(limited)}: their figures may be the load "
-            "generator's, not the server's",
-        )
-    if not by_load:
-        if unjudged:
-            raise UserError(
-                f"{folder}: no closed-loop step measured enough to plan from ({unjudged[0]}): "
-                "sweep again with a longer --step-duration"
-            )
-        raise UserError(
-            f"{folder} has no closed-loop step with a successful request: plan reads a "
-            "concurrency sweep (loadlab sweep --url ...)"
-        )
-    if unjudged:
-        say("note", f"not planned on: {'; '.join(unjudged)}")
-    analysis = analysis or analyze_run(run)
-    knee = next((s for s in analysis.steps if s.index == analysis.overall.knee_step), None)
-    closed_knee = knee.target if knee is not None and knee.mode == "closed" and knee.target in by_load else None
-    return [by_load[k] for k in sorted(by_load)], closed_knee
+    specs = parse_specs(text)
+    seconds = DEFAULT_STEP_SECONDS if flags.step_duration is None else flags.step_duration
+    limits = whatif_limits(users, flags.max_load, seconds)
+    base = configure(RunConfig(), workload, url=SIMULATED_URL, slo=spec.text if spec else None)
+    cfg = whatif_config(base, limits)
+    what_if([engine.engine(s) for s in specs], cfg, limits, users, think, spec, objectives, flags.out, flags.report)
 
 
 def _usable(objectives: tuple[Objective, ...]) -> tuple[tuple[Objective, ...], list[str]]:

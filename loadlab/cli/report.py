@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-DEFAULT_FOLDER = Path("reports")
-
 
 def report(
     folder: Path = typer.Argument(..., help="Run folder (also one cut off mid-run)."),
@@ -18,7 +16,7 @@ def report(
     """Write the run's report: verdict, per-step table, load curve, latency CDFs, time series,
     errors, coverage and configuration, with every script inline. Prints the file's path."""
     from loadlab.cli.output import read_run
-    from loadlab.report.html import write_report
+    from loadlab.report.html import DEFAULT_FOLDER, write_report
 
     run = read_run(folder)
     out = output or DEFAULT_FOLDER / f"{folder.resolve().name}.html"

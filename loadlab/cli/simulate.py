@@ -17,8 +17,6 @@ import typer
 from loadlab.cli.options import EngineFlags, LoadFlags, WorkloadFlags, configure, takes_flags
 from loadlab.errors import UserError
 
-SIMULATED_URL = "http://simulated"  # no endpoint: the config's URL only has to be well formed
-
 
 @takes_flags
 def simulate(
@@ -33,10 +31,11 @@ def simulate(
 ) -> None:
     """Simulate a `loadlab run` against `loadlab serve --twin` in virtual time (no HTTP, no sleeping).
     Seconds are simulated seconds; chat and completions only, no sessions (docs/simulate.md)."""
-    from loadlab.cli.run import check_out_folder, print_final_analysis, print_final_summary
-    from loadlab.conductor.simulate import check_simulable, simulate_run
+    from loadlab.cli.running import print_final_analysis, print_final_summary
+    from loadlab.conductor.simulate import SIMULATED_URL, check_simulable, simulate_run
     from loadlab.config import RunConfig
     from loadlab.numbers import format_value
+    from loadlab.store.run_folder import check_out_folder
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import check, load_scenario
 

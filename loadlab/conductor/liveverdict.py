@@ -47,7 +47,7 @@ from loadlab.analyze.window import Window
 from loadlab.clock import ClockAnchor
 from loadlab.numbers import format_value
 from loadlab.report.verdict import verdict_line
-from loadlab.store.meta import FINISHED, RunMeta
+from loadlab.store.meta import FINISHED, RunMeta, stored_config
 from loadlab.store.reader import RunData
 from loadlab.store.schema import RequestRecord, Sample, StepInfo
 from loadlab.store.tables import SAMPLE_SCHEMA, label_text, requests_table
@@ -172,7 +172,7 @@ class LiveRun:
         step = steps[-1]
         meta = RunMeta(
             status=FINISHED,
-            config=config,
+            config=stored_config(config),
             versions={},
             host={},
             anchor=ClockAnchor(step.start_time, 0.0),

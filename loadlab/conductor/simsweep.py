@@ -18,11 +18,12 @@ from pathlib import Path
 
 from loadlab.conductor.runloop import RunOutcome, StepPlan
 from loadlab.conductor.simulate import EngineSettings, simulate_steps
-from loadlab.conductor.stepping import RUN_STOPPED, Decision, StepResult, SweepLimits, judge_all, next_step
+from loadlab.conductor.stepping import Decision, StepResult, SweepLimits, judge_all, next_step
 from loadlab.conductor.sweep import SweepOutcome, read_step, read_steps, step_plan, write_sweep_json
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.metrics.slo import SloSpec
+from loadlab.metrics.verdicts import RUN_STOPPED
 from loadlab.store.meta import FINISHED
 
 

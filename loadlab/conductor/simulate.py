@@ -45,6 +45,7 @@ from loadlab.workload.trace import replays_trace
 if TYPE_CHECKING:
     from loadlab.conductor.runloop import StepPlan
 
+SIMULATED_URL = "http://simulated"  # no endpoint: the config's URL only has to be well formed
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
 MODEL_NAME = "loadlab-reference"  # the reference server's default --model-name

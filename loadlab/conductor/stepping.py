@@ -18,16 +18,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.saturation import (
-    KNEE_LOAD_GROWTH,
+from loadlab.analyze.saturation import KNEE_LOAD_GROWTH, Saturation, StepLoad, saturation, too_few
+from loadlab.metrics.verdicts import (
+    CLIENT_LIMITED,
+    ERRORS,
+    KNEE,
+    MAX_LOAD,
+    MAX_STEPS,
     OVERLOADED,
     PAST_KNEE,
-    Saturation,
-    StepLoad,
-    saturation,
-    too_few,
+    SLO,
+    TOO_FEW,
+    BadStep,
+    SaturationState,
+    StopReason,
 )
 from loadlab.numbers import format_value
 from loadlab.store.schema import Mode
@@ -38,10 +45,6 @@ BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the
 # a step closer to the last good one could never be judged past the knee.
 DEFAULT_MAX_STEPS = 12
 MAX_STRETCH = 4  # a step too short to judge is rerun longer, up to this many times --step-duration
-
-# Why a step is bad, or why the sweep stopped (Decision.stop).
-CLIENT_LIMITED, ERRORS, SLO, KNEE = "client-limited", "errors", "slo", "knee"
-MAX_LOAD, MAX_STEPS, RUN_STOPPED, TOO_FEW = "max", "max-steps", "run-stopped", "too-few-requests"
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,10 @@ class Judgement:
     a step that measured too little (`measured` False) is neither."""
 
     step: StepResult
-    bad: str
+    bad: BadStep | Literal[""]
     reason: str
     measured: bool = True
-    saturation: str = ""  # the analyzer's saturation state of the step
+    saturation: SaturationState | Literal[""] = ""  # the analyzer's saturation state of the step
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ class Decision:
     with the highest good and the lowest bad step measured."""
 
     next_target: float | None
-    stop: str = ""
+    stop: StopReason | Literal[""] = ""
     reason: str = ""
     good: StepResult | None = None
     bad: Judgement | None = None

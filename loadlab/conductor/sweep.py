@@ -18,7 +18,6 @@ from loadlab.analyze.summary_types import StepSummary
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
-    RUN_STOPPED,
     Decision,
     StepResult,
     SweepLimits,
@@ -29,6 +28,7 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.gate.checks import FAIL, SLO, check_run
 from loadlab.metrics.slo import SloSpec
+from loadlab.metrics.verdicts import INTERRUPTED, RUN_STOPPED
 from loadlab.numbers import format_number
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
@@ -36,7 +36,6 @@ from loadlab.store.schema import Mode
 from loadlab.workload.scenario import apply_overrides
 
 SWEEP_JSON = "sweep.json"
-INTERRUPTED = "interrupted"
 
 
 @dataclass

@@ -34,7 +34,8 @@ from loadlab.lab.processes import (
     wait_healthy,
 )
 from loadlab.lab.rival import starve_client
-from loadlab.lab.scenarios import CLIENT, INSUFFICIENT_DATA, Scenario
+from loadlab.lab.scenarios import Scenario
+from loadlab.metrics.verdicts import CLIENT, INSUFFICIENT_DATA
 from loadlab.store.reader import ANALYSIS_JSON, RunFolderError
 
 FULL_SECONDS = 30.0  # seconds per load step

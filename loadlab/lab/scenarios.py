@@ -21,12 +21,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadlab.lab.engines import REFERENCE, VLLM
+from loadlab.metrics.verdicts import (
+    AT_KNEE,
+    CLIENT,
+    COMPUTE,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    NETWORK,
+    OVERLOADED,
+    PAST_KNEE,
+    QUEUEING,
+    SCHEDULING,
+    UNDER_LOADED,
+    Constraint,
+    SaturationState,
+)
 
-KV_CAPACITY, MEMORY_BANDWIDTH, COMPUTE = "kv_capacity", "memory_bandwidth", "compute"
-SCHEDULING, NETWORK, CLIENT = "scheduling", "network", "client"
-INSUFFICIENT_DATA = "insufficient_data"
-UNDER_LOADED = "under_loaded"
-SATURATED = ("at_knee", "past_knee", "overloaded")
+SATURATED: tuple[SaturationState, ...] = (AT_KNEE, PAST_KNEE, OVERLOADED)
 
 
 @dataclass(frozen=True)
@@ -34,11 +45,11 @@ class Scenario:
     """One provoked bottleneck: how to start the server, what load to send, what should bind."""
 
     name: str
-    expect: str | None  # the constraint the analyzer should name; None: any (judged on saturation)
+    expect: Constraint | None  # the constraint the analyzer should name; None: any (judged on saturation)
     why: str  # one line: what makes `expect` bind
     server: tuple[str, ...]  # flags of the engine's server
     load: tuple[str, ...]  # flags of `loadlab run` (load shape and workload)
-    expect_saturation: tuple[str, ...] = ()  # accepted saturation states; () = any
+    expect_saturation: tuple[SaturationState, ...] = ()  # accepted saturation states; () = any
     server_nice: int = 10  # nice the server: the client keeps its CPU on a busy host
     client_nice: int = -5  # ignored without the privilege to raise a priority
     server_cpus: tuple[int, ...] = ()  # pin the server to these cores, places freest first (() = anywhere)
@@ -156,11 +167,11 @@ VLLM_CORE, CLIENT_CORE = 0, 1  # places among the host's cores, freest first (la
 
 def _vllm(
     name: str,
-    expect: str | None,
+    expect: Constraint | None,
     why: str,
     server: tuple[str, ...],
     load: tuple[str, ...],
-    expect_saturation: tuple[str, ...] = (),
+    expect_saturation: tuple[SaturationState, ...] = (),
     client_nice: int = -5,
     client_rival: bool = False,
 ) -> Scenario:
@@ -241,17 +252,16 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
 # same cores (vLLM binds its engine's threads by itself, `auto`), with settings the pinned lab
 # never used. The load generator delivers less load here; each step is judged at what it
 # delivered (docs/diagnosis.md, §3).
-QUEUEING = "queueing"  # the black-box pattern of an admission cap or a KV pool (loadlab/analyze/blackbox.py)
 VLLM_SHARED_CAP = ("--max-model-len", "2048", "--max-num-seqs", "4")
 
 
 def _shared_vllm(
     name: str,
-    expect: str | None,
+    expect: Constraint | None,
     why: str,
     server: tuple[str, ...],
     load: tuple[str, ...],
-    expect_saturation: tuple[str, ...] = (),
+    expect_saturation: tuple[SaturationState, ...] = (),
 ) -> Scenario:
     """A vLLM scenario as users run it: neither process pinned nor niced."""
     return Scenario(name, expect, why, server, load, expect_saturation, server_nice=0, client_nice=0)

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.errors import UserError
+from loadlab.metrics.verdicts import CONSTRAINTS, SATURATION_STATES
 
 # Per-request objectives (milliseconds), as Slo's fields name them.
 PER_REQUEST = ("ttft", "itl", "tpot", "e2e")
-CONSTRAINTS = ("client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network", "insufficient_data")
-SATURATIONS = ("under_loaded", "at_knee", "past_knee", "overloaded", "unknown")
 DEFAULT_MIN_REQUESTS = 10
 
 
@@ -53,7 +52,7 @@ METRICS: dict[str, MetricDef] = {
     "error_rate": MetricDef("fraction", False, False),
     "goodput": MetricDef("req/s", True, False),  # or, given in %, the share of requests meeting the SLO
 }
-_EXCLUSIONS = {"verdict_not": ("verdict", CONSTRAINTS), "saturation_not": ("saturation", SATURATIONS)}
+_EXCLUSIONS = {"verdict_not": ("verdict", CONSTRAINTS), "saturation_not": ("saturation", SATURATION_STATES)}
 _STAT = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>p\d+(?:\.\d+)?|mean|min|max)$")
 _NUMBER = re.compile(r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(?P<unit>[a-z%/]*)$")
 

@@ -10,8 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadlab.analyze.analysis import NAMES, Analysis, StepVerdict
-from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA
-from loadlab.analyze.saturation import UNDER_LOADED
+from loadlab.metrics.verdicts import CLIENT, INSUFFICIENT_DATA, UNDER_LOADED
 from loadlab.numbers import DASH, format_number, format_value
 
 MAX_EVIDENCE = 6  # rows of evidence shown in the panel (analysis.json has them all)
@@ -93,7 +92,7 @@ def _verdict_panel(analysis: Analysis) -> Panel:
         lines.append(Text("would decide it better:"))
         lines += [Text(f"  • {m}") for m in focus.missing]
     lines += [Text(f"note: {n}", style="yellow") for n in analysis.notes]
-    style = "red" if overall.client_limited else ("yellow" if overall.constraint == "insufficient_data" else "green")
+    style = "red" if overall.client_limited else ("yellow" if overall.constraint == INSUFFICIENT_DATA else "green")
     title = f"verdict: {NAMES.get(overall.constraint, overall.constraint)} · {overall.saturation.replace('_', ' ')}"
     return Panel(
         Group(*lines),

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from loadlab.clock import ClockAnchor
+from loadlab.config import RunConfig
+from loadlab.convert import ConvertError, from_json
 from loadlab.store.schema import FORMAT, Coverage, StepInfo
 
 RunStatus = Literal["running", "finished", "degraded", "interrupted", "stopped", "failed"]
@@ -38,7 +40,7 @@ class RunMeta:
     """The parsed run.json. Times are epoch seconds; NaN (null on disk) = not yet / never."""
 
     status: RunStatus
-    config: dict[str, Any]  # RunConfig.to_dict()
+    config: RunConfig  # as run.json holds it: no secrets (RunConfig.to_dict)
     versions: dict[str, str]
     host: dict[str, Any]
     anchor: ClockAnchor  # of the run process
@@ -65,7 +67,7 @@ class RunMeta:
             {
                 "format": self.format,
                 "status": self.status,
-                "config": self.config,
+                "config": self.config.to_dict(),
                 "versions": self.versions,
                 "host": self.host,
                 "anchors": self.anchor.to_dict(),
@@ -87,7 +89,7 @@ class RunMeta:
         return cls(
             format=d.get("format", FORMAT),
             status=d["status"],
-            config=d.get("config") or {},
+            config=stored_config(d.get("config") or {}),
             versions=d.get("versions") or {},
             host=d.get("host") or {},
             anchor=ClockAnchor(**d["anchors"]),
@@ -108,6 +110,15 @@ class RunMeta:
             ],
             simulated=d.get("simulated") or {},
         )
+
+
+def stored_config(data: dict[str, Any]) -> RunConfig:
+    """The RunConfig run.json's `config` holds (`RunConfig.to_dict()`: no API key, no credentials
+    in URLs); ConvertError (a ValueError) naming the field that does not fit (`config.rate[0]`)."""
+    try:
+        return from_json(RunConfig, data)
+    except ConvertError as e:
+        raise ConvertError(str(e).replace(RunConfig.__name__, "config", 1)) from None
 
 
 def float_or_nan(value: float | None) -> float:

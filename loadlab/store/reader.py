@@ -12,6 +12,7 @@ that would make every figure meaningless is an error, a flaw that spoils only it
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -19,8 +20,10 @@ import re
 import socket
 import sys
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -76,6 +79,18 @@ class RunData:
     def cut_off(self) -> bool:
         """The run never reached its end and no one is writing it any more (killed)."""
         return self.meta.cut_off and not self.writing
+
+
+def labels_of(text: str) -> Mapping[str, Any]:
+    """A sample's labels: its `labels` column's JSON text ("" for none) as a read-only mapping.
+    Each distinct text is parsed once, however many samples and stages read it."""
+    return MappingProxyType(_parsed_labels(text))
+
+
+@functools.cache
+def _parsed_labels(text: str) -> dict[str, Any]:
+    labels: dict[str, Any] = json.loads(text) if text else {}
+    return labels
 
 
 def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:

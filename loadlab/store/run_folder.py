@@ -33,7 +33,16 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.offload import off_the_event_loop
-from loadlab.store.meta import FAILED, FINISHED, RUNNING, CacheReset, RunMeta, RunStatus, write_json_atomic
+from loadlab.store.meta import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    CacheReset,
+    RunMeta,
+    RunStatus,
+    stored_config,
+    write_json_atomic,
+)
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, current_parts, read_part_tables
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
 from loadlab.store.tables import requests_table, samples_table
@@ -77,7 +86,7 @@ class RunWriter:
         self.unsaved = 0  # requests still unwritten when the folder was closed
         self.meta = RunMeta(
             status=RUNNING,
-            config=config.to_dict(),
+            config=stored_config(config.to_dict()),  # what run.json keeps: no secrets
             versions=_versions(),
             host=_host(),
             anchor=anchor,
@@ -288,6 +297,22 @@ class RunWriter:
                 self.flush()
             except Exception as e:  # the rows stay buffered; the run loop sees `failure` and stops
                 self._fail(e)
+
+
+def check_out_folder(folder: Path) -> None:
+    """UserError unless `folder` is new or an empty folder: a run never mixes with other files."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise UserError(f"--out {folder} is a file, not a folder")
+    if (folder / RUN_JSON).exists():
+        raise UserError(f"{folder} already holds a run (run.json); choose another --out folder")
+    try:
+        empty = not any(folder.iterdir())
+    except OSError as e:
+        raise UserError(f"cannot read --out {folder}: {e.strerror or e}") from None
+    if not empty:
+        raise UserError(f"--out {folder} is a non-empty folder that is not a run folder; choose a new or empty one")
 
 
 def _versions() -> dict[str, str]:

@@ -22,7 +22,7 @@ from reference_server.engine.runner import EngineFault, Executor, KVLayout, Mode
 from reference_server.engine.scheduler import ScheduledChunk, Scheduler
 from reference_server.engine.sequence import Sequence, Status
 from reference_server.interface import SamplingParams, StepFailed, TokenOutput
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from reference_server.tokenizer import ByteTokenizer
 
 log = logging.getLogger("reference_server.engine")

@@ -29,8 +29,9 @@ from reference_server.config import EngineConfig
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
-from reference_server.model import PRESETS, load_model
+from reference_server.model import load_model
 from reference_server.parallel import TensorParallel
+from reference_server.shapes import PRESETS
 from reference_server.tokenizer import ByteTokenizer
 
 # Every collective (the rendezvous included) fails after this long: enough for a rank to load a big

@@ -23,7 +23,7 @@ from reference_server.accounting import StepWork
 from reference_server.engine.clock import Clock
 from reference_server.engine.runner import Executed
 from reference_server.engine.scheduler import ScheduledChunk
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from reference_server.twin.gpu_signals import TwinGpuSignals
 from reference_server.twin.sampler import TwinSampler
 from reference_server.twin.spec import TwinSpec

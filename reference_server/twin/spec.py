@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from reference_server.twin.hardware import GPUS
 
-# Real model shapes the twin serves: keys of reference_server.model.PRESETS.
+# Real model shapes the twin serves: keys of reference_server.shapes.PRESETS.
 TWIN_MODELS = ("llama-3-8b", "llama-3-70b", "qwen2.5-0.5b", "qwen2.5-7b")
 MAX_TP = 8
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reference_server.accounting import ModelCost, StepWork
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from reference_server.twin.hardware import GPUS, Gpu
 from reference_server.twin.spec import TwinSpec
 

@@ -14,13 +14,13 @@ import pytest
 from rich.console import Console
 
 from loadlab.analyze.analysis import CONFIDENT, Analysis, analyze_run, read_analysis, write_analysis
+from loadlab.analyze.curve import curve_points
 from loadlab.analyze.derive import Derived
 from loadlab.analyze.measures import measure
 from loadlab.analyze.peaks import given
 from loadlab.analyze.rules import NEEDS, Evidence, W
 from loadlab.analyze.summary import RunSummary, write_summary
 from loadlab.analyze.window import Window
-from loadlab.cli.plan import curve_points
 from loadlab.collect.signals import canonical_name
 from loadlab.gate.checks import INVALID, PASS, gate_run
 from loadlab.metrics.slo import parse_slo
@@ -550,7 +550,7 @@ def test_per_user_speed_and_throughput_are_one_figure_each_in_summary_analysis_g
     assert summary == pytest.approx(100, rel=1e-3)
     assert analysis["tokens_per_s_per_user_p50"]["value"] == summary  # also sweep's table
     assert measure(run).steps[0].value("tps_user", "p50") == summary  # the gate's tps_user_p50
-    points, _ = curve_points(folder, (), None)
+    points, _ = curve_points(run, (), None, print)
     assert points[0].user_tps == summary  # loadlab plan's curve
     # Throughput too: the requests that ended in the steady-state window (the slow ones ending
     # at 6, 7 and 8 s, 10 tokens each, over 5..8 s), not every request over the step.

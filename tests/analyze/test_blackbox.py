@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from loadlab.analyze import blackbox
 from loadlab.analyze.analysis import analyze_run
-from loadlab.analyze.rules import COMPUTE, INSUFFICIENT_DATA, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING
+from loadlab.metrics.verdicts import (
+    BATCH_CONTENTION,
+    COMPUTE,
+    INSUFFICIENT_DATA,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    PREFILL_COST,
+    QUEUEING,
+    SCHEDULING,
+)
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, paced, req
 from tests.support.runs import run_of
@@ -22,17 +31,17 @@ def two_steps(low: tuple[float, float], high: tuple[float, float], samples: list
 def test_ttft_growing_while_itl_stays_flat_is_queueing_before_the_engine():
     analysis = analyze_run(two_steps((0.05, 0.02), (0.60, 0.021)))
     step = analysis.steps[1]
-    assert step.constraint == blackbox.QUEUEING
+    assert step.constraint == QUEUEING
     assert step.blackbox is not None and set(step.blackbox.candidates) == {SCHEDULING, KV_CAPACITY}
     assert "admission cap or KV capacity" in step.headline and "since concurrency=1" in step.headline
     assert 0 < step.confidence <= blackbox.CONFIDENCE_CAP
-    assert step.missing == [blackbox.DECIDE[blackbox.QUEUEING]] and "server metrics decide" in step.advice[0]
+    assert step.missing == [blackbox.DECIDE[QUEUEING]] and "server metrics decide" in step.advice[0]
     assert any(e.name == "ttft_p50_growth" and e.direction == "for" for e in step.evidence)
 
 
 def test_itl_growing_with_load_is_batch_contention():
     step = analyze_run(two_steps((0.05, 0.02), (0.08, 0.05))).steps[1]
-    assert step.constraint == blackbox.BATCH_CONTENTION
+    assert step.constraint == BATCH_CONTENTION
     assert set(step.blackbox.candidates) == {MEMORY_BANDWIDTH, COMPUTE}
     assert "--enable-mfu-metrics" in step.blackbox.decide
 
@@ -50,7 +59,7 @@ def test_ttft_following_the_prompt_length_at_the_lowest_load_is_prefill_cost():
         for i, p in enumerate(prompts)
     ]
     step = analyze_run(run_of(records, [closed(1)])).steps[0]
-    assert step.constraint == blackbox.PREFILL_COST and step.blackbox.candidates == [COMPUTE]
+    assert step.constraint == PREFILL_COST and step.blackbox.candidates == [COMPUTE]
 
 
 def test_the_lowest_load_alone_has_no_curve():
@@ -61,7 +70,7 @@ def test_the_lowest_load_alone_has_no_curve():
 def test_server_metrics_keep_the_white_box_verdict():
     running = [Sample(T + t, "server", "requests_running", 1.0, {}) for t in range(0, 20)]
     step = analyze_run(two_steps((0.05, 0.02), (0.60, 0.021), running)).steps[1]
-    assert step.blackbox is None and step.constraint != blackbox.QUEUEING
+    assert step.blackbox is None and step.constraint != QUEUEING
 
 
 def test_client_only_keeps_the_clients_samples_alone():

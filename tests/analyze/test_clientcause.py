@@ -17,17 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadlab.analyze.clientcause import (
-    OWN_WORK,
-    STARVED,
-    UNEXPLAINED,
-    HostLoad,
-    advice,
-    cause,
-    host_load,
-    server_is_local,
-)
+from loadlab.analyze.clientcause import HostLoad, advice, cause, host_load, server_is_local
 from loadlab.lab.processes import freest_cores
+from loadlab.metrics.verdicts import OWN_WORK, STARVED, UNEXPLAINED
 from loadlab.store.reader import SUMMARY_JSON
 from tests.support.procs import BIN, CpuHogs, Proc, free_port, pinned_to
 

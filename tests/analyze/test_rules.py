@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import typing
+
 import pandas as pd
 import pytest
 
+from loadlab.analyze.analysis import NAMES
+from loadlab.analyze.blackbox import CANDIDATES
 from loadlab.analyze.derive import QUANTITIES, Derived, StepData
 from loadlab.analyze.rules import NEEDS, RULES, Term, score_all
+from loadlab.metrics.verdicts import CONSTRAINTS, RuleClass
 
 
 def derived(**values: float) -> dict[str, Derived]:
@@ -155,3 +160,10 @@ def test_derive_refuses_to_record_a_quantity_it_does_not_declare():
     with pytest.raises(ValueError, match="kv_usage_p09"):
         data.put("kv_usage_p09", 0.5, "fraction", [], "server_metrics")
     assert list(data.derived) == ["kv_usage_p90"]
+
+
+def test_every_verdict_is_one_name_of_the_closed_set_and_has_its_words() -> None:
+    """A class added to loadlab/metrics/verdicts.py needs its rule (or pattern) and its words here."""
+    assert {r.constraint for r in RULES} == set(typing.get_args(RuleClass))
+    assert set(CANDIDATES) | {r.constraint for r in RULES} | {"insufficient_data"} == set(CONSTRAINTS)
+    assert set(NAMES) == set(CONSTRAINTS)

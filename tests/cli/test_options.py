@@ -21,12 +21,12 @@ from loadlab.cli.options import (
     EngineFlags,
     FlagGroup,
     LoadFlags,
+    SweepFlags,
+    WhatIfFlags,
     WorkloadFlags,
     configure,
     takes_flags,
 )
-from loadlab.cli.sweep import SweepFlags
-from loadlab.cli.whatif import WhatIfFlags
 from loadlab.conductor.simulate import EngineSettings
 from loadlab.config import RunConfig
 from loadlab.errors import UserError

@@ -100,7 +100,7 @@ def test_each_sweep_sends_the_workload_flags_lengths_and_seed(whatif) -> None:
         run = load_run(out / spec.replace(":", "_"))
         req = run.requests
         assert len(req) > 0 and set(req["input_tokens"]) == {1024} and set(req["max_tokens"]) == {16}
-        assert run.meta.config["workload"]["seed"] == 7 and run.meta.config["step_duration"] == 3.0
+        assert run.meta.config.workload.seed == 7 and run.meta.config.step_duration == 3.0
 
 
 def test_plan_on_a_spec_run_folder_sizes_it_as_the_table_does(whatif) -> None:

@@ -72,7 +72,7 @@ def test_closed_loop_run_writes_a_complete_run_folder(mock, tmp_path):
     req = run.requests
     assert len(req) >= 8 and req["error"].eq("").all()
     assert (req["completion_tokens"] == 10).all() and (req["client_tokens"] == 10).all()
-    assert run.meta.config["model"] == "m"  # discovered from /v1/models
+    assert run.meta.config.model == "m"  # discovered from /v1/models
     assert [s.label for s in run.meta.steps] == ["concurrency=4"]
     assert run.meta.status == "finished"
     served = truth(mock)
@@ -561,7 +561,7 @@ def test_credentials_in_the_url_are_used_and_never_written_or_shown(mock, tmp_pa
     assert result.returncode == 0, result.stderr[-2000:]
     run = load_run(out)
     assert len(run.requests) == 4 and run.requests["error"].eq("").all()
-    assert run.meta.config["url"] == mock and run.meta.config["model"] == "m"
+    assert run.meta.config.url == mock and run.meta.config.model == "m"
     assert any(c.source == "server" and c.ok_samples > 0 for c in run.meta.coverage)
     assert "pw-4711" not in result.stdout + result.stderr
     for f in out.rglob("*"):
@@ -705,7 +705,7 @@ def test_flags_override_the_scenario_file(mock, tmp_path):
     run = load_run(out)
     assert [s.label for s in run.meta.steps] == ["rate=20"]  # the flag chose the load model
     assert len(run.requests) == 5 and (run.requests["completion_tokens"] == 4).all()
-    assert run.meta.config["rate"] == [20.0] and run.meta.config["concurrency"] == []
+    assert run.meta.config.rate == [20.0] and run.meta.config.concurrency == []
 
 
 def test_a_trace_is_replayed_on_its_own_clock_with_its_lengths(mock, tmp_path):
@@ -906,7 +906,7 @@ def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
     assert "gate: PASS (exit 0)" in passed.stdout
     summary = json.loads((tmp_path / "pass" / "summary.json").read_text())
     assert summary["slo"]["ttft_ms"] == 2000 and summary["steps"][0]["slo_met"] == 12  # goodput counted
-    assert load_run(tmp_path / "pass").meta.config["slo"].startswith("ttft=2000,")
+    assert load_run(tmp_path / "pass").meta.config.slo.startswith("ttft=2000,")
 
     scenario = tmp_path / "scenario.toml"  # the SLO from the scenario's [slo] table
     scenario.write_text(
@@ -919,7 +919,7 @@ def test_slo_gates_the_run_inline_and_sets_its_exit_code(mock, tmp_path):
 
 
 def test_a_missing_or_broken_summary_json_is_a_warning_not_a_traceback(tmp_path, capsys):
-    from loadlab.cli.run import print_final_summary
+    from loadlab.cli.running import print_final_summary
 
     print_final_summary(tmp_path)  # the writer could not write it
     (tmp_path / "summary.json").write_text("[]")
@@ -945,7 +945,7 @@ def test_text_from_the_server_is_printed_inert(tmp_path):
             "--out", str(tmp_path / "rejected"), *QUIET, timeout=120,
         )  # fmt: skip
     assert served.returncode == 0 and rejected.returncode == 4, (served.stderr[-2000:], rejected.stderr[-2000:])
-    assert load_run(tmp_path / "served").meta.config["model"] == HOSTILE  # what the server said, kept exact
+    assert load_run(tmp_path / "served").meta.config.model == HOSTILE  # what the server said, kept exact
     assert "model m\\x1b]0;pwned" in served.stderr and "rejected every request" in rejected.stderr
     for output in (served.stdout, served.stderr, rejected.stdout, rejected.stderr):
         assert "\x1b" not in output and "\u202e" not in output and "\x07" not in output

@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 from loadlab.analyze.saturation import MIN_SUCCEEDED
-from loadlab.conductor.stepping import (
-    CLIENT_LIMITED,
-    ERRORS,
-    KNEE,
-    MAX_LOAD,
-    MAX_STEPS,
-    MAX_STRETCH,
-    SLO,
-    TOO_FEW,
-    StepResult,
-    SweepLimits,
-    judge_all,
-    next_step,
-)
+from loadlab.conductor.stepping import MAX_STRETCH, StepResult, SweepLimits, judge_all, next_step
+from loadlab.metrics.verdicts import CLIENT_LIMITED, ERRORS, KNEE, MAX_LOAD, MAX_STEPS, SLO, TOO_FEW
 
 LIMITS = SweepLimits(mode="closed", start=1, max_load=512, max_steps=12, step_seconds=10)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from loadlab.lab.runner import MATCH, SHORT_SECONDS, run_scenario
-from loadlab.lab.scenarios import CLIENT, SCENARIOS
+from loadlab.lab.scenarios import SCENARIOS
+from loadlab.metrics.verdicts import CLIENT
 
 # Each scenario provokes its class with the host's cores: other tests beside it would change it.
 pytestmark = pytest.mark.serial

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.analyze.analysis import NAMES
 from loadlab.errors import UserError
 from loadlab.metrics.slo import Objective, Slo, parse_slo, read_slo, slo_text
 
@@ -65,6 +66,17 @@ def test_step_selectors_verdicts_and_settings() -> None:
     assert spec.objectives[4].metric == "saturation"
     assert (spec.check_client, spec.min_requests) == (False, 50)
     assert parse_slo("ttft_p99=2s").check_client and parse_slo("client_limited=false").check_client
+
+
+def test_every_verdict_the_analyzer_names_can_be_excluded() -> None:
+    """The SLO accepts the analyzer's own list of verdicts, black-box patterns (queueing) included,
+    and every saturation state."""
+    (verdicts,) = parse_slo("verdict_not=" + "|".join(NAMES)).objectives
+    assert set(verdicts.excluded) == set(NAMES) >= {"queueing", "batch_contention", "prefill_cost", "client"}
+    (queueing,) = parse_slo("verdict_not=queueing").objectives
+    assert queueing.excluded == ("queueing",)
+    (states,) = parse_slo("saturation_not=under_loaded|at_knee|past_knee|overloaded|unknown").objectives
+    assert len(states.excluded) == 5
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reference_server.accounting import ChunkWork, ModelCost
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 
 # Llama-3-8B, one layer: q 4096x4096 + k, v 2x4096x1024 + o 4096x4096 + MLP 3x4096x14336 + 2 norms of 4096.
 LLAMA_8B_LAYER = 16_777_216 + 8_388_608 + 16_777_216 + 176_160_768 + 8_192  # 218,112,000

@@ -204,7 +204,7 @@ def core_cache():
 def test_the_real_engine_counts_each_steps_estimated_work_as_vllm_does() -> None:
     """vLLM's --enable-mfu-metrics counters, from the accounting the twin keeps time with."""
     from reference_server.accounting import ChunkWork, ModelCost
-    from reference_server.model import PRESETS
+    from reference_server.shapes import PRESETS
 
     core = EngineCore(config())
     core.add(core.new_sequence("a", [65] * 10, GREEDY))

@@ -6,8 +6,9 @@ import torch
 from safetensors.torch import save_file
 
 from reference_server.attention import AttentionMetadata, KVCache, PrefillChunk
-from reference_server.model import PRESETS, load_model
+from reference_server.model import load_model
 from reference_server.parallel import TensorParallel
+from reference_server.shapes import PRESETS
 
 TINY = PRESETS["tiny"]
 CPU = torch.device("cpu")

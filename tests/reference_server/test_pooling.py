@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from tests.support.reference_server import MODEL, start_server
 
 HIDDEN = PRESETS["tiny"].hidden_size  # the test server's preset (tests/support/reference_server.py)

@@ -16,7 +16,7 @@ import pytest
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
 from loadlab.errors import UserError
-from loadlab.store.reader import RunFolderError, load_run
+from loadlab.store.reader import RunFolderError, labels_of, load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 from tests.support.records import record
@@ -224,3 +224,16 @@ def test_a_run_its_live_writer_is_still_writing_is_not_called_cut_off(tmp_path: 
     RunWriter(tmp_path / "killed", RunConfig(), process_anchor())
     killed = load_run(as_killed(tmp_path / "killed"))
     assert killed.cut_off and [w for w in killed.warnings if "cut off" in w]
+
+
+def test_a_samples_labels_are_parsed_once_into_a_mapping_no_reader_can_change(monkeypatch) -> None:
+    parsed: list[str] = []
+    loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text: parsed.append(text) or loads(text))
+    text = '{"role": "server", "cores": "8", "test": "parsed once"}'
+    labels = labels_of(text)
+    assert labels == {"role": "server", "cores": "8", "test": "parsed once"} and labels_of("") == {}
+    assert labels_of(text)["role"] == "server" and parsed == [text]  # read twice, parsed once
+    with pytest.raises(TypeError):
+        labels["role"] = "client"  # type: ignore[index]
+    assert labels_of(text)["role"] == "server"

@@ -73,6 +73,7 @@ def test_round_trip_keeps_every_field_and_the_token_times_list(tmp_path: Path) -
     ]
     assert [json.loads(x) for x in run.samples["labels"]] == [{"instance": "a", "model": "m"}, {}]
     assert "secret" not in (tmp_path / "run" / "run.json").read_text()
+    assert run.meta.config == RunConfig(url="http://x")  # read back typed, the key left out
 
 
 def test_run_json_is_written_at_once_and_follows_steps_anchors_and_the_end(tmp_path: Path) -> None:

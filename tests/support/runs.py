@@ -12,7 +12,7 @@ import numpy as np
 
 from loadlab.clock import ClockAnchor, process_anchor
 from loadlab.config import RunConfig
-from loadlab.store.meta import RunMeta
+from loadlab.store.meta import RunMeta, stored_config
 from loadlab.store.reader import RunData
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Coverage, RequestRecord, Sample, StepInfo
@@ -30,7 +30,7 @@ def run_of(
     """A loaded run in memory, as `load_run` would return it (no folder behind it)."""
     meta = RunMeta(
         status=status,
-        config=config or {},
+        config=stored_config(config or {}),
         versions={},
         host={},
         anchor=ClockAnchor(T, 0.0),

@@ -12,6 +12,8 @@ from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections, write_page
 from loadlab.store.reader import RunData
 
+DEFAULT_FOLDER = Path("reports")  # where a report goes when no file is named
+
 
 def write_report(run: RunData, out: Path) -> Path:
     """Write the report of a loaded run to `out` (folders created); UserError when it cannot be written."""

@@ -7,7 +7,6 @@ million requests therefore makes a page of the same size as a run of a thousand.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.requests import read_gaps
-from loadlab.store.reader import SUMMARY_JSON, RunData, RunFolderError, read_stage_json
+from loadlab.store.reader import SUMMARY_JSON, RunData, RunFolderError, labels_of, read_stage_json
 from loadlab.store.schema import Coverage, ErrorCategory
 
 MAX_INTERVALS = 2000  # a long run gets wider intervals rather than a heavier page
@@ -137,7 +136,7 @@ def build_report_data(run: RunData) -> ReportData:
         timeseries=_timeseries(run, timeline, bins, summary),
         errors=_errors(measured, bins),
         coverage=list(run.meta.coverage),
-        config=run.meta.config,
+        config=run.meta.config.to_dict(),
         versions=run.meta.versions,
         host=run.meta.host,
         analysis=analysis,
@@ -315,7 +314,7 @@ def _cpu(samples: pd.DataFrame, bins: Bins) -> list[Series]:
     series = [Series("host", gauge(samples, "host_cpu", ("host",), "all", bins))]
     processes = samples[samples["signal"] == "process_cpu"]
     for labels in sorted(processes["labels"].unique()):
-        role = json.loads(labels).get("role", "?") if labels else "?"
+        role = labels_of(labels).get("role", "?")
         series.append(
             Series(
                 f"{role} process",

@@ -13,7 +13,7 @@ import requests
 
 from loadlab.store.reader import load_run
 from reference_server.accounting import ChunkWork
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from reference_server.twin.spec import parse_twin
 from reference_server.twin.timing import TimingModel
 from tests.support.procs import loadlab

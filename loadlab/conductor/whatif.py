@@ -3,7 +3,8 @@ sized for N users by plan's rules, answered in one table and one HTML page.
 
 Per spec: the sweep's steps (conductor/simsweep.py: `loadlab sweep`'s rules in virtual time)
 into its own run folder under --out, the analyzer's verdict on it (analysis.json), the curve and
-the capacity plan `loadlab plan RUN` reads from a sweep (cli/plan.py, analyze/capacity.py).
+the capacity plan `loadlab plan RUN` reads from a sweep (analyze/curve.py, analyze/capacity.py).
+The command (cli/plan.py) turns its flags into the specs' engines, the run config and the limits.
 """
 
 from __future__ import annotations
@@ -12,43 +13,19 @@ import math
 import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar
-
-import typer
-
-from loadlab.cli.options import STEP_DURATION, FlagGroup
-from loadlab.cli.sweep import DEFAULT_STEP_SECONDS
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from loadlab.analyze.whatif import WhatIf
-    from loadlab.cli.options import EngineFlags, WorkloadFlags
     from loadlab.conductor.simulate import EngineSettings
     from loadlab.conductor.stepping import SweepLimits
     from loadlab.config import RunConfig
     from loadlab.metrics.slo import Objective, SloSpec
 
 TP = re.compile(r"tp(\d+)")
-
-
-@dataclass(frozen=True)
-class WhatIfFlags(FlagGroup):
-    """How far and how long each spec's simulated sweep goes, and where its results go (what it
-    sends is WorkloadFlags, the engine EngineFlags)."""
-
-    panel: ClassVar[str] = "What-if"
-    step_duration: Annotated[float | None, STEP_DURATION] = None  # (None: DEFAULT_STEP_SECONDS)
-    max_load: Annotated[int | None, typer.Option("--max", help="Highest concurrency (default --users).")] = None
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Folder for one run folder per spec (default runs/<timestamp>-whatif)."),
-    ] = None
-    report: Annotated[
-        Path | None, typer.Option("--report", help="HTML page to write (default reports/<--out's name>.html).")
-    ] = None
 
 
 def parse_specs(text: str) -> list[str]:
@@ -76,37 +53,36 @@ def tensor_parallel(spec: str) -> int:
 
 
 def what_if(
-    text: str,
+    engines: list[EngineSettings],
+    cfg: RunConfig,
+    limits: SweepLimits,
     users: int,
     think: float,
     slo: SloSpec | None,
     objectives: tuple[Objective, ...],
-    workload: WorkloadFlags,
-    flags: WhatIfFlags,
-    engine: EngineFlags,
+    out: Path | None,
+    report: Path | None,
 ) -> None:
-    """Check every spec and the flags (UserError, one line, before any sweep), sweep each in
-    virtual time, plan N users on it, print the table and write the comparison page."""
-    from loadlab.cli.output import say
-    from loadlab.cli.report import DEFAULT_FOLDER
-    from loadlab.cli.run import check_out_folder
+    """Check every spec's engine and run folder (UserError, one line, before any sweep), sweep
+    each in virtual time with `cfg` (whatif_config) within `limits` (whatif_limits), plan N users
+    on it, print the table and write the comparison page (`report`, default under reports/);
+    the run folders go under `out` (default runs/<timestamp>-whatif)."""
     from loadlab.conductor.simulate import check_engine
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
+    from loadlab.report.html import DEFAULT_FOLDER
     from loadlab.report.html.whatif import write_whatif_report
+    from loadlab.store.run_folder import check_out_folder
+    from loadlab.terminal import say
 
-    specs = parse_specs(text)
-    limits = _limits(users, flags)
-    cfg = _config(workload, limits, slo)
-    engines = [engine.engine(s) for s in specs]
     for settings in engines:
         try:
             check_engine(settings)
         except UserError as e:
             why = re.sub(r"^--twin( \S+)?: ", "", str(e).removeprefix("the simulation failed: "))
             raise UserError(f"--what-if {settings.twin}: {why}") from None
-    base = flags.out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
-    folders = [base / spec.replace(":", "_") for spec in specs]
+    base = out or Path("runs") / (time.strftime("%Y%m%d-%H%M%S") + "-whatif")
+    folders = [base / settings.twin.replace(":", "_") for settings in engines]
     for folder in folders:
         check_out_folder(folder)
     answers: list[WhatIf] = []
@@ -124,43 +100,37 @@ def what_if(
     for a in answers:
         console.print(f"{a.spec}: {a.stop}", highlight=False, markup=False)
     say("note", "simulated: the engine's scheduling, KV cache and the twin's step times; no network or HTTP time")
-    page = flags.report or DEFAULT_FOLDER / f"{base.resolve().name}.html"
+    page = report or DEFAULT_FOLDER / f"{base.resolve().name}.html"
     try:
         print(f"report: {write_whatif_report(answers, users, slo, page)}")
     except UserError as e:  # the run folders and the table stand without it
         say("warning", str(e))
 
 
-def _limits(users: int, flags: WhatIfFlags) -> SweepLimits:
-    """Each spec's sweep: closed loop from 1 user to --max (default the users), in steps of
-    --step-duration (default 20 s: the field's default is None, so that a value typed on a run
-    folder is refused even when it equals the default), with room to double up to the top and then
-    bisect."""
+def whatif_limits(users: int, max_load: int | None, step_seconds: float) -> SweepLimits:
+    """Each spec's sweep: closed loop from 1 user to --max (`max_load`, default the users), in steps
+    of `step_seconds`, with room to double up to the top and then bisect."""
     from loadlab.conductor.stepping import DEFAULT_MAX_STEPS
     from loadlab.conductor.sweep import sweep_limits
     from loadlab.errors import UserError
 
-    top = users if flags.max_load is None else flags.max_load
+    top = users if max_load is None else max_load
     if top < 1:
         raise UserError(f"--max must be >= 1 user, got {top}")
     # Doubling from 1 to the top takes log2(top) steps; leave the default's room to bisect after.
     steps = max(DEFAULT_MAX_STEPS, math.ceil(math.log2(top)) + DEFAULT_MAX_STEPS // 2)
-    seconds = DEFAULT_STEP_SECONDS if flags.step_duration is None else flags.step_duration
-    return sweep_limits("closed", 1.0, float(top), steps, seconds)
+    return sweep_limits("closed", 1.0, float(top), steps, step_seconds)
 
 
-def _config(workload: WorkloadFlags, limits: SweepLimits, slo: SloSpec | None) -> RunConfig:
-    """The sweeps' run config from the workload flags (RunConfig's defaults where none is given),
+def whatif_config(base: RunConfig, limits: SweepLimits) -> RunConfig:
+    """The sweeps' run config from `base` (the workload flags' config, its URL SIMULATED_URL),
     checked as `loadlab simulate` checks its own: UserError (one line) for what cannot be simulated."""
-    from loadlab.cli.options import configure
-    from loadlab.cli.simulate import SIMULATED_URL
     from loadlab.conductor.simulate import check_simulable
     from loadlab.conductor.sweep import sweep_config
-    from loadlab.config import RunConfig
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import check
 
-    cfg = sweep_config(configure(RunConfig(), workload, url=SIMULATED_URL, slo=slo.text if slo else None), limits)
+    cfg = sweep_config(base, limits)
     check(cfg, complete=True)
     check_simulable(cfg)
     make_workload(cfg.workload, cfg.api)  # a bad data set fails here, before any sweep
@@ -178,15 +148,22 @@ def _answer(
     objectives: tuple[Objective, ...],
 ) -> WhatIf:
     """One spec: its simulated sweep, the analyzer's verdict, the curve and the plan."""
+    from loadlab.analyze.analysis import save_analysis
     from loadlab.analyze.capacity import plan_capacity
+    from loadlab.analyze.curve import curve_points
     from loadlab.analyze.whatif import WhatIf
-    from loadlab.cli.analyze import analyze_folder
-    from loadlab.cli.plan import curve_points
     from loadlab.conductor.simsweep import simulate_sweep
+    from loadlab.store.reader import load_run
+    from loadlab.terminal import say
 
     outcome = simulate_sweep(cfg, engine, folder, limits, slo)
-    analysis = analyze_folder(folder)
-    points, knee = curve_points(folder, objectives, slo, analysis)
+    run = load_run(folder)
+    for warning in run.warnings:
+        say("warning", warning)
+    analysis, failed = save_analysis(run)
+    if failed:
+        say("warning", failed)
+    points, knee = curve_points(run, objectives, slo, lambda text: say("note", text), analysis)
     at_knee = next((s for s in analysis.steps if s.index == analysis.overall.knee_step), None)
     return WhatIf(
         spec=engine.twin,
