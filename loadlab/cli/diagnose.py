@@ -4,6 +4,7 @@ report's path."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,12 +34,15 @@ def diagnose(
 ) -> None:
     """Sweep the concurrency to the knee (as `loadlab sweep`) with the server's metrics (probed at
     /metrics, then /prometheus/metrics) and the GPUs when NVML answers; analyze the run, write
-    its report, print the verdict and where the report is. The workload flags are `loadlab run`'s
-    (a trace gives its lengths only)."""
+    its report, say where it is and end with the answer in plain words: one user's speed, the
+    users held within the SLO (--slo, else ttft_p99=2s,tps_user_p50=10), what limits it and
+    the change to try. The workload flags are `loadlab run`'s (a trace gives its lengths only)."""
+    from loadlab.analyze.answer import build_answer
     from loadlab.cli.analyze import analyze_folder
     from loadlab.cli.report import DEFAULT_FOLDER
     from loadlab.cli.run import exit_on_outcome, print_final_summary
     from loadlab.cli.sweep import print_sweep, start_sweep
+    from loadlab.report.answer import print_answer
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
@@ -58,8 +62,10 @@ def diagnose(
                 f"collector {c.source}: {state}{f' ({c.error})' if c.error else ''}", highlight=False, markup=False
             )
     report_path = _write_report(run, report_file or DEFAULT_FOLDER / f"{folder.resolve().name}.html")
-    console.print(f"verdict: {analysis.overall.headline}", highlight=False, markup=False)
     print(f"report: {report_path}" if report_path else "report: not written (see the line above)")
+    answer = build_answer(run, analysis)
+    if answer is not None:
+        print_answer(answer, sys.stdout)
     exit_on_outcome(outcome.run)
 
 
