@@ -81,12 +81,14 @@ def confidence_words(confidence: float, constraint: str = "") -> str:
 
 def answer_slo(*texts: str | None) -> tuple[SloSpec, bool]:
     """The SLO an answer judges by: the first of `texts` with a per-step objective, else
-    DEFAULT_SLO (True when the default was taken); UserError for bad text, as `parse_slo`."""
-    for text in texts:
-        spec = parse_slo(text) if text else None
-        if spec is not None and per_step(spec):
+    DEFAULT_SLO's objectives with the first text's other items (goodput's per-request objectives,
+    client_limited=any), True when the default's were taken; UserError for bad text, as `parse_slo`."""
+    given = [text for text in texts if text]
+    for text in given:
+        spec = parse_slo(text)
+        if per_step(spec):
             return spec, False
-    return parse_slo(DEFAULT_SLO), True
+    return parse_slo(",".join([DEFAULT_SLO, *given[:1]])), True
 
 
 def per_step(spec: SloSpec) -> tuple[Objective, ...]:

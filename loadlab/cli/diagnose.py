@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
 @takes_flags
 def diagnose(
-    url: str = typer.Argument(..., help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
+    url: str | None = typer.Argument(
+        None,
+        help="Endpoint base URL, e.g. http://127.0.0.1:8000; without it, the one server listening on this host's "
+        "usual ports (vLLM 8000, SGLang 30000, llama.cpp/TGI 8080, Ollama 11434, LM Studio 1234, TGI 3000).",
+    ),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     report_file: Path | None = typer.Option(
         None,
@@ -47,6 +51,7 @@ def diagnose(
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
+    url = url or _server_here(client)
     outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
     folder = outcome.folder
     print_final_summary(folder)
@@ -67,6 +72,19 @@ def diagnose(
     if answer is not None:
         print_answer(answer, sys.stdout)
     exit_on_outcome(outcome.run)
+
+
+def _server_here(client: ClientFlags) -> str:
+    """The URL of the one server on this host's usual ports, saying what it is (UserError when
+    none or several answer: loadlab.client.discovery)."""
+    from loadlab.cli.run import import_load_generator
+    from loadlab.client.discovery import api_key_from_env, local_server
+    from loadlab.terminal import inert
+
+    import_load_generator()  # before urllib imports ssl: Locust patches sockets on import
+    found = local_server(client.api_key or api_key_from_env())
+    print(inert(f"no URL given: found {found.describe()}"))
+    return found.url
 
 
 def _write_report(run: RunData, out: Path) -> Path | None:

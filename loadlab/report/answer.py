@@ -11,10 +11,10 @@ from loadlab.numbers import format_number, format_value
 from loadlab.terminal import inert
 
 
-def answer_title(answer: Answer) -> str:
-    """The block's heading: which SLO "within the SLO" means."""
-    whose = "loadlab's default; --slo sets yours" if answer.slo_is_default else "as given"
-    return f"the answer (SLO {answer.slo.replace(',', ', ')}: {whose})"
+def slo_note(answer: Answer) -> str:
+    """Which SLO "within the SLO" means, and whose it is."""
+    whose = "loadlab's default objectives; --slo sets yours" if answer.slo_is_default else "as given"
+    return f"SLO {answer.slo.replace(',', ', ')}: {whose}"
 
 
 def answer_lines(answer: Answer) -> list[tuple[str, str]]:
@@ -30,7 +30,7 @@ def answer_lines(answer: Answer) -> list[tuple[str, str]]:
 def print_answer(answer: Answer, out: TextIO) -> None:
     """The answer as plain lines (not wrapped: a terminal wraps them, a log keeps them whole)."""
     print(file=out)
-    print(inert(answer_title(answer)), file=out)
+    print(inert(f"the answer ({slo_note(answer)})"), file=out)
     for label, text in answer_lines(answer):
         print(inert(f"  {label}: {text}"), file=out)
 

@@ -78,9 +78,10 @@ def test_the_runs_own_slo_judges_unless_it_has_no_per_step_objective():
     own = build_answer(sweep(config={"slo": "ttft_p99=100ms"}), None)
     assert own is not None and own.slo == "ttft_p99=100ms" and not own.slo_is_default
     assert own.capacity is not None and own.capacity.held is not None and own.capacity.held.label == "concurrency=1"
-    # per-request objectives define goodput only: the default judges
-    goodput = build_answer(sweep(config={"slo": "ttft=100"}), None)
-    assert goodput is not None and goodput.slo == DEFAULT_SLO and goodput.slo_is_default
+    # per-request objectives define goodput only: the default's objectives judge, the run's settings kept
+    goodput = build_answer(sweep(config={"slo": "ttft=100,client_limited=any"}), None)
+    assert goodput is not None and goodput.slo == f"{DEFAULT_SLO},ttft=100,client_limited=any"
+    assert goodput.slo_is_default
 
 
 def test_a_step_whose_requests_fail_holds_no_slo():

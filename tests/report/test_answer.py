@@ -6,7 +6,7 @@ import io
 import math
 
 from loadlab.analyze.answer import Answer, Capacity, StepFigures
-from loadlab.report.answer import answer_lines, answer_title, print_answer
+from loadlab.report.answer import answer_lines, print_answer, slo_note
 
 FOUR = StepFigures("concurrency=4", 4, 0.043, 0.12, 136.0, 361.0)
 
@@ -57,7 +57,7 @@ def test_what_was_not_measured_is_said_not_invented():
 def test_one_user_and_the_slo_in_the_heading():
     a = answer(None, one_user=StepFigures("concurrency=1", 1, 0.043, 0.05, 203.0, 203.0))
     assert lines(a)["one user"] == "first token in 43 ms, then 203 tokens/s (concurrency=1, medians)"
-    assert answer_title(a) == "the answer (SLO ttft_p99=2s, tps_user_p50=10: loadlab's default; --slo sets yours)"
+    assert slo_note(a) == "SLO ttft_p99=2s, tps_user_p50=10: loadlab's default objectives; --slo sets yours"
     out = io.StringIO()
     print_answer(a, out)
-    assert out.getvalue().splitlines()[1:3] == [answer_title(a), f"  one user: {lines(a)['one user']}"]
+    assert out.getvalue().splitlines()[1:3] == [f"the answer ({slo_note(a)})", f"  one user: {lines(a)['one user']}"]

@@ -22,7 +22,7 @@ from loadlab.analyze.answer import Answer
 from loadlab.analyze.summary import bunched_note
 from loadlab.errors import UserError
 from loadlab.numbers import format_number, format_value
-from loadlab.report.answer import answer_lines, answer_title
+from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
 
@@ -165,7 +165,7 @@ def _run_header(data: ReportData) -> str:
 def _answer(answer: Answer) -> str:
     """The answer in plain words, as `loadlab diagnose` ends with it."""
     rows = [(f"<b>{esc(label)}</b>", esc(text)) for label, text in answer_lines(answer)]
-    return html_note(answer_title(answer)) + html_table(None, rows, "answer")
+    return html_note(slo_note(answer)) + html_table(None, rows, "answer")
 
 
 def _verdict(data: ReportData) -> str:

@@ -10,7 +10,7 @@ from html import escape
 from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.answer import build_answer
-from loadlab.report.answer import answer_lines, answer_title
+from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
 from loadlab.store.reader import load_run
@@ -110,4 +110,4 @@ def test_the_answer_in_plain_words_tops_the_page(tmp_path):
     top = html[html.index('<section id="answer"') : html.index('<section id="run"')]
     for label, text in answer_lines(answer):
         assert f"<td><b>{label}</b></td><td>{escape(text)}</td>" in top
-    assert escape(answer_title(answer)) in top
+    assert escape(slo_note(answer)) in top
