@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from loadlab.analyze.analysis import CONFIDENT, Analysis, StepVerdict
-from loadlab.analyze.measures import StepValues, measure
+from loadlab.analyze.measures import RunValues, StepValues, measure
 from loadlab.analyze.rules import INSUFFICIENT_DATA
 from loadlab.analyze.saturation import MAX_ERROR_RATE, too_few
 from loadlab.metrics.slo import METRICS, Objective, SloSpec, parse_slo
@@ -96,11 +96,14 @@ def per_step(spec: SloSpec) -> tuple[Objective, ...]:
     return tuple(o for o in spec.objectives if o.step is None)
 
 
-def build_answer(run: RunData, analysis: Analysis | None, slo: str | None = None) -> Answer | None:
+def build_answer(
+    run: RunData, analysis: Analysis | None, slo: str | None = None, measured: RunValues | None = None
+) -> Answer | None:
     """The answer of a loaded run, judged by `slo` (SLO text), else the run's own SLO, else the
-    default (answer_slo); None when no step streamed a token (nothing a user would read)."""
+    default (answer_slo); None when no step streamed a token (nothing a user would read).
+    `measured`: the run's values when the caller has them, with the run's own SLO's goodput."""
     spec, is_default = answer_slo(slo, run.meta.config.get("slo"))
-    values = measure(run, spec.per_request)
+    values = measured or measure(run, spec.per_request)
     streamed = [s for s in values.steps if s.summary.mode in ("closed", "open") and s.summary.output_tokens > 0]
     if not streamed:
         return None
