@@ -26,6 +26,7 @@ from loadlab.analyze.rules import CLIENT, INSUFFICIENT_DATA, ClassScore, Constra
 from loadlab.analyze.saturation import (
     OVERLOADED,
     PAST_KNEE,
+    QUEUE_WAITING,
     UNDER_LOADED,
     UNKNOWN,
     Saturation,
@@ -231,7 +232,10 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     # estimates its work, the intensity against the CPU's ridge carry compute vs memory bandwidth.
     impossible = frozenset() if on_gpu else frozenset({rules.G, rules.F} | (set() if estimates else {rules.R}))
     states, knee = saturation(
-        [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
+        [
+            StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded, _untrusted(d))
+            for d in data
+        ]
     )
     boxes = {} if has_server else blackbox.judge_steps(data)
     verdicts = [
@@ -249,6 +253,12 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
         steps=verdicts,
         overall=_overall(verdicts, knee, kind, fit),
     )
+
+
+def _untrusted(d: StepData) -> str:
+    """Why the load generator's figures of the step cannot be judged ("" = they can)."""
+    client = d.summary.client
+    return "; ".join(client.untrusted) if client.limited else ""
 
 
 def _step_data(
@@ -351,31 +361,46 @@ def _verdict(
         eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
     elif held_at_admission(d.derived):  # a queue before free KV at the cap: what binds is admission
         eligible = [s for s in eligible if s.constraint == rules.SCHEDULING] or eligible
-    if saturated and eligible and not too_few(ok):  # the server's verdict stands
-        best = eligible[0]
-        shortfall = f"the load generator fell short ({'; '.join(client.reasons)})"
-        stands = verdict(best.constraint, "", best)
-        stands.client_shortfall = shortfall
-        stands.confidence *= STRAIN_CONFIDENCE
-        if stands.confidence < CONFIDENT:
-            second = next((s for s in eligible if s is not best), None)
-            stands.could_be, stands.would_decide = _alternative(best, second, kind, best.confidence >= CONFIDENT)
-        stands.headline = f"{_headline(best, state, stands)}; {shortfall}"
-        stands.advice += client.advice
-        return stands
-    if client.limited:
+    if client.limited and client.untrusted:
         limited = verdict(
             CLIENT,
-            f"the load generator limited this step ({'; '.join(client.reasons)}): nothing else is trusted",
+            f"the load generator could not deliver this step ({'; '.join(client.reasons + client.untrusted)}): "
+            "nothing else is trusted",
             scores[CLIENT],
             missing=[],
         )
         if client.advice:
             limited.advice = list(client.advice)
+        if d.derived.get("waiting_mean", Derived(math.nan, "", [], "")).value < QUEUE_WAITING:
+            # Nothing waited at what it was given: only what sets per-token latency can be read.
+            eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
         if has_server and eligible:
             limited.server_side = RunnerUp(eligible[0].constraint, eligible[0].score, eligible[0].confidence)
             limited.headline += f" (server-side evidence alone: {NAMES[eligible[0].constraint]})"
         return limited
+    chosen = _server_verdict(verdict, d, state, scores, ranked, eligible, kind, has_server, box)
+    if client.limited:  # judged at the load it delivered: the shortfall and its cause beside the verdict
+        chosen.client_shortfall = f"the load generator fell short ({'; '.join(client.reasons)})"
+        chosen.headline += f"; {chosen.client_shortfall}"
+        chosen.advice += client.advice
+    return chosen
+
+
+def _server_verdict(
+    verdict: Any,
+    d: StepData,
+    state: Saturation,
+    scores: dict[str, ClassScore],
+    ranked: list[ClassScore],
+    eligible: list[ClassScore],
+    kind: str,
+    has_server: bool,
+    box: blackbox.BlackBox | None,
+) -> StepVerdict:
+    """The server's verdict on a step at the load it delivered: insufficient data, the black box's,
+    or the best eligible class with its runner-up and, below CONFIDENT, what would decide."""
+    client = d.summary.client
+    ok = int(d.requests["ok"].sum())
     if not len(d.requests):
         return verdict(INSUFFICIENT_DATA, "no request was sent in this step", missing=[rules.NEEDS[rules.C]])
     if ok == 0:
@@ -412,11 +437,12 @@ def _verdict(
         else None
     )
     chosen = verdict(best.constraint, "", best, runner_up)
-    if client.warnings:  # the load was delivered, but the client's timings are less sure
+    strained = bool(client.warnings) or client.limited
+    if strained:  # the client's figures are less sure: strain, or a load it fell short of
         chosen.confidence *= STRAIN_CONFIDENCE
     if chosen.confidence < CONFIDENT:
-        # Below it only because of the client's strain: a client at ease would decide.
-        strained = bool(client.warnings) and best.confidence >= CONFIDENT
+        # Below it only because of the client: a client at ease would decide.
+        strained = strained and best.confidence >= CONFIDENT
         chosen.could_be, chosen.would_decide = _alternative(best, second, kind, strained, state.state == UNDER_LOADED)
     chosen.headline = _headline(best, state, chosen)
     if client.warnings:
@@ -519,7 +545,8 @@ def _evidence(scores: dict[str, ClassScore], chosen: ClassScore | None) -> list[
 
 def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTimeFit | None) -> Overall:
     limited = [s for s in steps if s.constraint == CLIENT]
-    if limited:
+    judged = [s for s in steps if s.constraint not in (INSUFFICIENT_DATA, CLIENT)]
+    if limited and not judged:
         names = ", ".join(s.label for s in limited)
         return Overall(
             CLIENT,
@@ -527,16 +554,17 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
             None,
             True,
             max(s.confidence for s in limited),
-            f"the load generator limited {names}: fix the client before trusting any verdict",
+            f"the load generator could not deliver {names}: fix the client before trusting any verdict",
             limited[0].advice,
             kind,
             fit,
         )
-    judged = [s for s in steps if s.constraint != INSUFFICIENT_DATA]
+    short = [s.label for s in steps if s.client_shortfall]
     if not judged:
         reason = steps[0].headline if steps else "no steps"
-        return Overall(INSUFFICIENT_DATA, UNKNOWN, knee, False, 0.0, f"insufficient data: {reason}", [], kind, fit)
-    short = [s.label for s in steps if s.client_shortfall]
+        return Overall(
+            INSUFFICIENT_DATA, UNKNOWN, knee, bool(short), 0.0, f"insufficient data: {reason}", [], kind, fit
+        )
     by_index = {s.index: s for s in judged}
     saturated = [s for s in judged if s.saturation in ("past_knee", "overloaded")]
     focus = by_index.get(knee) if knee is not None else None
@@ -551,9 +579,19 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
         headline = f"{name} binds at {focus.label} ({focus.saturation.replace('_', ' ')})"
     headline += _doubt(focus)
     if short:  # the summary's check found the load short there: the gate and report say so too
-        headline += f"; the load generator fell short at {', '.join(short)} (stated beside the verdict)"
+        headline += f"; the load generator fell short at {', '.join(short)} (judged at the load it delivered)"
+    if limited:  # steps it could not deliver at all: not judged, never the knee
+        headline += f"; the load generator could not deliver {', '.join(s.label for s in limited)} (not judged)"
     return Overall(
-        focus.constraint, last.saturation, knee, bool(short), focus.confidence, headline, focus.advice, kind, fit
+        focus.constraint,
+        last.saturation,
+        knee,
+        bool(short or limited),
+        focus.confidence,
+        headline,
+        focus.advice + (limited[0].advice if limited else []),
+        kind,
+        fit,
     )
 
 

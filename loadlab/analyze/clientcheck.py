@@ -15,7 +15,9 @@ from loadlab.analyze.summary_types import ClientCheck, StepSummary
 from loadlab.metrics.limits import (
     ANY_SHORTFALL,
     CLIENT_CPU_P90_MAX,
+    JUDGE_MIN_DELIVERED,
     LOOP_LAG_P99_MAX,
+    MAX_BUNCHED_TO_JUDGE,
     MAX_FAILED_SHARE_FOR_LOAD_CHECK,
     MIN_CONCURRENCY_RATIO,
     MIN_RATE_RATIO,
@@ -145,13 +147,48 @@ def client_check(
             check.reasons.append(
                 f"event-loop lag p99 {format_value(lag_p99, 's')} (>= {format_value(SEVERE_LOOP_LAG, 's')}) with "
                 f"{format_value(ratio, 'fraction')} of the load delivered "
-                f"(< {format_value(ANY_SHORTFALL, 'fraction')}): the shortfall and the timings are the client's"
+                f"(< {format_value(ANY_SHORTFALL, 'fraction')})"
             )
     if check.limited:
         check.cause = clientcause.cause(check.values, host)
         workers = int(cpu["worker"].nunique()) if len(cpu) else 1
         check.advice = clientcause.advice(check.cause, check.values, host, workers)
     return check
+
+
+def untrusted(step: StepSummary) -> list[str]:
+    """Why a client-limited step cannot be judged at the load it delivered (empty: it can): the
+    lines of metrics/limits.py, each with its figure. Tokens timed by the kernel keep their times
+    however late the client read them, and a send is stamped as it goes; what remains is too little
+    load, an arrival process that left in bursts, and token times merged in late reads."""
+    check = step.client
+    lines = []
+    ratio = step.achieved_ratio
+    if step.mode != "open" and "achieved_concurrency_ratio" not in check.values:
+        ratio = math.nan  # with think time, users idle by design: no delivered share to hold
+    if ratio < JUDGE_MIN_DELIVERED:
+        lines.append(
+            f"{format_value(ratio, 'fraction')} of the load delivered "
+            f"(< {format_value(JUDGE_MIN_DELIVERED, 'fraction')}): too far below {step.label} to judge the server at it"
+        )
+    delay = step.start_delay.p99
+    if step.mode == "open" and step.target > 0 and delay > 1 / step.target:
+        lines.append(
+            f"start delay p99 {format_value(delay, 's')} > the mean gap between arrivals "
+            f"({format_value(1 / step.target, 's')}): requests left in bursts, not as the arrival process asked"
+        )
+    if step.itl_bunched > MAX_BUNCHED_TO_JUDGE:
+        lines.append(
+            f"{format_value(step.itl_bunched, 'fraction')} of the gaps between tokens merged in late reads "
+            f"(> {format_value(MAX_BUNCHED_TO_JUDGE, 'fraction')}): too few token times are the server's"
+        )
+    lag = check.values.get("client_loop_lag_p99", math.nan)
+    if step.tokens.read_timed and step.tokens.read_timed >= step.succeeded / 2 and lag > LOOP_LAG_P99_MAX:
+        lines.append(
+            f"tokens timed when the client read them (TLS: no kernel timestamps) with event-loop lag p99 "
+            f"{format_value(lag, 's')}: the timings are the client's"
+        )
+    return lines
 
 
 def merge_checks(steps: list[StepSummary]) -> ClientCheck:
@@ -162,6 +199,7 @@ def merge_checks(steps: list[StepSummary]) -> ClientCheck:
         prefix = f"{s.label}: " if len(steps) > 1 else ""
         merged.reasons += [prefix + r for r in s.client.reasons]
         merged.warnings += [prefix + w for w in s.client.warnings]
+        merged.untrusted += [prefix + u for u in s.client.untrusted]
         if s.client.limited and not merged.cause:  # the first limited step's cause speaks for the run
             merged.cause, merged.advice = s.client.cause, list(s.client.advice)
         for name, value in s.client.values.items():

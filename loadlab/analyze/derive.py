@@ -60,6 +60,7 @@ QUANTITIES = frozenset(
         "running_mean",
         "running_max",
         "running_at_cap",
+        "running_cap",
         "waiting_mean",
         "waiting_p95",
         "waiting_slope",
@@ -216,6 +217,7 @@ def _server_side(d: StepData) -> None:
         # exports it (the reference server's max_num_seqs); else the highest count seen in the
         # window stands for it, which any steady load reaches now and then.
         if cap.size and cap.max() >= 1:
+            d.put("running_cap", cap.max(), "requests", [sig.RUNNING_CAP], SERVER)
             d.put(
                 "running_at_cap",
                 running.mean() / cap.max(),

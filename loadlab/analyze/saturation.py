@@ -13,6 +13,15 @@ The knee is the step at the knee just below the first flat (or overloaded) step 
 without a flat step, the first step at the knee that no later step scales past (a dip that the
 next steps scale out of is noise, not the knee). A step with too few successful requests
 (too_few) is not judged and is not compared with.
+
+Load is the load each step delivered (achieved concurrency or rate, where the client measured it;
+else its label): a load generator that fell short is judged at what it sent. A step it could not
+deliver at all (ClientCheck.untrusted) is not judged and is never the knee. Where the server
+exports its queue, throughput is the weaker witness (on a shared host it falls for reasons of the
+host's): a step whose queue is empty, that runs below its configured cap and whose own token times
+held (server ITL, TTFT and step time, those measured, each grew less than SERVER_SLOWDOWN of the
+load's growth) still has headroom, whatever its throughput did. Without such a witness, throughput
+decides.
 """
 
 from __future__ import annotations
@@ -48,6 +57,11 @@ AT_CAP = 0.85  # running / its cap at or above this: pinned at the cap (the sche
 KV_FULL = 0.8  # KV usage p90 at or above this: the pool admits no more (the kv_capacity rule's)
 KV_ROOM = 0.6  # ... at or below this: room left, so requests waiting for capacity wait for a seat
 CAPACITY_WAIT = 0.8  # share of the waiting that waits for capacity (vLLM's reason), the scheduling rule's
+# The server's own token time (ITL, TTFT, step time) grew at least this share of the load's growth:
+# the server itself slowed, so its throughput falling short is its saturation (judgement: on a
+# memory-bound engine below its knee a doubled batch costs a few per cent per token).
+SERVER_SLOWDOWN = 0.25
+SERVER_TIMES = ("server_itl_p50", "server_ttft_p50", "step_time_mean")
 
 
 @dataclass
@@ -59,6 +73,13 @@ class StepLoad:
     target: float
     derived: dict[str, Derived]
     succeeded: int  # the step's successful measured requests (too_few)
+    untrusted: str = ""  # why the load generator's figures cannot be judged ("" = they can)
+
+    @property
+    def delivered(self) -> float:
+        """The load the step delivered: its target times the share the client measured, else its target."""
+        share = _derived(self.derived, "achieved_rate_ratio" if self.mode == "open" else "achieved_concurrency_ratio")
+        return self.target * share if share > 0 else self.target
 
 
 @dataclass
@@ -71,12 +92,15 @@ class Saturation:
 def saturation(steps: list[StepLoad]) -> tuple[list[Saturation], int | None]:
     """Each step's saturation (in the order given, judged in load order: a sweep's bisected step
     sits between the loads around it) and the knee step's index (None: no knee seen)."""
-    order = sorted(range(len(steps)), key=lambda i: (steps[i].mode, steps[i].target, steps[i].index))
+    order = sorted(range(len(steps)), key=lambda i: (steps[i].mode, steps[i].delivered, steps[i].index))
     states: dict[int, Saturation] = {}
     judged: list[int] = []  # positions of the judged steps, in load order
     previous: StepLoad | None = None
     for i in order:
         step = steps[i]
+        if step.untrusted:
+            states[i] = Saturation(UNKNOWN, f"not judged: the load generator could not deliver it ({step.untrusted})")
+            continue
         why = too_few(step.succeeded)
         refused = _refused(step)
         if why and refused is None:  # refusals are judged on the requests sent, not those finished
@@ -127,8 +151,13 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
         return Saturation(
             OVERLOADED, f"completes {format_number(completed)} req/s of {step.target:g} arriving: the queue grows"
         )
-    if previous is not None and previous.mode == step.mode and previous.target > 0 and step.target > previous.target:
-        load_growth = step.target / previous.target - 1
+    if (
+        previous is not None
+        and previous.mode == step.mode
+        and previous.delivered > 0
+        and step.delivered > previous.delivered
+    ):
+        load_growth = step.delivered / previous.delivered - 1
         unit = _throughput_of(previous)
         gain = _value(step, unit) / _value(previous, unit) - 1
         if math.isfinite(gain):
@@ -136,6 +165,9 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
             versus = previous.index
             if gain >= SCALING_EFFICIENCY * load_growth:
                 return Saturation(UNDER_LOADED, text + ": still scaling", versus)
+            headroom = _server_headroom(step, previous, load_growth)
+            if headroom:
+                return Saturation(UNDER_LOADED, f"{text}, but {headroom}", versus)
             if gain < KNEE_GAIN and load_growth >= KNEE_LOAD_GROWTH:
                 latency = _value(step, "e2e_p50") / _value(previous, "e2e_p50") - 1
                 latency_text = f", latency {_change(latency)}" if math.isfinite(latency) else ""
@@ -147,6 +179,28 @@ def _judge(step: StepLoad, previous: StepLoad | None) -> Saturation:
     if math.isfinite(waiting):
         return Saturation(UNDER_LOADED, f"server queue empty ({format_number(waiting)} waiting on average)")
     return Saturation(UNKNOWN, "no step of lower load to compare with and no server queue metric")
+
+
+def _server_headroom(step: StepLoad, previous: StepLoad, load_growth: float) -> str:
+    """Why the server's own metrics say `step` has headroom though its throughput fell short of
+    the load ("" when they do not, or are absent): no queue, below its configured cap, and its own
+    token times held (see the module's docstring)."""
+    waiting = _value(step, "waiting_mean")
+    if not waiting < QUEUE_WAITING:  # a queue, or no queue metric: throughput is the witness
+        return ""
+    cap = _value(step, "running_cap")
+    if _value(step, "running_mean") >= AT_CAP * cap:
+        return ""
+    growth = {name: _value(step, name) / _value(previous, name) - 1 for name in SERVER_TIMES}
+    growth = {name: g for name, g in growth.items() if math.isfinite(g)}
+    if not growth or any(g >= SERVER_SLOWDOWN * load_growth for g in growth.values()):
+        return ""  # no witness of its own token times, or they grew: the server slowed
+    held = "; ".join(f"{name.replace('_', ' ')} {_change(g)}" for name, g in growth.items())
+    cap_text = f", it runs below its cap of {format_number(cap)}" if math.isfinite(cap) else ""
+    return (
+        f"the server's queue is empty ({format_number(waiting)} waiting on average){cap_text} "
+        f"and its own token times held ({held}): the shortfall is not the server's saturation"
+    )
 
 
 def _change(share: float) -> str:

@@ -25,7 +25,7 @@ import pandas as pd
 from loadlab.analyze import clientcause
 from loadlab.analyze.achieved import achieved
 from loadlab.analyze.breakdown import media_summaries, turn_summaries
-from loadlab.analyze.clientcheck import client_check, client_samples, merge_checks
+from loadlab.analyze.clientcheck import client_check, client_samples, merge_checks, untrusted
 from loadlab.analyze.request_checks import meets_slo, token_check
 from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary_types import ClientCheck, RunSummary, StepSummary, TokenCheck
@@ -292,6 +292,8 @@ def _summarize(
         items_per_s=per_s(int(completed["items"].sum())),
         prompt_tokens_per_s=per_s(int(completed["prompt_tokens"].clip(lower=0).sum())),
     )
+    if client.limited and index >= 0:  # the run's check merges its steps' (merge_checks)
+        client.untrusted = untrusted(summary)
     if slo is not None:
         meets = meets_slo(ok, tokens, slo)
         summary.slo_met = int(meets.sum())

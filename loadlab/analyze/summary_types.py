@@ -33,6 +33,7 @@ class ClientCheck:
 
     `limited` needs an effect on the load (not delivered, or sent late); strain alone (client CPU,
     event-loop lag) is only a warning: loaded clients kept their users in flight (docs/diagnosis.md).
+    A limited step is still judged at the load it delivered unless it is `untrusted`.
     """
 
     limited: bool = False
@@ -41,6 +42,10 @@ class ClientCheck:
     warnings: list[str] = field(default_factory=list)  # strain without an effect: not a verdict
     cause: str = ""  # a limited step: own_work | starved | unexplained (loadlab.analyze.clientcause)
     advice: list[str] = field(default_factory=list)  # what to change for that cause
+    # A limited step whose figures are too far off to judge the server at the load it delivered:
+    # the lines crossed (metrics/limits.py JUDGE_MIN_DELIVERED ...). Empty: the server's verdict
+    # stands at the delivered load, with the shortfall beside it.
+    untrusted: list[str] = field(default_factory=list)
 
 
 @dataclass

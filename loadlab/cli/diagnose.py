@@ -46,12 +46,16 @@ def diagnose(
     from loadlab.cli.report import DEFAULT_FOLDER
     from loadlab.cli.run import exit_on_outcome, print_final_summary
     from loadlab.cli.sweep import print_sweep, start_sweep
+    from loadlab.conductor.placement import place_beside_server
     from loadlab.report.answer import print_answer
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
     url = url or _server_here(client)
+    placement = place_beside_server(url, collectors.server_pid or 0)
+    for line in placement.lines:
+        print(line, flush=True)
     outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
     folder = outcome.folder
     print_final_summary(folder)

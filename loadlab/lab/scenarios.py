@@ -51,8 +51,8 @@ class Scenario:
     @property
     def steps(self) -> int:
         """How many load steps `load` asks for (values of --concurrency or --rate)."""
-        load = dict(zip(self.load[::2], self.load[1::2], strict=True))
-        return len((load.get("--concurrency") or load.get("--rate") or "").split(","))
+        flag = next((i for i, f in enumerate(self.load) if f in ("--concurrency", "--rate")), None)
+        return len(self.load[flag + 1].split(",")) if flag is not None and flag + 1 < len(self.load) else 1
 
     @property
     def server_key(self) -> tuple:
@@ -237,13 +237,78 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
+# vLLM as users start it: not pinned, at the default priority, beside the load generator on the
+# same cores (vLLM binds its engine's threads by itself, `auto`), with settings the pinned lab
+# never used. The load generator delivers less load here; each step is judged at what it
+# delivered (docs/diagnosis.md, §3).
+QUEUEING = "queueing"  # the black-box pattern of an admission cap or a KV pool (loadlab/analyze/blackbox.py)
+VLLM_SHARED_CAP = ("--max-model-len", "2048", "--max-num-seqs", "4")
+
+
+def _shared_vllm(
+    name: str,
+    expect: str | None,
+    why: str,
+    server: tuple[str, ...],
+    load: tuple[str, ...],
+    expect_saturation: tuple[str, ...] = (),
+) -> Scenario:
+    """A vLLM scenario as users run it: neither process pinned nor niced."""
+    return Scenario(name, expect, why, server, load, expect_saturation, server_nice=0, client_nice=0)
+
+
+VLLM_SHARED_SCENARIOS: tuple[Scenario, ...] = (
+    _shared_vllm(
+        "scheduling",
+        SCHEDULING,
+        "--max-num-seqs 4 under 32 users: running pinned at 4 while the KV pool is nearly empty",
+        server=VLLM_SHARED_CAP,
+        load=("--concurrency", "32", "--input-len", "32", "--output-len", "32"),
+        expect_saturation=SATURATED,
+    ),
+    _shared_vllm(
+        "scheduling-blackbox",
+        QUEUEING,
+        "the same cap with --no-server-metrics, 1 then 32 users: TTFT grows while TPOT holds",
+        server=VLLM_SHARED_CAP,
+        load=("--concurrency", "1,32", "--input-len", "32", "--output-len", "32", "--no-server-metrics"),
+    ),
+    _shared_vllm(
+        "kv_capacity",
+        KV_CAPACITY,
+        "--kv-cache-memory-bytes 8 MiB (~2,000 tokens) under 24 users of 216 tokens: the pool is full, requests wait",
+        server=("--max-model-len", "512", "--kv-cache-memory-bytes", "8388608"),
+        load=("--concurrency", "24", "--api", "completions", "--input-len", "16", "--output-len", "200"),
+        expect_saturation=SATURATED,
+    ),
+    _shared_vllm(
+        "memory_bandwidth",
+        MEMORY_BANDWIDTH,
+        "16-token prompts, 128-token answers at 1 then 2 users: decode steps of one or two sequences",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "16", "--output-len", "128"),
+    ),
+    _shared_vllm(
+        "under_loaded",
+        None,
+        "1 user, 32-token prompts and 64-token answers: the server idles between its tokens",
+        server=VLLM_DEFAULT,
+        load=("--concurrency", "1", "--input-len", "32", "--output-len", "64"),
+        expect_saturation=(UNDER_LOADED,),
+    ),
+)
+
 TABLES = {REFERENCE: SCENARIOS, VLLM: VLLM_SCENARIOS}
+SHARED_TABLES = {VLLM: VLLM_SHARED_SCENARIOS}
 
 
-def select(names: str | None, engine: str = REFERENCE) -> list[Scenario]:
+def select(names: str | None, engine: str = REFERENCE, shared_host: bool = False) -> list[Scenario]:
     """The scenarios of `engine` named in a comma-separated list (all of them for None), in table
-    order; ValueError naming an unknown one."""
-    table = TABLES[engine]
+    order (`shared_host`: its table run unpinned beside the load generator); ValueError naming an
+    unknown one, or an engine without a shared-host table."""
+    if shared_host and engine not in SHARED_TABLES:
+        raise ValueError(f"--shared-host: only {', '.join(SHARED_TABLES)} has a shared-host table")
+    table = SHARED_TABLES[engine] if shared_host else TABLES[engine]
     if names is None:
         return list(table)
     wanted = [n.strip() for n in names.split(",") if n.strip()]

@@ -20,6 +20,17 @@ MIN_REQUESTS_FOR_LOAD_CHECK = 20  # fewer finished requests: ramp and tail domin
 SEVERE_LOOP_LAG = 0.1  # s, event-loop lag p99
 ANY_SHORTFALL = 0.95  # achieved / target below this is a shortfall (healthy closed-loop steps: 0.98-1.0)
 
+# Where a client-limited step stops being a measurement of the server at the load it delivered
+# (ClientCheck.untrusted; docs/metrics.md). Tokens are timed by the kernel, so a late event loop
+# sends fewer requests but does not mistime what it sent: the server's verdict stands beside the
+# shortfall until one of these lines is crossed.
+# Less than half the load: a sweep doubles its load per step, so such a step delivered less than
+# the step before it was asked for, and its label says nothing about what the server saw (judgement).
+JUDGE_MIN_DELIVERED = 0.5
+# More than half of the gaps between tokens merged into late reads: the token times that remain
+# are a minority of the stream's, biased to the long gaps a late read does not merge (judgement).
+MAX_BUNCHED_TO_JUDGE = 0.5
+
 # A limited step's cause: starved rather than its own work.
 HOST_BUSY_MIN = 0.85  # share of the host's cores busy at which it starves a process (judgement)
 RUN_WAIT_MIN = 0.3  # share of wall time runnable but kept off a CPU: starved (judgement)

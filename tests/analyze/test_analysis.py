@@ -31,7 +31,7 @@ from loadlab.report.html.page import render_page, run_sections
 from loadlab.report.verdict import print_analysis, verdict_line
 from loadlab.store.reader import ANALYSIS_JSON, SUMMARY_JSON, RunFolderError, load_run
 from loadlab.store.schema import Sample
-from tests.support.records import T, closed, req
+from tests.support.records import T, closed, opened, req
 from tests.support.runs import DECODE_HEAVY, PREFILL_HEAVY, loaded_run, run_of, vllm_samples, write_run
 
 KV_BOUND = {"kv_usage": 0.97, "requests_waiting": 12, "requests_running": 4}
@@ -126,15 +126,29 @@ def test_a_run_without_any_request_is_insufficient_data():
     assert analysis.steps[0].headline == "no request was sent in this step"
 
 
-def test_a_client_limited_step_before_a_server_with_headroom_is_client_and_nothing_else_is_trusted():
-    # 2 of 4 users kept in flight; the server's KV pool full but nothing waits: the shortfall
-    # could hide how it behaves under the load asked for.
+def test_a_step_the_client_fell_short_of_is_judged_at_the_load_it_delivered():
+    # 2 of 4 users kept in flight (half the load: the line, JUDGE_MIN_DELIVERED); the server's KV
+    # pool full but nothing waits. The tokens are the kernel's: the server is judged at 2 users.
     records, samples = loaded_run(users=2, gauges={"kv_usage": 0.97, "requests_waiting": 0, "requests_running": 2})
     samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
     analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
     step = analysis.steps[0]
+    # Under-loaded at what it was given: it names only what sets per-token latency, never KV capacity.
+    assert step.constraint in ("memory_bandwidth", "compute", "network") and step.saturation == "under_loaded"
+    assert step.client_shortfall.startswith("the load generator fell short (achieved concurrency 2 < ")
+    assert step.client_shortfall in step.headline and "nothing else is trusted" not in step.headline
+    assert analysis.overall.client_limited and analysis.overall.constraint == step.constraint
+
+
+def test_a_step_the_client_delivered_under_half_of_is_client_and_nothing_else_is_trusted():
+    # 1 of 4 users in flight: too far below its label to say how the server behaves there.
+    records, samples = loaded_run(users=1, gauges={"kv_usage": 0.97, "requests_waiting": 0, "requests_running": 1})
+    samples += [Sample(T + t, "client", "client_loop_lag", 0.05, {"worker": "w"}) for t in range(20)]
+    analysis = analyze_run(run_of(records, [closed(4, T, T + 20)], samples))
+    step = analysis.steps[0]
     assert step.constraint == "client" and "nothing else is trusted" in step.headline
-    # Under-loaded: the server-side reading names only what sets per-token latency, never KV capacity.
+    assert "25 % of the load delivered (< 50 %): too far below concurrency=4 to judge" in step.headline
+    assert step.saturation == "unknown"  # never judged, never the knee
     assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
     assert analysis.overall.client_limited and analysis.overall.constraint == "client"
 
@@ -207,17 +221,40 @@ def test_vllm_at_its_admission_cap_starving_its_client_is_scheduling_with_the_st
     assert "`taskset -c 1 loadlab run ...`" in advice and "more processes will not help" in advice
 
 
-def test_strain_as_large_as_1500_users_from_one_process_with_any_shortfall_is_client_limited():
+def test_token_times_merged_in_late_reads_leave_the_step_to_the_client():
+    # 3 of 4 users in flight (a shortfall), and most of each stream's tokens read together: the
+    # kernel's time is the latest packet's, so the gaps between them were never measured.
+    records, samples = loaded_run(users=3, gauges={"kv_usage": 0.2, "requests_waiting": 0, "requests_running": 3})
+    for r in records:
+        r.token_times = [r.token_times[0]] * 3 + [r.token_times[-1]] * 7
+    samples += _client_figures(0.3, 0.15, 2.0)
+    step = analyze_run(run_of(records, [closed(4, T, T + 20)], samples)).steps[0]
+    assert step.constraint == "client" and "of the gaps between tokens merged in late reads (> 50 %)" in step.headline
+
+
+def test_an_open_loop_step_whose_requests_left_in_bursts_is_the_clients():
+    # 10 req/s asked, 9 sent, each up to 300 ms late (the mean gap is 100 ms): the arrival process
+    # the server saw is not the one asked, whatever the token times.
+    records = [
+        req(i, T + i * 0.11 + 0.3, [T + i * 0.11 + 0.3 + 0.05 * k for k in range(1, 6)], scheduled=T + i * 0.11)
+        for i in range(180)
+    ]
+    step = analyze_run(run_of(records, [opened(10, T, T + 20)], [])).steps[0]
+    assert step.constraint == "client"
+    assert "start delay p99 300 ms > the mean gap between arrivals (100 ms)" in step.headline
+
+
+def test_strain_as_large_as_1500_users_from_one_process_is_judged_at_the_load_it_delivered():
     # Recorded against `loadlab mock` (1 ms per token): loop lag p99 182 ms, 89 % of the users in
     # flight (above the 80 % line), the process near a core; the mock's KV gauge high, nothing
-    # waiting. The verdict read "KV capacity sets per-token latency".
+    # waiting. A shortfall with tokens timed by the kernel: the server's verdict stands beside it.
     records, samples = loaded_run(users=89, gauges={"kv_usage": 0.9, "requests_waiting": 0, "requests_running": 89})
     step = analyze_run(run_of(records, [closed(100, T, T + 20)], samples + _client_figures(0.97, 0.182, 1.3))).steps[0]
-    assert step.constraint == "client" and "nothing else is trusted" in step.headline
-    assert "event-loop lag p99 182 ms (>= 100 ms) with 89 % of the load delivered" in step.headline
+    assert step.constraint in ("memory_bandwidth", "compute", "network") and step.saturation == "under_loaded"
+    assert "event-loop lag p99 182 ms (>= 100 ms) with 89 % of the load delivered" in step.client_shortfall
+    assert step.client_shortfall in step.headline and "nothing else is trusted" not in step.headline
     assert step.derived["achieved_concurrency_ratio"].value == pytest.approx(0.89, abs=0.01)
     assert any("own work" in line and "--processes 2" in line for line in step.advice)
-    assert step.server_side is None or step.server_side.constraint in ("memory_bandwidth", "compute", "network")
 
 
 def test_an_under_loaded_step_never_names_kv_capacity_or_scheduling():
@@ -530,7 +567,8 @@ def test_per_user_speed_and_throughput_are_one_figure_each_in_summary_analysis_g
 @pytest.mark.parametrize(("users", "limited"), [(2, False), (1, True)])
 def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(tmp_path, users, limited):
     # Event-loop lag p99 50 ms all along. Two users keep the step's target of 2 in flight: strain
-    # without an effect, a warning only. One user keeps half of it: client-limited.
+    # without an effect, a warning only. One user keeps half of it: client-limited, judged at the
+    # load it delivered (here: no server metrics and one step, so no verdict of the server's).
     def content(t0: float) -> tuple[list, list]:
         records, _ = loaded_run(users=users, seconds=12, e2e=0.5, start=t0)
         return records, [Sample(t0 + i / 10, "client", "client_loop_lag", 0.05, {"worker": "w"}) for i in range(120)]
@@ -543,7 +581,8 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     summary = RunSummary.from_dict(json.loads((folder / SUMMARY_JSON).read_text()))
     analysis = json.loads((folder / ANALYSIS_JSON).read_text())
     assert summary.client_limited is limited and analysis["overall"]["client_limited"] is limited
-    assert (analysis["steps"][0]["constraint"] == "client") is limited
+    assert analysis["steps"][0]["constraint"] != "client"
+    assert bool(analysis["steps"][0]["client_shortfall"]) is limited
     assert summary.client.warnings == ["client event-loop lag p99 50 ms (> 10 ms)"]
     checks = {c.name: c.status for c in gate_run(folder, parse_slo("e2e_p99=10s")).checks}
     expected = INVALID if limited else PASS
@@ -553,7 +592,7 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
     print_summary(summary, console)
     print_analysis(write_analysis(run), console)
     out = console.file.getvalue()
-    assert ("CLIENT-LIMITED" in out) is limited and ("verdict: the load generator" in out) is limited
+    assert ("CLIENT-LIMITED" in out) is limited and ("the load generator fell short" in out) is limited
     assert "client under strain: client event-loop lag p99 50 ms" in out
     page = render_page("r", run_sections(build_report_data(run)))
     assert ("The load generator may have limited" in page) is limited

@@ -105,3 +105,54 @@ def test_steps_that_stream_no_tokens_are_compared_on_requests_per_s():
     states, knee = saturation([pooled(0, 1, 50), pooled(1, 2, 98), pooled(2, 4, 120), pooled(3, 8, 121)])
     assert [s.state for s in states] == ["under_loaded", "under_loaded", "at_knee", "past_knee"]
     assert knee == 2 and "throughput +0.83 % for load +100 %" in states[3].reason
+
+
+def test_an_empty_queue_and_held_token_times_outweigh_throughput_that_fell_short_on_a_busy_host():
+    # 1 then 2 users on a shared host: throughput +30 % for +100 % load, yet nothing waits and the
+    # server's own ITL grew 4 %: the shortfall is the host's, the server has headroom.
+    states, knee = saturation(
+        [
+            step(0, 1, 100, waiting_mean=0, server_itl_p50=0.010),
+            step(1, 2, 130, waiting_mean=0, server_itl_p50=0.0104),
+        ]
+    )
+    assert [s.state for s in states] == ["under_loaded", "under_loaded"] and knee is None
+    assert "the server's queue is empty" in states[1].reason and "server itl p50 +4" in states[1].reason
+    # Its own token time grew with the load (a batch that costs per token): its knee after all.
+    states, knee = saturation(
+        [
+            step(0, 1, 100, waiting_mean=0, server_itl_p50=0.010),
+            step(1, 2, 130, waiting_mean=0, server_itl_p50=0.015),
+        ]
+    )
+    assert states[1].state == "at_knee" and knee == 1
+    # A queue: throughput decides, as without server metrics.
+    states, _ = saturation(
+        [
+            step(0, 1, 100, waiting_mean=0, server_itl_p50=0.010),
+            step(1, 2, 101, waiting_mean=3, server_itl_p50=0.010),
+        ]
+    )
+    assert states[1].state == "past_knee"
+
+
+def test_steps_are_set_against_the_load_they_delivered_and_an_undeliverable_one_is_never_the_knee():
+    # 16 users asked, 8 delivered (the client fell short): against 8 users, +0 % load, so not
+    # flat; the throughput of 8 against 4 scaled.
+    states, knee = saturation(
+        [
+            step(0, 4, 400),
+            step(1, 8, 790),
+            step(2, 16, 800, achieved_concurrency_ratio=0.5),
+            step(3, 32, 300, achieved_concurrency_ratio=0.25),
+        ]
+    )
+    assert states[2].state != "past_knee"
+    states, knee = saturation(
+        [
+            StepLoad(0, "closed", 4, {"output_tokens_per_s": Derived(400, "", [], "client")}, 50),
+            StepLoad(1, "closed", 8, {"output_tokens_per_s": Derived(400, "", [], "client")}, 50, "25 % delivered"),
+        ]
+    )
+    assert states[1].state == "unknown" and states[1].reason.startswith("not judged: the load generator could not")
+    assert knee is None

@@ -50,6 +50,9 @@ def test_a_pinned_vllm_binds_its_threads_to_the_cores_it_was_given(tmp_path):
     assert engine.env_for(()) == engine.env  # unpinned: vLLM's own binding
     assert engine.env_for((0,))["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert reference_engine().env_for((0,)) == {}  # the reference server is pinned by its affinity alone
+    # A pool sized in bytes: vLLM ignores the flag while its KV-space variable is set.
+    sized = engine.env_for((), ("--max-model-len", "512", "--kv-cache-memory-bytes", "8388608"))
+    assert "VLLM_CPU_KVCACHE_SPACE" not in sized and sized["HF_HUB_OFFLINE"] == "1"
 
 
 def test_without_a_vllm_environment_the_engine_says_how_to_get_one(tmp_path, monkeypatch):

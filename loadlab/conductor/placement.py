@@ -1,0 +1,137 @@
+"""The load generator beside a server on the same host: give it the best CPU it can have.
+
+Users run loadlab on the machine that serves (a laptop beside llama.cpp, a CPU vLLM, a GPU box whose
+API server takes cores). There the two share cores, and a starved load generator delivers less
+load. Before a sweep of a local server (a loopback URL, or --server-pid), `place_beside_server`
+finds the server's processes, reads which cores their threads have used and may use, moves this
+process (and the load-generator processes it starts later, which inherit it) to the cores the
+server uses least, and raises its priority where it may (root). It says what it did and how to
+pin the server for a cleaner run. Nothing here changes the server.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import psutil
+
+RAISED_NICE = -5  # the load generator's priority when it may raise it: above a server at 0 (judgement)
+
+
+@dataclass
+class Placement:
+    """Where the load generator runs beside a local server, and what it says about it."""
+
+    server_pids: list[int] = field(default_factory=list)  # the server's process and its children
+    client_cores: list[int] = field(default_factory=list)  # the cores given to the load generator
+    nice: int | None = None  # the priority it now runs at (None: unchanged)
+    lines: list[str] = field(default_factory=list)  # what to tell the user
+
+
+def is_local(url: str) -> bool:
+    """True when `url` names this host (a loopback address)."""
+    host = urlsplit(url).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def server_processes(url: str, pid: int = 0) -> list[psutil.Process]:
+    """The server's process (`pid`, else the one listening on the URL's port) and its children;
+    empty when it cannot be found (another user's process without the right to see it)."""
+    try:
+        if not pid:
+            port = urlsplit(url).port or (443 if url.startswith("https") else 80)
+            listening = [
+                c.pid
+                for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+            ]
+            if not listening:
+                return []
+            pid = listening[0]
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return []
+
+
+def core_use(processes: list[psutil.Process], cores: list[int]) -> dict[int, float]:
+    """CPU seconds the processes' threads have spent, spread over the cores each thread may run
+    on: a thread bound to one core (vLLM binds its engine's) counts there alone."""
+    use = dict.fromkeys(cores, 0.0)
+    for process in processes:
+        try:
+            threads = process.threads()
+        except (psutil.Error, OSError):
+            continue
+        for thread in threads:
+            try:
+                allowed = [c for c in os.sched_getaffinity(thread.id) if c in use]
+            except OSError:  # the thread ended meanwhile
+                continue
+            seconds = thread.user_time + thread.system_time
+            for core in allowed:
+                use[core] += seconds / len(allowed)
+    return use
+
+
+def place_beside_server(url: str, server_pid: int = 0) -> Placement:
+    """Move this process to the cores a local server uses least and raise its priority where it
+    may; an empty Placement (nothing said) for a server on another host."""
+    placement = Placement()
+    if not (server_pid or is_local(url)):
+        return placement
+    processes = server_processes(url, server_pid)
+    cores = sorted(os.sched_getaffinity(0))
+    if not processes:
+        placement.lines.append(
+            "the server is on this host, but its process was not found: pass --server-pid to let "
+            "loadlab keep the load generator off its cores"
+        )
+        return placement
+    placement.server_pids = [p.pid for p in processes]
+    name = _name(processes[0])
+    if len(cores) < 2:
+        placement.lines.append(
+            f"the server ({name}, PID {processes[0].pid}) shares this host's only core with the load generator: "
+            "expect it to deliver less load; run loadlab on another host for a clean sweep"
+        )
+        return placement
+    use = core_use(processes, cores)
+    # A quarter of the cores for the load generator, at least one: the server keeps the rest.
+    take = max(1, len(cores) // 4)
+    placement.client_cores = sorted(sorted(cores, key=lambda c: (use[c], -c))[:take])
+    os.sched_setaffinity(0, placement.client_cores)
+    placement.nice = _raise_priority()
+    server_cores = [c for c in cores if c not in placement.client_cores]
+    given = ",".join(map(str, placement.client_cores))
+    rest = ",".join(map(str, server_cores))
+    priority = f", at nice {placement.nice}" if placement.nice is not None else ""
+    placement.lines += [
+        f"the server ({name}, PID {processes[0].pid}) is on this host: the load generator runs on core {given} "
+        f"(the cores its threads used least){priority}",
+        f"for a cleaner run pin them apart: the server under `taskset -c {rest}` "
+        f"(vLLM on CPU: VLLM_CPU_OMP_THREADS_BIND={rest}), loadlab under `taskset -c {given}`",
+    ]
+    return placement
+
+
+def _raise_priority() -> int | None:
+    """Raise this process's priority to RAISED_NICE where it may (root); its nice, or None."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > RAISED_NICE:
+            os.setpriority(os.PRIO_PROCESS, 0, RAISED_NICE)
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:  # not allowed: it runs at the priority it has
+        return None
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        cmdline = process.cmdline()
+    except (psutil.Error, OSError):
+        return "?"
+    if any("vllm" in part for part in cmdline[:4]):
+        return "vLLM"
+    return os.path.basename(cmdline[0]) if cmdline else "?"

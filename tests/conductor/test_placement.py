@@ -1,0 +1,65 @@
+"""The load generator beside a local server: moved to the cores the server uses least."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from loadlab.conductor.placement import is_local
+from tests.support.procs import free_port, wait_http
+
+# A stand-in server: an HTTP listener whose process, bound to one core, has spent CPU there.
+SERVER = textwrap.dedent(
+    """
+    import http.server, os, sys, time
+    os.sched_setaffinity(0, {int(sys.argv[2])})
+    end = time.process_time() + 0.5
+    while time.process_time() < end:
+        pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+    """
+)
+# Placement changes the calling process: it runs in a child of its own.
+PLACE = (
+    "import json, sys; from dataclasses import asdict; from loadlab.conductor.placement import place_beside_server; "
+)
+PLACE += "print(json.dumps(asdict(place_beside_server(sys.argv[1], int(sys.argv[2])))))"
+
+
+def place(url: str, pid: int = 0) -> dict:
+    done = subprocess.run([sys.executable, "-c", PLACE, url, str(pid)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to move between")
+def test_the_load_generator_takes_the_core_a_local_server_used_least():
+    cores = sorted(os.sched_getaffinity(0))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(cores[0])])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc=server)
+        found = place(f"http://127.0.0.1:{port}/v1")
+        assert found["server_pids"][0] == server.pid
+        assert cores[0] not in found["client_cores"] and len(found["client_cores"]) == max(1, len(cores) // 4)
+        if os.geteuid() == 0:
+            assert found["nice"] == -5
+        assert f"PID {server.pid}) is on this host: the load generator runs on core" in found["lines"][0]
+        assert f"the server under `taskset -c {cores[0]}" in found["lines"][1]
+        # --server-pid names it as well as the port does.
+        assert place("http://127.0.0.1:1/", server.pid)["server_pids"][0] == server.pid
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_server_on_another_host_is_left_alone_and_an_unfound_one_is_said():
+    assert place("http://10.1.2.3:8000") == {"server_pids": [], "client_cores": [], "nice": None, "lines": []}
+    unfound = place(f"http://127.0.0.1:{free_port()}")
+    assert unfound["client_cores"] == [] and "its process was not found: pass --server-pid" in unfound["lines"][0]
+    assert is_local("http://localhost:8000") and is_local("http://[::1]:8000") and not is_local("http://10.0.0.1")
