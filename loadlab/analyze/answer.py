@@ -4,9 +4,11 @@ and at what speed, what limits it and the one change to try.
 Read off the run's measured steps, never interpolated or extrapolated: a figure that no step
 measured is not given, and the answer says why (no step ran one user; every measured step held
 the SLO, so the capacity is at least the top one). A step holds the SLO when it measured enough to
-be judged (saturation.too_few), the load generator did not limit it, at most MAX_ERROR_RATE of its
+be judged (saturation.too_few), the load generator delivered it, at most MAX_ERROR_RATE of its
 requests failed and every per-step objective of the SLO holds there; the capacity is the highest
-load up to which every judged step holds it (load order). The SLO is the run's own (`--slo`),
+load up to which every judged step holds it (load order). A step the load generator fell short
+of is judged at the load it delivered, as the analyzer and the sweep judge it, and says so; one
+it could not deliver (ClientCheck.untrusted) holds nothing. The SLO is the run's own (`--slo`),
 else DEFAULT_SLO.
 """
 
@@ -42,6 +44,9 @@ class StepFigures:
     ttft_p99: float
     user_tps_p50: float  # per-user tokens/s, the typical user
     output_tps: float  # output tokens/s, all users together
+    # The load generator fell short of `load` (judged at what it delivered): the mean in flight
+    # (closed loop) or requests/s sent (open loop); NaN when it delivered the load.
+    delivered: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -134,14 +139,18 @@ def _curve(steps: list[StepValues]) -> list[StepValues]:
 
 def _figures(step: StepValues) -> StepFigures:
     s = step.summary
-    return StepFigures(s.label, s.target, s.ttft.p50, s.ttft.p99, s.user_tokens_per_s.p50, s.output_tokens_per_s)
+    delivered = s.achieved if s.client.limited else math.nan
+    return StepFigures(
+        s.label, s.target, s.ttft.p50, s.ttft.p99, s.user_tokens_per_s.p50, s.output_tokens_per_s, delivered
+    )
 
 
 def _one_user(curve: list[StepValues]) -> tuple[StepFigures | None, str]:
     step = next((s for s in curve if s.summary.target == 1), None)
     if step is None:
         return None, "no step ran one user (closed loop, enough requests to judge)"
-    note = "the load generator limited this step: the figures may be its own" if step.summary.client.limited else ""
+    client = step.summary.client
+    note = f"the load generator could not deliver it ({'; '.join(client.untrusted)})" if client.untrusted else ""
     return _figures(step), note
 
 
@@ -162,8 +171,8 @@ def _unit(mode: str) -> str:
 def _breach(step: StepValues, spec: SloSpec, verdict: StepVerdict | None) -> str:
     """Why `step` does not hold the SLO ("" when it does)."""
     s = step.summary
-    if s.client.limited and spec.check_client:
-        return f"the load generator limited it ({'; '.join(s.client.reasons)})"
+    if s.client.limited and s.client.untrusted and spec.check_client:  # short of that: judged at what it delivered
+        return f"the load generator could not deliver it ({'; '.join(s.client.untrusted)})"
     errors = step.value("error_rate")
     if errors > MAX_ERROR_RATE:
         return f"{format_value(errors, 'fraction')} of requests failed (> {format_value(MAX_ERROR_RATE, 'fraction')})"

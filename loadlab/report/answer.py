@@ -51,6 +51,8 @@ def _capacity(capacity: Capacity | None) -> str:
         return f"not even the lowest measured load holds the SLO ({capacity.breach})"
     load = _load(held, capacity.unit)
     claim = f"{load} within the SLO"
+    if math.isfinite(held.delivered):  # judged at the load it delivered, as the analyzer judges it
+        claim = f"{load} (the load generator delivered {format_number(held.delivered)}) within the SLO"
     if capacity.beyond:
         claim = f"at least {claim} (beyond the measured range)"
     figures = (

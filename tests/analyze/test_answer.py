@@ -12,9 +12,9 @@ import pytest
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.answer import DEFAULT_SLO, NO_VERDICT, StepFigures, build_answer, confidence_words
 from loadlab.analyze.summary import StepSummary, summarize
-from loadlab.store.reader import RunData
+from loadlab.store.reader import RunData, load_run
 from tests.support.records import T, closed, paced
-from tests.support.runs import run_of, with_failures
+from tests.support.runs import run_of, with_failures, write_drawn_run
 
 # (users, TTFT s, gap s): the first token later and the tokens slower as the users grow.
 CURVE = ((1, 0.05, 0.02), (2, 0.5, 0.03), (4, 3.0, 0.05))
@@ -124,3 +124,19 @@ def test_a_run_that_streamed_no_token_has_no_answer():
         replace(r, completion_tokens=0, client_tokens=0, token_times=[], first_token_time=math.nan) for r in records
     ]
     assert build_answer(run_of(empty, [closed(1)]), None) is None
+
+
+def test_a_step_the_load_generator_fell_short_of_is_judged_at_what_it_delivered(tmp_path):
+    # drawn requests keep ~2 in flight whatever the users: 3 users get two thirds of their load
+    # (short, yet judged at it), 4 users half of it less a little (not deliverable: judges nothing)
+    write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 3, 4), n=40)
+    run = load_run(tmp_path / "run")
+    steps = summarize(run).steps
+    assert steps[2].client.limited and not steps[2].client.untrusted and steps[3].client.untrusted
+    answer = build_answer(run, None)
+    assert answer is not None and answer.capacity is not None
+    assert answer.capacity.held == replace(figures_of(steps[2]), delivered=steps[2].achieved)
+    assert (
+        answer.capacity.breach
+        == f"concurrency=4: the load generator could not deliver it ({steps[3].client.untrusted[0]})"
+    )

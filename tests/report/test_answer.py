@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 
 from loadlab.analyze.answer import Answer, Capacity, StepFigures
 from loadlab.report.answer import answer_lines, print_answer, slo_note
@@ -39,6 +40,8 @@ def test_the_capacity_with_its_figures_and_the_step_that_broke_the_slo():
     )
     assert said["what limits it"] == "KV capacity binds at concurrency=8 (the knee) (fairly sure, confidence 0.82)"
     assert said["try"] == "raise --gpu-memory-utilization (more KV blocks)"
+    short = lines(answer(Capacity("users", replace(FOUR, delivered=3.1), False, "")))
+    assert short["capacity"].startswith("4 users (the load generator delivered 3.1) within the SLO; at 4 users 361")
 
 
 def test_what_was_not_measured_is_said_not_invented():
