@@ -103,7 +103,7 @@ def test_a_run_json_that_is_not_an_object_is_one_line_and_exit_2(tmp_path: Path,
 
 def test_a_sweeps_summary_ends_with_the_answer_of_its_steps(tmp_path: Path) -> None:
     write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 4), n=40)
-    # (drawn steps keep 2 requests in flight, so 4 users is client-limited: not judged on that here)
+    # (drawn steps keep 2 requests in flight, so 4 users is client-limited: judged all the same here)
     result = loadlab("summary", str(tmp_path / "run"), "--slo", "ttft_p99=5s,client_limited=any")
     assert result.returncode == 0, result.stderr
     steps = json.loads(loadlab("summary", str(tmp_path / "run"), "--json").stdout)["steps"]
@@ -114,9 +114,10 @@ def test_a_sweeps_summary_ends_with_the_answer_of_its_steps(tmp_path: Path) -> N
         f"  one user: first token in {format_value(one['ttft']['p50'], 's')}, then "
         f"{format_number(one['user_tokens_per_s']['p50'])} tokens/s (concurrency=1, medians)"
     )
-    # every drawn step answers well within 5 s: the capacity is at least the top step
+    # every drawn step answers well within 5 s: the capacity is at least the top step, short of its load
     assert tail[2].startswith(
-        f"  capacity: at least 4 users within the SLO (beyond the measured range); at 4 users "
+        f"  capacity: at least 4 users (the load generator delivered {format_number(top['achieved'])}) within the "
+        f"SLO (beyond the measured range); at 4 users "
         f"{format_number(top['output_tokens_per_s'])} tokens/s in total, "
         f"{format_number(top['user_tokens_per_s']['p50'])} tokens/s each (median), "
         f"first token p99 {format_value(top['ttft']['p99'], 's')}"
