@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from loadlab.analyze.summary import RunSummary, StepSummary, per_request, steps_of, summarize
 from loadlab.analyze.tokens import TokenTimes
@@ -96,11 +97,21 @@ def statistic(values: np.ndarray, stat: str) -> float:
     return float(a.min() if stat == "min" else a.max())
 
 
-def measure(run: RunData, slo: Slo | None = None) -> RunValues:
-    """The run's values per step and overall (goodput with `slo`'s per-request objectives)."""
-    tokens = TokenTimes.of(run.requests["token_times"])
-    requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
-    summary = summarize(run, slo, tokens, requests)
+def measure(
+    run: RunData,
+    slo: Slo | None = None,
+    tokens: TokenTimes | None = None,
+    requests: pd.DataFrame | None = None,
+    summary: RunSummary | None = None,
+) -> RunValues:
+    """The run's values per step and overall (goodput with `slo`'s per-request objectives).
+    `tokens`, `requests`, `summary`: the run's TokenTimes, `per_request` table and summary when
+    the caller already has them (the report: a large run's cost tens of seconds)."""
+    if tokens is None:
+        tokens = TokenTimes.of(run.requests["token_times"])
+    if requests is None:
+        requests = per_request(run.requests, {s.index: s.mode for s in steps_of(run)})
+    summary = summary or summarize(run, slo, tokens, requests)
     judged = requests[~requests["warmup"] & (requests["error"] != ErrorCategory.ABORTED.value)]
     judged = judged.sort_values("send_time", kind="stable")
     ok = judged[judged["ok"]]

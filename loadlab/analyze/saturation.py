@@ -44,6 +44,9 @@ QUEUE_WAITING = 1.0  # mean requests waiting at which a step without a predecess
 # saturation, neither good nor bad for a sweep, nothing for a capacity plan (judgement: one or
 # two requests say nothing about a load).
 MIN_SUCCEEDED = 5
+# A step whose requests fail more often than this is bad for a sweep, and holds no SLO for the
+# answer (loadlab.analyze.answer).
+MAX_ERROR_RATE = 0.01
 AT_CAP = 0.85  # running / its cap at or above this: pinned at the cap (the scheduling rule's threshold)
 KV_FULL = 0.8  # KV usage p90 at or above this: the pool admits no more (the kv_capacity rule's)
 KV_ROOM = 0.6  # ... at or below this: room left, so requests waiting for capacity wait for a seat

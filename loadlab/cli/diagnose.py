@@ -4,6 +4,7 @@ report's path."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,11 @@ if TYPE_CHECKING:
 
 @takes_flags
 def diagnose(
-    url: str = typer.Argument(..., help="Endpoint base URL, e.g. http://127.0.0.1:8000."),
+    url: str | None = typer.Argument(
+        None,
+        help="Endpoint base URL, e.g. http://127.0.0.1:8000; without it, the one server listening on this host's "
+        "usual ports (vLLM 8000, SGLang 30000, llama.cpp/TGI 8080, Ollama 11434, LM Studio 1234, TGI 3000).",
+    ),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     report_file: Path | None = typer.Option(
         None,
@@ -32,16 +37,20 @@ def diagnose(
 ) -> None:
     """Sweep the concurrency to the knee (as `loadlab sweep`) with the server's metrics (probed at
     /metrics, then /prometheus/metrics) and the GPUs when NVML answers; analyze the run, write
-    its report, print the verdict and where the report is. The workload flags are `loadlab run`'s
-    (a trace gives its lengths only)."""
+    its report, say where it is and end with the answer in plain words: one user's speed, the
+    users held within the SLO (--slo, else ttft_p99=2s,tps_user_p50=10), what limits it and
+    the change to try. The workload flags are `loadlab run`'s (a trace gives its lengths only)."""
+    from loadlab.analyze.answer import build_answer
     from loadlab.cli.running import analyze_folder, exit_on_outcome, print_final_summary
     from loadlab.cli.sweeping import print_sweep, start_sweep
     from loadlab.conductor.placement import place_beside_server
+    from loadlab.report.answer import print_answer
     from loadlab.report.console import table_console
     from loadlab.report.html import DEFAULT_FOLDER
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
+    url = url or _server_here(client)
     placement = place_beside_server(url, collectors.server_pid or 0)
     for line in placement.lines:
         print(line, flush=True)
@@ -60,9 +69,24 @@ def diagnose(
                 f"collector {c.source}: {state}{f' ({c.error})' if c.error else ''}", highlight=False, markup=False
             )
     report_path = _write_report(run, report_file or DEFAULT_FOLDER / f"{folder.resolve().name}.html")
-    console.print(f"verdict: {analysis.overall.headline}", highlight=False, markup=False)
     print(f"report: {report_path}" if report_path else "report: not written (see the line above)")
+    answer = build_answer(run, analysis)
+    if answer is not None:
+        print_answer(answer, sys.stdout)
     exit_on_outcome(outcome.run)
+
+
+def _server_here(client: ClientFlags) -> str:
+    """The URL of the one server on this host's usual ports, saying what it is (UserError when
+    none or several answer: loadlab.client.discovery)."""
+    from loadlab.cli.running import import_load_generator
+    from loadlab.client.discovery import api_key_from_env, local_server
+    from loadlab.terminal import inert
+
+    import_load_generator()  # before urllib imports ssl: Locust patches sockets on import
+    found = local_server(client.api_key or api_key_from_env())
+    print(inert(f"no URL given: found {found.describe()}"))
+    return found.url
 
 
 def _write_report(run: RunData, out: Path) -> Path | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from loadlab.analyze.derive import Derived
-from loadlab.analyze.saturation import KNEE_LOAD_GROWTH, Saturation, StepLoad, saturation, too_few
+from loadlab.analyze.saturation import KNEE_LOAD_GROWTH, MAX_ERROR_RATE, Saturation, StepLoad, saturation, too_few
 from loadlab.metrics.verdicts import (
     CLIENT_LIMITED,
     ERRORS,
@@ -39,7 +39,6 @@ from loadlab.metrics.verdicts import (
 from loadlab.numbers import format_value
 from loadlab.store.schema import Mode
 
-MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
 # ... or, for the knee, within the load growth the saturation rule needs to call a step flat:
 # a step closer to the last good one could never be judged past the knee.

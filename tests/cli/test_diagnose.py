@@ -1,8 +1,9 @@
-"""`loadlab diagnose` end to end against a server whose knee is known: the GPU twin (H100 timing of
-Llama-3-8B) with an admission cap. Its decode step barely grows with the batch, so throughput
-grows with the users up to `--max-num-seqs` and not beyond. Every place that names the knee and
+"""`loadlab diagnose` end to end. Against a server whose knee is known (the GPU twin, H100 timing
+of Llama-3-8B, with an admission cap: its decode step barely grows with the batch, so throughput
+grows with the users up to `--max-num-seqs` and not beyond), every place that names the knee and
 the throughput must say the same: the console, analysis.json, sweep.json, the HTML report and
-`loadlab plan`."""
+`loadlab plan`. Without a URL it finds the server on this host, and ends with the answer in plain
+words, whose figures are the run's own."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.analyze.answer import DEFAULT_SLO, confidence_words
 from loadlab.analyze.saturation import MIN_SUCCEEDED
-from tests.support.procs import loadlab
-from tests.support.reference_server import start_server
+from loadlab.client.discovery import PORTS_ENV
+from loadlab.numbers import format_number, format_value
+from tests.support.mock_load import mock_server
+from tests.support.procs import free_port, loadlab
+from tests.support.reference_server import MODEL, start_server
 
 CAP = 2  # --max-num-seqs: at most 2 sequences run at once; more users wait in the queue
 TWIN = "h100:llama-3-8b"
@@ -94,9 +99,8 @@ def test_every_place_names_the_same_knee_and_the_same_throughput(tmp_path):
     assert CAP <= target <= 2 * CAP, result.stdout[-4000:]
     assert f"{label} (the knee)" in analysis["overall"]["headline"]
     assert f"\nknee: {label} (" in result.stdout  # the sweep's line
-    # (the console wraps a long line: compare words)
-    verdict = result.stdout[result.stdout.index("\nverdict: ") + 1 : result.stdout.index("\nreport: ")]
-    assert verdict.split() == f"verdict: {analysis['overall']['headline']}".split()
+    # the answer's line (printed whole, never wrapped)
+    assert f"\n  what limits it: {analysis['overall']['headline']} (" in result.stdout
     at_knee = [s["label"] for s in analysis["steps"] if s["saturation"] == "at_knee"]
     assert at_knee[0] == label  # the first step at the knee, in load order
     page = report.read_text()
@@ -127,3 +131,69 @@ def test_every_place_names_the_same_knee_and_the_same_throughput(tmp_path):
         if step["succeeded"] >= MIN_SUCCEEDED:
             planned[f"{step['target']:g}"] = figure
     assert planned and {k: row[1] for k, row in plan_rows.items()} == {k: f"{v:.0f}" for k, v in planned.items()}
+
+
+def test_without_a_url_it_finds_the_local_server_and_ends_with_the_answer(tmp_path):
+    """The tiny reference server on a free port, probed as if it were one of the usual ones: the
+    answer's figures are summary.json's for the steps it names, judged by the default SLO."""
+    out, report = tmp_path / "run", tmp_path / "diagnose.html"
+    with start_server(tmp_path / "server.log") as server:
+        result = loadlab(
+            "diagnose",
+            "--max", "4", "--max-steps", "4", "--step-duration", "4", "--input-len", "32", "--output-len", "16",
+            # the busy test host may strain the client; this test is about the answer
+            "--slo", "client_limited=any", "--no-gpu", "--out", str(out), "--report", str(report),
+            env={PORTS_ENV: f"{free_port()},{server.url.rsplit(':', 1)[1]}"},
+            timeout=600,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(
+        f"no URL given: found loadlab's reference server or mock at {server.url}, serving {MODEL} "
+        "(from /v1/models owned_by loadlab)\n"
+    )
+    analysis, summary = read(out, "analysis.json"), read(out, "summary.json")
+    lines = result.stdout.splitlines()
+    start = lines.index(f"the answer (SLO {DEFAULT_SLO.replace(',', ', ')}, client_limited=any: loadlab's default "
+                        "objectives; --slo sets yours)")  # fmt: skip
+    said = dict(line.strip().split(": ", 1) for line in lines[start + 1 :])
+    assert list(said) == ["one user", "capacity", "what limits it", "try"]  # the answer ends the output
+    judged = {s["target"]: s for s in summary["steps"] if s["succeeded"] >= MIN_SUCCEEDED}  # the later of a rerun
+    one = judged[1]
+    assert said["one user"] == (
+        f"first token in {format_value(one['ttft']['p50'], 's')}, then "
+        f"{format_number(one['user_tokens_per_s']['p50'])} tokens/s (concurrency=1, medians)"
+    )
+    users = float(re.search(r"(\d+) users?(?: \(the load generator delivered [^)]+\))? within", said["capacity"])[1])
+    held = judged[users]
+    assert f"at {users:g} user{'s' if users > 1 else ''} {format_number(held['output_tokens_per_s'])} tokens/s in " \
+        f"total, {format_number(held['user_tokens_per_s']['p50'])} tokens/s each (median), first token p99 " \
+        f"{format_value(held['ttft']['p99'], 's')}" in said["capacity"]  # fmt: skip
+    # the default's objectives hold at every judged load up to it, and break at the next one (if any)
+    within = {t: s["ttft"]["p99"] <= 2 and s["user_tokens_per_s"]["p50"] >= 10 for t, s in judged.items()}
+    assert all(ok for t, ok in within.items() if t <= users)
+    above = [t for t in sorted(judged) if t > users]
+    assert said["capacity"].startswith("at least ") == (not above)
+    assert not above or f"; concurrency={above[0]:g} broke it: " in said["capacity"]
+    overall = analysis["overall"]
+    assert said["what limits it"].startswith(f"{overall['headline']} ({confidence_words(overall['confidence'])}")
+    assert said["try"] == (overall["advice"][0] if overall["advice"] else "no change named for this verdict")
+    # the same block tops the report
+    page = report.read_text()
+    sections = re.findall(r'<section id="([^"]+)"', page)
+    assert sections[:2] == ["answer", "run"]
+    top = page[page.index('<section id="answer"') : page.index('<section id="run"')]
+    for label, text in said.items():
+        assert f"<td><b>{label}</b></td><td>{html.escape(text)}</td>" in top
+
+
+def test_without_a_url_none_or_several_servers_are_one_line_asking_for_one(tmp_path):
+    nothing = str(free_port())
+    none = loadlab("diagnose", "--max", "1", env={PORTS_ENV: nothing}, timeout=60)
+    assert none.returncode == 2 and none.stderr.count("\n") == 1, none.stderr
+    assert none.stderr.startswith(f"error: no URL given and no LLM server answered on 127.0.0.1 at {nothing} (given)")
+    with mock_server() as (one, _), mock_server() as (two, _):
+        ports = ",".join(u.rsplit(":", 1)[1] for u in (one, two))
+        several = loadlab("diagnose", "--max", "1", "--out", str(tmp_path / "run"), env={PORTS_ENV: ports}, timeout=60)
+    assert several.returncode == 2 and several.stderr.count("\n") == 1, several.stderr
+    assert several.stderr.startswith("error: no URL given and 2 servers answered") and one in several.stderr
+    assert not (tmp_path / "run").exists()  # nothing was run

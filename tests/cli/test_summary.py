@@ -10,12 +10,13 @@ import pytest
 from loadlab.analyze.summary import write_summary
 from loadlab.clock import now, process_anchor
 from loadlab.config import RunConfig
+from loadlab.numbers import format_number, format_value
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
 from tests.support.procs import loadlab
 from tests.support.records import record
-from tests.support.runs import as_killed
+from tests.support.runs import as_killed, write_drawn_run
 
 
 def write_run(folder: Path, finish: bool) -> None:
@@ -98,3 +99,30 @@ def test_a_run_json_that_is_not_an_object_is_one_line_and_exit_2(tmp_path: Path,
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("error: not a run folder") and "unreadable" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_sweeps_summary_ends_with_the_answer_of_its_steps(tmp_path: Path) -> None:
+    write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 4), n=40)
+    # (drawn steps keep 2 requests in flight, so 4 users is client-limited: judged all the same here)
+    result = loadlab("summary", str(tmp_path / "run"), "--slo", "ttft_p99=5s,client_limited=any")
+    assert result.returncode == 0, result.stderr
+    steps = json.loads(loadlab("summary", str(tmp_path / "run"), "--json").stdout)["steps"]
+    one, top = steps[0], steps[-1]
+    tail = result.stdout.splitlines()[-5:]
+    assert tail[0] == "the answer (SLO ttft_p99=5s, client_limited=any: as given)"
+    assert tail[1] == (
+        f"  one user: first token in {format_value(one['ttft']['p50'], 's')}, then "
+        f"{format_number(one['user_tokens_per_s']['p50'])} tokens/s (concurrency=1, medians)"
+    )
+    # every drawn step answers well within 5 s: the capacity is at least the top step, short of its load
+    assert tail[2].startswith(
+        f"  capacity: at least 4 users (the load generator delivered {format_number(top['achieved'])}) within the "
+        f"SLO (beyond the measured range); at 4 users "
+        f"{format_number(top['output_tokens_per_s'])} tokens/s in total, "
+        f"{format_number(top['user_tokens_per_s']['p50'])} tokens/s each (median), "
+        f"first token p99 {format_value(top['ttft']['p99'], 's')}"
+    )
+    assert tail[3].startswith("  what limits it: ") and tail[4].startswith("  try: ")
+    # one step, one load: no answer; per-step objectives alone are taken (for the answer)
+    write_run(tmp_path / "one", finish=True)
+    assert "the answer" not in loadlab("summary", str(tmp_path / "one")).stdout

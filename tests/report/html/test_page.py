@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 
 from plotly.offline import get_plotlyjs
 
+from loadlab.analyze.answer import build_answer
+from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
 from loadlab.store.reader import load_run
 from loadlab.store.schema import StepInfo
 from tests.support.analysis import write_analysis
 from tests.support.records import T, req
-from tests.support.runs import fill_run, run_of, write_run
+from tests.support.runs import fill_run, run_of, write_drawn_run, write_run
 
 EVIL = '<script>alert(1)</script>"onerror=x'
 
@@ -95,3 +98,16 @@ def test_turns_and_media_get_their_tables_when_the_run_has_them(tmp_path):
     assert "<td>2</td><td>0.524</td><td>0</td><td>1</td><td>0</td><td>530</td><td>700</td><td>700</td>" in breakdown
     fill_run(tmp_path / "plain")
     assert 'id="breakdown"' not in page_of(tmp_path / "plain")
+
+
+def test_the_answer_in_plain_words_tops_the_page(tmp_path):
+    write_drawn_run(tmp_path / "run", seed=1, targets=(1, 2, 4), n=40)
+    html = page_of(tmp_path / "run")
+    answer = build_answer(load_run(tmp_path / "run"), None)
+    assert answer is not None
+    sections = re.findall(r'<section id="([^"]+)"', html)
+    assert sections[0] == "answer" and sections[1] == "run"
+    top = html[html.index('<section id="answer"') : html.index('<section id="run"')]
+    for label, text in answer_lines(answer):
+        assert f"<td><b>{label}</b></td><td>{escape(text)}</td>" in top
+    assert escape(slo_note(answer)) in top
