@@ -11,6 +11,7 @@ import typer
 if TYPE_CHECKING:
     from loadlab.analyze.analysis import Analysis
     from loadlab.analyze.peaks import Peaks
+    from loadlab.analyze.roofline import ModelSize
 
 
 def analyze(
@@ -31,6 +32,15 @@ def analyze(
         help="Its peak memory bandwidth in GB/s (without both: calibrated on this host, over the cores the server "
         "may run on where --server-pid let the run read them).",
     ),
+    model_params: float | None = typer.Option(
+        None,
+        "--model-params",
+        help="The served model's parameters: MFU and MBU where the engine does not estimate its work "
+        "(default: what `loadlab run --model-params` recorded).",
+    ),
+    model_bytes: float | None = typer.Option(
+        None, "--model-bytes", help="Weight bytes each device reads per step (default 2 per parameter)."
+    ),
 ) -> None:
     """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.
 
@@ -38,6 +48,7 @@ def analyze(
     run folder.
     """
     from loadlab.analyze.peaks import given
+    from loadlab.analyze.roofline import model_size
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.verdict import print_analysis
@@ -47,26 +58,31 @@ def analyze(
         if not (peak_tflops and peak_gbps and peak_tflops > 0 and peak_gbps > 0):
             raise UserError("--peak-tflops and --peak-gbps go together, each a positive number")
         device = given(peak_tflops, peak_gbps)
-    analysis = analyze_blackbox(folder, device) if no_server_metrics else analyze_folder(folder, device)
+    try:
+        model = model_size(model_params, model_bytes)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    analysis = analyze_blackbox(folder, device) if no_server_metrics else analyze_folder(folder, device, model)
     if as_json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
         print_analysis(analysis, table_console())
 
 
-def analyze_folder(folder: Path, device: Peaks | None = None) -> Analysis:
+def analyze_folder(folder: Path, device: Peaks | None = None, model: ModelSize | None = None) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
     write analysis.json; a folder that cannot be written to only costs a warning line. `device`:
-    a CPU server's peaks (None: calibrated here where the run needs them)."""
+    a CPU server's peaks (None: calibrated here where the run needs them); `model`: the served
+    model's size (None: as the run recorded it)."""
     from loadlab.analyze.analysis import analyze_run, write_analysis
     from loadlab.cli.output import read_run, say
 
     run = read_run(folder, without=("token_times",))
     try:
-        return write_analysis(run, device)
+        return write_analysis(run, device, model)
     except OSError as e:
         say("warning", f"analysis.json not written ({type(e).__name__}: {e})")
-        return analyze_run(run, device=device)
+        return analyze_run(run, device=device, model=model)
 
 
 def analyze_blackbox(folder: Path, device: Peaks | None = None) -> Analysis:

@@ -28,7 +28,16 @@ from loadlab.errors import UserError
 
 # Per-request objectives (milliseconds), as Slo's fields name them.
 PER_REQUEST = ("ttft", "itl", "tpot", "e2e")
-CONSTRAINTS = ("client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network", "insufficient_data")
+CONSTRAINTS = (
+    "client",
+    "kv_capacity",
+    "memory_bandwidth",
+    "compute",
+    "scheduling",
+    "network",
+    "engine_overhead",
+    "insufficient_data",
+)
 SATURATIONS = ("under_loaded", "at_knee", "past_knee", "overloaded", "unknown")
 DEFAULT_MIN_REQUESTS = 10
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from loadlab.analyze import blackbox
 from loadlab.analyze.analysis import analyze_run
-from loadlab.analyze.rules import COMPUTE, INSUFFICIENT_DATA, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING
+from loadlab.analyze.rules import COMPUTE, ENGINE_OVERHEAD, INSUFFICIENT_DATA, KV_CAPACITY, MEMORY_BANDWIDTH, SCHEDULING
 from loadlab.store.schema import Sample
 from tests.support.records import T, closed, paced, req
 from tests.support.runs import run_of
@@ -33,7 +33,7 @@ def test_ttft_growing_while_itl_stays_flat_is_queueing_before_the_engine():
 def test_itl_growing_with_load_is_batch_contention():
     step = analyze_run(two_steps((0.05, 0.02), (0.08, 0.05))).steps[1]
     assert step.constraint == blackbox.BATCH_CONTENTION
-    assert set(step.blackbox.candidates) == {MEMORY_BANDWIDTH, COMPUTE}
+    assert set(step.blackbox.candidates) == {MEMORY_BANDWIDTH, ENGINE_OVERHEAD, COMPUTE}
     assert "--enable-mfu-metrics" in step.blackbox.decide
 
 
