@@ -20,10 +20,9 @@ pytestmark = pytest.mark.serial
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
-    "memory_bandwidth": "on a CPU the reference server's per-sequence work (sampling, streaming) weighs as much as "
-    "the small preset's weight reads: decode steps alone grew from ~20 ms at 1 sequence to ~27 ms at 1.9; the "
-    "phase-split fit read bandwidth-bound in 4 of 4 short runs (fixed share 0.67-0.82) but at R² 0.03-0.09, "
-    "a shared host stretching the same decode step from 22 to 195 ms",
+    "memory_bandwidth": "the wide preset's decode step reads 0.5 GB of weights (~35 ms alone on this host), but a "
+    "shared host that takes the server's cores stretches its steps with waiting, and MBU over that time reads "
+    "low: at a load average of 8-14 on 2 cores it read 0.1-0.3 (engine overhead, or too few requests to judge)",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
