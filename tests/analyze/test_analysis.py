@@ -586,3 +586,23 @@ def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretche
     assert "peaks: given: 0.1 TFLOP/s, 10 GB/s" in derived["mbu"].note
     assert "against a ridge of 10 (given: 0.1 TFLOP/s, 10 GB/s)" in derived["intensity_over_ridge"].note
     assert derived["step_time_fixed_share"].note.startswith("fit: itl + prefill time")
+
+
+def test_a_steps_mbu_and_mfu_show_with_their_source_in_the_panel_and_the_live_line():
+    # The vLLM decode-heavy run of the test above reading 0.9 GB/s of a given 10 GB/s: engine overhead.
+    samples = vllm_samples([replace(s, flops=3.3e9, read_bytes=0.9e9) for s in DECODE_HEAVY])
+    records = []
+    for i, s in enumerate(DECODE_HEAVY):
+        records += loaded_run(users=int(s.running), ttft=0.02, e2e=1.0, step=i, start=s.start)[0]
+    steps = [closed(s.running, s.start, s.start + 20, index=i) for i, s in enumerate(DECODE_HEAVY)]
+    analysis = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
+    step = analysis.steps[-1]
+    assert step.constraint == "engine_overhead"
+    assert any("a faster device will not help" in a for a in step.advice)  # no engine named by the samples
+    line = verdict_line(step)
+    assert line.startswith("Engine overhead sets per-token latency (headroom): fixed step") and "MBU 9" in line
+    out = io.StringIO()
+    print_analysis(analysis, Console(file=out, width=250, color_system=None))
+    text = out.getvalue()
+    assert "roofline (" in text and "MBU 9" in text and "the engine's own estimates" in text
+    assert "peaks: given: 0.1 TFLOP/s, 10 GB/s" in text
