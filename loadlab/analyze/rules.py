@@ -197,6 +197,8 @@ RULES: tuple[Rule, ...] = (
             Term(
                 quantity="mfu", op="<=", threshold=UTILISATION_LINE, ramp=UTILISATION_RAMP, weight=1, needs=F, key=True
             ),
+            # A step whose fixed part is collectives is the network's (tensor parallel over a slow link).
+            Term(quantity="collective_share", op="<=", threshold=0.3, ramp=0.15, weight=0.5, needs=S, key=True),
         ),
     ),
 )
