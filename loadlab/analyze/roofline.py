@@ -16,11 +16,15 @@ long prefill steps with many short decode steps in about the same proportion all
 its points barely spread and the line through them is noise; set apart, decode and prefill
 steps span the whole range of tokens per step (docs/diagnosis.md, section 4).
 
-With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
-bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
-they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
-point (a typical one for a GPU not in the table). Without GPU samples the device is a CPU: its
-peaks are given or calibrated (loadlab.analyze.peaks), and its ridge is theirs.
+With the engine's work estimates (vLLM's `--enable-mfu-metrics`, the reference server and its
+twin: FLOPs and bytes per GPU), else the model's size times the steps the engine counted
+(`--model-params/--model-bytes`): achieved FLOP/s and bytes/s over the engine's busy time (its
+step times' sum, else the window); with the GPU's peak figures (GPU_SPECS, when the samples
+name the GPU) they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against
+the GPU's ridge point (a typical one for a GPU not in the table). Without GPU samples the
+device is a CPU: its peaks are given or calibrated (loadlab.analyze.peaks), and its ridge is
+theirs. MBU far below the peak under a fixed step time is the engine's own work per step
+(the engine-overhead rule, docs/diagnosis.md section 4a).
 
 Without a step-time histogram (vLLM, SGLang) the line is fitted to the engine's phase timings:
 inter-token gaps against the running batch (decode) and prefill times against prompt tokens.
