@@ -232,8 +232,8 @@ def analyze_run(
     data = [_step_data(step, measured, samples, summary.steps[i], window) for i, step in enumerate(steps)]
     fit = fit_step_time(samples, [d.window for d in data])
     on_gpu = any(samples.has(name) for name in GPU_SIGNALS)
-    estimates = has_work_estimates(samples) or (model is not None and counts_steps(samples))
-    if device is None and estimates and not on_gpu:
+    work_known = has_work_estimates(samples) or (model is not None and counts_steps(samples))
+    if device is None and work_known and not on_gpu:
         device = peaks.calibrate(server_cores(samples))
     for d in data:
         derive(d)
@@ -243,7 +243,7 @@ def analyze_run(
     # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters cannot
     # exist; MFU, MBU and the intensity only where the engine estimates its work (or the model's
     # size was given), against the CPU's calibrated or given peaks.
-    impossible = frozenset() if on_gpu else frozenset({rules.G} | (set() if estimates else {rules.F, rules.R}))
+    impossible = frozenset() if on_gpu else frozenset({rules.G} | (set() if work_known else {rules.F, rules.R}))
     states, knee = saturation(
         [StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded) for d in data]
     )
