@@ -22,7 +22,9 @@ pytestmark = pytest.mark.serial
 CPU_PHYSICS = {
     "memory_bandwidth": "the wide preset's decode step reads 0.5 GB of weights (~35 ms alone on this host), but a "
     "shared host that takes the server's cores stretches its steps with waiting, and MBU over that time reads "
-    "low: at a load average of 8-14 on 2 cores it read 0.1-0.3 (engine overhead, or too few requests to judge)",
+    "low: at a load average of 8-14 on 2 cores it read 0.1-0.3, and a fixed share of 0.3-0.6 (a CPU's ridge is "
+    "~11 tokens of this model: an 8-token prefill costs more than a decode step); too few requests to judge, or "
+    "no class, in 4 of 4 runs",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
