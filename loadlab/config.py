@@ -97,6 +97,10 @@ class RunConfig:
     gpu_interval: float = 0.25
     nccl_inspector_dir: str = ""
     server_pid: int = 0  # sample this process's CPU when on the same host
+    # The served model's parameters and the weight bytes each device reads per step (0: unknown):
+    # MFU and MBU where the engine does not estimate its work (loadlab.analyze.roofline).
+    model_params: float = 0.0
+    model_bytes: float = 0.0
     reset_prefix_cache: bool = False  # empty the server's prefix cache before each step
     # SLOs in docs/slo.md's inline syntax ("" = none); a scenario's [slo] table is turned into it.
     # Per-request objectives define the summary's goodput; `loadlab run` gates the run on them all.

@@ -50,6 +50,18 @@ PRESETS: dict[str, ModelShape] = {
         num_kv_heads=4,
         max_position=2048,
     ),
+    # Few layers of large matrices: a decode step's time is its 0.5 GB of weight reads, not the
+    # engine's Python work per layer and per step (the lab's memory-bandwidth scenario on a CPU).
+    "wide": ModelShape(
+        "wide",
+        vocab_size=512,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_layers=2,
+        num_heads=16,
+        num_kv_heads=8,
+        max_position=2048,
+    ),
     # Real shapes (performance twins). Llama 3's RoPE frequency scaling is not modelled.
     "qwen2.5-0.5b": ModelShape(
         "qwen2.5-0.5b",

@@ -13,6 +13,7 @@ from loadlab.collect import signals as sig
 from loadlab.metrics.verdicts import (
     CLIENT,
     COMPUTE,
+    ENGINE_OVERHEAD,
     INSUFFICIENT_DATA,
     KV_CAPACITY,
     MEMORY_BANDWIDTH,
@@ -21,7 +22,15 @@ from loadlab.metrics.verdicts import (
 )
 
 VLLM, SGLANG, TGI, TRTLLM, REFERENCE, UNKNOWN_SERVER = "vLLM", "SGLang", "TGI", "TensorRT-LLM", "reference server", ""
-RAW_PREFIXES = {"vllm:": VLLM, "sglang:": SGLANG, "tgi_": TGI, "trtllm_": TRTLLM, "trtllm:": TRTLLM}
+LLAMACPP = "llama.cpp"
+RAW_PREFIXES = {
+    "vllm:": VLLM,
+    "sglang:": SGLANG,
+    "tgi_": TGI,
+    "trtllm_": TRTLLM,
+    "trtllm:": TRTLLM,
+    "llamacpp:": LLAMACPP,
+}
 
 # constraint -> server kind -> advice lines. UNKNOWN_SERVER holds the advice for any server.
 ADVICE: dict[str, dict[str, list[str]]] = {
@@ -107,6 +116,43 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         REFERENCE: ["lower --tensor-parallel (gloo over loopback is slow on CPU)"],
         UNKNOWN_SERVER: ["less tensor parallelism in favour of data-parallel replicas"],
     },
+    # The engine's own work per step (host side: scheduling, sampling, detokenising, kernel
+    # launches, the API server) sets the step time: make it cheaper or spread it over more tokens.
+    ENGINE_OVERHEAD: {
+        VLLM: [
+            "keep CUDA graphs on (no --enforce-eager): one launch per step instead of one per kernel",
+            "--async-scheduling: schedule the next step while this one runs",
+            "more API server processes (--api-server-count) to tokenize and stream off the engine's core",
+            "larger batches (raise --max-num-seqs, more concurrent users): the per-step cost is shared",
+        ],
+        SGLANG: [
+            "keep CUDA graphs on (no --disable-cuda-graph; raise --cuda-graph-max-bs to the batch you run)",
+            "--enable-torch-compile for small batches",
+            "overlap scheduling stays on (no --disable-overlap-schedule)",
+            "larger batches (--max-running-requests)",
+        ],
+        TGI: [
+            "CUDA graphs for the batch sizes you run (--cuda-graphs 1,2,4,8,...)",
+            "larger batches (--max-batch-size, --max-concurrent-requests)",
+        ],
+        TRTLLM: [
+            "CUDA graphs on (cuda_graph_config) with batch sizes up to max_batch_size",
+            "overlap scheduling on (no disable_overlap_scheduler)",
+            "larger max_batch_size",
+        ],
+        LLAMACPP: [
+            "more parallel slots (--parallel) so one step decodes more sequences",
+            "offload every layer to the GPU (--n-gpu-layers 999) and keep --flash-attn on",
+        ],
+        REFERENCE: [
+            "larger batches (--max-num-seqs, more users): its Python work per step is shared by more tokens",
+            "--device cuda, or a larger model: the engine's per-step work is the same, the useful work larger",
+        ],
+        UNKNOWN_SERVER: [
+            "the engine's own per-step work binds: CUDA graphs, asynchronous scheduling, more API-server "
+            "processes, larger batches; a faster device will not help"
+        ],
+    },
     INSUFFICIENT_DATA: {UNKNOWN_SERVER: []},
 }
 MFU_HINT = "rerun vLLM with --enable-mfu-metrics: its FLOP and byte estimates decide compute vs memory bandwidth"
@@ -129,6 +175,6 @@ def advice_for(constraint: str, kind: str, has_mfu: bool) -> list[str]:
     lines = table.get(kind) or table.get(UNKNOWN_SERVER, [])
     label = f"{kind}: " if kind and kind in table else ""
     out = [label + line for line in lines]
-    if kind == VLLM and not has_mfu and constraint in (MEMORY_BANDWIDTH, COMPUTE):
+    if kind == VLLM and not has_mfu and constraint in (MEMORY_BANDWIDTH, COMPUTE, ENGINE_OVERHEAD):
         out.append(f"{VLLM}: {MFU_HINT}")
     return out

@@ -21,7 +21,15 @@ from loadlab.analyze.advice import VLLM, advice_for, server_kind
 from loadlab.analyze.derive import Derived, StepData, derive, server_cores
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import Peaks
-from loadlab.analyze.roofline import StepTimeFit, fit_step_time, has_work_estimates, work_rates
+from loadlab.analyze.roofline import (
+    ModelSize,
+    StepTimeFit,
+    counts_steps,
+    fit_step_time,
+    has_work_estimates,
+    recorded_model_size,
+    work_rates,
+)
 from loadlab.analyze.rules import ClassScore, Evidence, score_all
 from loadlab.analyze.saturation import (
     QUEUE_WAITING,
@@ -40,6 +48,7 @@ from loadlab.convert import ConvertError, from_json
 from loadlab.metrics.verdicts import (
     CLIENT,
     COMPUTE,
+    ENGINE_OVERHEAD,
     INSUFFICIENT_DATA,
     KV_CAPACITY,
     MEMORY_BANDWIDTH,
@@ -85,6 +94,7 @@ NAMES = {
     COMPUTE: "compute",
     SCHEDULING: "scheduling (admission)",
     NETWORK: "network (collectives)",
+    ENGINE_OVERHEAD: "engine overhead",
     INSUFFICIENT_DATA: "insufficient data",
     **blackbox.NAMES,
 }
@@ -203,24 +213,26 @@ def read_analysis(folder: Path) -> Analysis | None:
         raise RunFolderError(f"{ANALYSIS_JSON} is not an analysis ({e})") from None
 
 
-def write_analysis(run: RunData, device: Peaks | None = None) -> Analysis:
+def write_analysis(run: RunData, device: Peaks | None = None, model: ModelSize | None = None) -> Analysis:
     """Analyze a loaded run and write its analysis.json (atomically); returns the analysis.
     The one writer of analysis.json: `loadlab run` at its end and `loadlab analyze`."""
-    analysis = analyze_run(run, device=device)
+    analysis = analyze_run(run, device=device, model=model)
     write_json_atomic(run.path / ANALYSIS_JSON, analysis.to_dict())
     return analysis
 
 
-def save_analysis(run: RunData, device: Peaks | None = None) -> tuple[Analysis, str]:
+def save_analysis(run: RunData, device: Peaks | None = None, model: ModelSize | None = None) -> tuple[Analysis, str]:
     """`write_analysis`, or where analysis.json cannot be written, the analysis all the same and
     why ("" when written): a folder that cannot be written to costs a warning, not the verdict."""
     try:
-        return write_analysis(run, device), ""
+        return write_analysis(run, device, model), ""
     except OSError as e:
-        return analyze_run(run, device=device), f"analysis.json not written ({type(e).__name__}: {e})"
+        return analyze_run(run, device=device, model=model), f"analysis.json not written ({type(e).__name__}: {e})"
 
 
-def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None = None) -> Analysis:
+def analyze_run(
+    run: RunData, window: Window | None = None, device: Peaks | None = None, model: ModelSize | None = None
+) -> Analysis:
     """The analysis of a loaded run folder (finished or cut off; `token_times` are not needed).
 
     `window`: judge every step over it instead of the step's steady state (the live verdict
@@ -228,7 +240,10 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     `device`: a CPU server's peak FLOP/s and bandwidth for its work estimates' roofline; None
     calibrates this host when a run without GPU samples has them, over the cores the server's
     process may run on where the host collector read them.
+    `model`: the served model's size, for MFU and MBU where the engine does not estimate its work;
+    None: the size recorded with the run (`loadlab run --model-params/--model-bytes`), if any.
     """
+    model = model or recorded_model_size(run.meta.config.model_params, run.meta.config.model_bytes)
     steps = steps_of(run)
     requests = per_request(run.requests, {s.index: s.mode for s in steps})
     summary = summarize(run, requests=requests)
@@ -238,18 +253,18 @@ def analyze_run(run: RunData, window: Window | None = None, device: Peaks | None
     data = [_step_data(step, measured, samples, summary.steps[i], window) for i, step in enumerate(steps)]
     fit = fit_step_time(samples, [d.window for d in data])
     on_gpu = any(samples.has(name) for name in GPU_SIGNALS)
-    estimates = has_work_estimates(samples)
-    if device is None and estimates and not on_gpu:
+    work_known = has_work_estimates(samples) or (model is not None and counts_steps(samples))
+    if device is None and work_known and not on_gpu:
         device = peaks.calibrate(server_cores(samples))
     for d in data:
         derive(d)
-        _add_roofline(d, fit, device)
+        _add_roofline(d, fit, device, model)
     kind = server_kind(samples)
     has_server = any(samples.has(name) for name in SERVER_SIGNALS)
-    # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters and
-    # MFU/MBU cannot exist (a CPU's are not scored); the step-time fit and, where the engine
-    # estimates its work, the intensity against the CPU's ridge carry compute vs memory bandwidth.
-    impossible = frozenset() if on_gpu else frozenset({rules.G, rules.F} | (set() if estimates else {rules.R}))
+    # No GPU sample in the whole run: a CPU server (or no GPU collector), where GPU counters cannot
+    # exist; MFU, MBU and the intensity only where the engine estimates its work (or the model's
+    # size was given), against the CPU's calibrated or given peaks.
+    impossible = frozenset() if on_gpu else frozenset({rules.G} | (set() if work_known else {rules.F, rules.R}))
     states, knee = saturation(
         [
             StepLoad(d.step.index, d.step.mode, d.step.target, d.derived, d.summary.succeeded, _untrusted(d))
@@ -289,7 +304,7 @@ def _step_data(
     )
 
 
-def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) -> None:
+def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None, model: ModelSize | None) -> None:
     if fit is not None:
         load_name = {
             sig.TOKENS_PER_STEP: "tokens_per_step_mean",
@@ -310,15 +325,20 @@ def _add_roofline(d: StepData, fit: StepTimeFit | None, device: Peaks | None) ->
                 f"R² {format_number(fit.r2)}, {fit.points} points; "
                 f"slope ± 2 s.e.: {format_value(low, 'fraction')}-{format_value(high, 'fraction')}",
             )
-    rates = work_rates(d.samples, d.window, device)
+    rates = work_rates(d.samples, d.window, device, model)
     if rates is not None:
         est = [sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES, sig.ESTIMATED_WRITE_BYTES]
-        d.put("achieved_tflops_per_gpu", rates.flops_per_s / 1e12, "TFLOP/s", est[:1], "server_metrics")
-        d.put("achieved_gbps_per_gpu", rates.bytes_per_s / 1e9, "GB/s", est[1:], "server_metrics")
-        if not rates.cpu:  # a Python engine on a CPU spends most of a step beside the device's work
-            d.put("mfu", rates.mfu, "fraction", est[:1] + ["gpu spec " + rates.gpu], "server_metrics")
-            d.put("mbu", rates.mbu, "fraction", est[1:] + ["gpu spec " + rates.gpu], "server_metrics")
-        d.put("arithmetic_intensity", rates.intensity, "FLOP/byte", est, "server_metrics")
+        if not rates.work.startswith("the engine"):
+            est = ["--model-params/--model-bytes", sig.TOKENS_PER_STEP, sig.STEP_TIME]
+        work = f"{rates.work}, over {rates.over}"
+        d.put("achieved_tflops_per_gpu", rates.flops_per_s / 1e12, "TFLOP/s", est, "server_metrics", note=work)
+        d.put("achieved_gbps_per_gpu", rates.bytes_per_s / 1e9, "GB/s", est, "server_metrics", note=work)
+        # Against the device's peaks, a CPU's too: there the step's time outside the device's
+        # work is the engine's own, which is what the engine-overhead rule reads.
+        peaks = f"peaks: {rates.gpu}"
+        d.put("mfu", rates.mfu, "fraction", est, "server_metrics", note=f"{work}; {peaks}")
+        d.put("mbu", rates.mbu, "fraction", est, "server_metrics", note=f"{work}; {peaks}")
+        d.put("arithmetic_intensity", rates.intensity, "FLOP/byte", est, "server_metrics", note=work)
         d.put(
             "intensity_over_ridge",
             rates.intensity / rates.ridge,

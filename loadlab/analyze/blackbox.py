@@ -9,8 +9,9 @@ set against the lowest load of the same mode:
   requests wait to start, and once started they run as fast as before. Admission cap and KV
   capacity look alike from outside; the server's running/waiting and KV gauges decide.
 - batch contention: the per-token time grows with load: every step carries more sequences and takes longer.
-  Memory bandwidth and compute look alike from outside; step times against batch size, GPU
-  counters or vLLM's work estimates decide.
+  Memory bandwidth, the engine's own per-step work (engine overhead) and compute look alike from
+  outside; step times against batch size with MBU and MFU (GPU counters, the engine's work
+  estimates or the model's size) decide.
 - prefill cost: at the lowest load, TTFT grows with the prompt's length: prefill work binds
   the first token (compute-bound on a GPU).
 
@@ -37,6 +38,7 @@ from loadlab.analyze.rules import Evidence
 from loadlab.metrics.verdicts import (
     BATCH_CONTENTION,
     COMPUTE,
+    ENGINE_OVERHEAD,
     KV_CAPACITY,
     MEMORY_BANDWIDTH,
     PREFILL_COST,
@@ -51,19 +53,20 @@ from loadlab.store.reader import RunData
 # What each black-box pattern cannot tell apart, in white-box classes.
 CANDIDATES: dict[BlackBoxPattern, tuple[RuleClass, ...]] = {
     QUEUEING: (SCHEDULING, KV_CAPACITY),
-    BATCH_CONTENTION: (MEMORY_BANDWIDTH, COMPUTE),
+    BATCH_CONTENTION: (MEMORY_BANDWIDTH, ENGINE_OVERHEAD, COMPUTE),
     PREFILL_COST: (COMPUTE,),
 }
 NAMES = {
     QUEUEING: "queueing before the engine (admission cap or KV capacity)",
-    BATCH_CONTENTION: "batch contention (memory bandwidth or compute)",
+    BATCH_CONTENTION: "batch contention (memory bandwidth, engine overhead or compute)",
     PREFILL_COST: "prefill cost (compute)",
 }
 DECIDE = {
     QUEUEING: "server metrics decide: running requests pinned at a cap is the admission cap (scheduling); "
     "KV usage near 1 with preemptions is KV capacity (--server-metrics; SGLang needs --enable-metrics)",
-    BATCH_CONTENTION: "engine step times against batch size (reference server, TGI, TensorRT-LLM), GPU counters "
-    "(NVML/GPM or dcgm-exporter) or vLLM's --enable-mfu-metrics decide memory bandwidth against compute",
+    BATCH_CONTENTION: "engine step times against batch size (reference server, TGI, TensorRT-LLM) with MBU and MFU "
+    "(GPU counters: NVML/GPM or dcgm-exporter; vLLM's --enable-mfu-metrics; or --model-params/--model-bytes) "
+    "decide memory bandwidth, engine overhead and compute",
     PREFILL_COST: "GPU counters or vLLM's --enable-mfu-metrics confirm prefill is compute-bound",
 }
 TTFT_GROWTH = 2.0  # TTFT p50 at least this many times the lowest load's: it grew (judgement)

@@ -16,11 +16,15 @@ long prefill steps with many short decode steps in about the same proportion all
 its points barely spread and the line through them is noise; set apart, decode and prefill
 steps span the whole range of tokens per step (docs/diagnosis.md, section 4).
 
-With vLLM's `--enable-mfu-metrics` estimates (FLOPs and bytes per GPU): achieved FLOP/s and
-bytes/s over the window; with the GPU's peak figures (GPU_SPECS, when the samples name the GPU)
-they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against the GPU's ridge
-point (a typical one for a GPU not in the table). Without GPU samples the device is a CPU: its
-peaks are given or calibrated (loadlab.analyze.peaks), and its ridge is theirs.
+With the engine's work estimates (vLLM's `--enable-mfu-metrics`, the reference server and its
+twin: FLOPs and bytes per GPU), else the model's size times the steps the engine counted
+(`--model-params/--model-bytes`): achieved FLOP/s and bytes/s over the engine's busy time (its
+step times' sum, else the window); with the GPU's peak figures (GPU_SPECS, when the samples
+name the GPU) they are MFU and MBU, and FLOPs / byte is the arithmetic intensity, set against
+the GPU's ridge point (a typical one for a GPU not in the table). Without GPU samples the
+device is a CPU: its peaks are given or calibrated (loadlab.analyze.peaks), and its ridge is
+theirs. MBU far below the peak under a fixed step time is the engine's own work per step
+(the engine-overhead rule, docs/diagnosis.md section 4a).
 
 Without a step-time histogram (vLLM, SGLang) the line is fitted to the engine's phase timings:
 inter-token gaps against the running batch (decode) and prefill times against prompt tokens.
@@ -33,11 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadlab.analyze.histograms import SampleIndex, near
-from loadlab.analyze.intervals import Bins, interval_totals
+from loadlab.analyze.histograms import SampleIndex, near, window_increase
+from loadlab.analyze.intervals import GPU_SOURCES, Bins, interval_totals
 from loadlab.analyze.peaks import Peaks
 from loadlab.analyze.window import Window
 from loadlab.collect import signals as sig
+from loadlab.numbers import format_number
 from loadlab.store.reader import labels_of
 
 # Dense BF16 peak FLOP/s and memory bandwidth in bytes/s, from NVIDIA's data sheets (SXM parts).
@@ -226,35 +231,64 @@ def _bins_mean(bins: Bins, times: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    """What one decode step of the served model moves and computes, as given on the command line
+    (`--model-params`, `--model-bytes`): the weight bytes each device reads per step (all of
+    them, divided by tensor parallelism) and the parameters (2 FLOPs each per token)."""
+
+    params: float
+    weight_bytes: float
+
+    @property
+    def source(self) -> str:
+        return f"model size: {format_number(self.params / 1e9)} B params, {format_number(self.weight_bytes / 1e9)} GB"
+
+
 @dataclass
 class WorkRates:
-    """vLLM's estimated work per GPU over a window, and the figures it gives with a GPU spec."""
+    """A step's achieved FLOP/s and bytes/s per device over the engine's busy time, and against
+    the device's peaks its MFU and MBU; each figure says where it came from."""
 
     flops_per_s: float
     bytes_per_s: float
-    gpu: str  # the GPU model found in the samples, or where a CPU's peaks came from ("" when none)
-    mfu: float  # NaN without a known GPU
+    gpu: str  # the device whose peaks were used: the GPU model sampled, or a CPU's (given or calibrated); ""
+    mfu: float  # NaN without known peaks
     mbu: float
     intensity: float  # FLOPs per byte
     ridge: float  # the device's FLOPs per byte at the roofline's corner (NaN: no GPU sampled, no CPU peaks)
-    cpu: bool = False  # the peaks are a CPU's: MFU and MBU would measure the engine's overheads, not the device
+    work: str = ""  # what counted the work: the engine's estimates, or the model's size x its steps
+    over: str = ""  # what time the rates are over: the engine's step time, or the window's wall time
 
 
-def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None) -> WorkRates | None:
-    """Per-GPU FLOP/s and bytes/s from the estimate counters (None without them); the peaks are
-    the named GPU's data sheet, else `device` (a CPU's, given or calibrated)."""
-    bins = window.as_bins()
-    flops = _per_series_increase(samples, sig.ESTIMATED_FLOPS, bins)
-    read = _per_series_increase(samples, sig.ESTIMATED_READ_BYTES, bins)
-    write = _per_series_increase(samples, sig.ESTIMATED_WRITE_BYTES, bins)
-    if math.isnan(flops) or math.isnan(read) or window.seconds <= 0:
+def work_rates(
+    samples: SampleIndex, window: Window, device: Peaks | None = None, model: ModelSize | None = None
+) -> WorkRates | None:
+    """Per-device FLOP/s and bytes/s of the window's steps: from the engine's own estimates
+    (vLLM's --enable-mfu-metrics, the reference server and its twin), else from `model`'s size
+    times the steps the engine counted (None without either). Over the engine's busy time where
+    it exports step times (an engine idle half the window is not half as bandwidth-bound), else
+    over the window. The peaks are the named GPU's data sheet, else `device` (a CPU's)."""
+    if window.seconds <= 0:
         return None
-    moved = read + (0.0 if math.isnan(write) else write)
-    flops_per_s, bytes_per_s = flops / window.seconds, moved / window.seconds
+    bins = window.as_bins()
+    work = _estimated_work(samples, bins)
+    if work is None and model is not None:
+        work = _model_work(samples, bins, model)
+    if work is None:
+        return None
+    flops, moved, counted = work
+    busy = window_increase(samples, sig.STEP_TIME + "_sum", bins)
+    seconds, over = window.seconds, "the window's wall time (the engine exports no step time)"
+    if busy > 0:
+        seconds = min(busy, window.seconds)
+        over = f"the engine's busy time ({format_number(seconds)} s of {format_number(window.seconds)} s)"
+    flops_per_s, bytes_per_s = flops / seconds, moved / seconds
     gpu = gpu_model(samples)
     spec = next((v for k, v in GPU_SPECS.items() if k in gpu.upper()), None)
-    cpu = spec is None and device is not None and not _has_gpu(samples)
-    if cpu and device is not None:
+    if spec is not None:
+        gpu += " (data sheet)"
+    elif device is not None and not _has_gpu(samples):
         spec, gpu = (device.flops, device.bandwidth), device.source
     peak_flops, peak_bytes = spec if spec else (math.nan, math.nan)
     return WorkRates(
@@ -265,7 +299,60 @@ def work_rates(samples: SampleIndex, window: Window, device: Peaks | None = None
         mbu=bytes_per_s / peak_bytes,
         intensity=flops / moved if moved > 0 else math.nan,
         ridge=peak_flops / peak_bytes if spec else (DEFAULT_RIDGE if _has_gpu(samples) else math.nan),
-        cpu=cpu,
+        work=counted,
+        over=over,
+    )
+
+
+def _estimated_work(samples: SampleIndex, bins: Bins) -> tuple[float, float, str] | None:
+    """FLOPs and bytes per device from the engine's estimate counters (None without them)."""
+    flops = _per_series_increase(samples, sig.ESTIMATED_FLOPS, bins)
+    read = _per_series_increase(samples, sig.ESTIMATED_READ_BYTES, bins)
+    write = _per_series_increase(samples, sig.ESTIMATED_WRITE_BYTES, bins)
+    if math.isnan(flops) or math.isnan(read):
+        return None
+    return flops, read + (0.0 if math.isnan(write) else write), "the engine's own estimates"
+
+
+def _model_work(samples: SampleIndex, bins: Bins, model: ModelSize) -> tuple[float, float, str] | None:
+    """FLOPs and bytes from the model's size: every step reads the weights once, every token
+    computes 2 FLOPs per parameter (KV reads and attention left out: a lower bound). The steps
+    and tokens are the engine's tokens-per-step or step-time histogram counts, or its step
+    counter (None without)."""
+    steps = window_increase(samples, sig.TOKENS_PER_STEP + "_count", bins)
+    tokens = window_increase(samples, sig.TOKENS_PER_STEP + "_sum", bins)
+    for counter in (sig.STEP_TIME + "_count", sig.ENGINE_STEPS):  # llama.cpp: its decode calls
+        if not steps > 0:
+            steps = window_increase(samples, counter, bins)
+    if not steps > 0:
+        return None
+    flops = 2 * model.params * tokens if tokens > 0 else math.nan
+    return flops, steps * model.weight_bytes, f"{model.source} x {format_number(steps)} steps"
+
+
+def model_size(params: float | None, weight_bytes: float | None) -> ModelSize | None:
+    """The model's size from what was given (None for neither): bytes default to 2 per parameter
+    (16-bit weights), parameters to half the bytes. ValueError for a value not above 0."""
+    if not params and not weight_bytes:
+        return None
+    for name, value in (("--model-params", params), ("--model-bytes", weight_bytes)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be a positive number, not {value:g}")
+    params = params or (weight_bytes or 0) / 2
+    return ModelSize(params, weight_bytes or 2 * params)
+
+
+def recorded_model_size(params: float, weight_bytes: float) -> ModelSize | None:
+    """The model's size a run recorded in run.json's config (its model_params and model_bytes;
+    None when it recorded neither)."""
+    ok = [float(v) if v > 0 else None for v in (params, weight_bytes)]
+    return model_size(*ok) if any(ok) else None
+
+
+def counts_steps(samples: SampleIndex) -> bool:
+    """Whether the engine counts its steps (a tokens-per-step or step-time histogram, llama.cpp's decode calls)."""
+    return any(
+        samples.has(name) for name in (sig.TOKENS_PER_STEP + "_count", sig.STEP_TIME + "_count", sig.ENGINE_STEPS)
     )
 
 
@@ -281,7 +368,7 @@ def _has_gpu(samples: SampleIndex) -> bool:
 def gpu_model(samples: SampleIndex) -> str:
     """The GPU model named by any GPU sample's labels ("" when none does)."""
     for name in (sig.GPU_UTIL, sig.GPU_DRAM_ACTIVE, sig.GPU_SM_ACTIVE):
-        df = samples.of(name, ("gpu", "prometheus"))
+        df = samples.of(name, GPU_SOURCES)  # the twin's simulated GPUs come with the server's metrics
         for text in df["labels"].unique()[:8]:
             labels = labels_of(text)
             for key in GPU_NAME_LABELS:

@@ -28,15 +28,33 @@ from loadlab.metrics.limits import (
     MIN_RATE_RATIO,
     START_DELAY_P99_MAX,
 )
-from loadlab.metrics.verdicts import CLIENT, COMPUTE, KV_CAPACITY, MEMORY_BANDWIDTH, NETWORK, SCHEDULING, Constraint
+from loadlab.metrics.verdicts import (
+    CLIENT,
+    COMPUTE,
+    ENGINE_OVERHEAD,
+    KV_CAPACITY,
+    MEMORY_BANDWIDTH,
+    NETWORK,
+    SCHEDULING,
+    Constraint,
+)
 from loadlab.numbers import format_value
 
 # The classes that can set per-token latency: the only ones an under-loaded step may name (a queue
 # or a full KV pool cannot bind where the server still has headroom).
-PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK)
+PER_TOKEN = (MEMORY_BANDWIDTH, COMPUTE, NETWORK, ENGINE_OVERHEAD)
 RUNNER_UP_WITHIN = 0.15  # report the second class when its confidence is this close
 MIN_SCORE = 0.5  # the best class must score at least this to be named
 MIN_COVERAGE = 0.15  # ... with at least this share of its evidence measured
+# The line between memory bandwidth and engine overhead, in MBU (and MFU, for compute). A step's
+# time is the device's work plus the engine's own (scheduling, sampling, detokenising, launches,
+# the API server). Kernels reach about 0.75-0.8 of a device's peak bandwidth (notes/gpu-twin.md);
+# a CPU's calibrated copy bandwidth is a peak GEMV reaches too (measured: 15 GB/s against 14.5).
+# At MBU 0.4, about half of that: the step spends as long outside its weight reads as in them.
+# Below, the engine's own work is the larger part of the step, and bandwidth fixes (quantization,
+# speculative decoding) shorten the smaller part; above, they shorten the larger (judgement).
+UTILISATION_LINE = 0.4
+UTILISATION_RAMP = 0.15  # full weight at 0.55 (memory bandwidth) or 0.25 (engine overhead)
 
 
 @dataclass(frozen=True)
@@ -124,7 +142,11 @@ RULES: tuple[Rule, ...] = (
             Term(quantity="step_time_fixed_share", op=">=", threshold=0.6, ramp=0.1, weight=1.5, needs=W),
             Term(quantity="gpu_dram_active", op=">=", threshold=0.6, ramp=0.1, weight=1, needs=G),
             Term(quantity="gpu_tensor_active", op="<=", threshold=0.3, ramp=0.1, weight=0.5, needs=G),
-            Term(quantity="mbu", op=">=", threshold=0.6, ramp=0.1, weight=1, needs=F),
+            # MBU near the peak is what makes a fixed step time bandwidth: key; without it the
+            # class is named at half its coverage, its verdict saying what would decide.
+            Term(
+                quantity="mbu", op=">=", threshold=UTILISATION_LINE, ramp=UTILISATION_RAMP, weight=1, needs=F, key=True
+            ),
             Term(quantity="intensity_over_ridge", op="<=", threshold=1.0, ramp=0.3, weight=1, needs=R),
         ),
     ),
@@ -141,6 +163,30 @@ RULES: tuple[Rule, ...] = (
             Term(quantity="intensity_over_ridge", op=">=", threshold=1.0, ramp=0.3, weight=1, needs=R),
         ),
     ),
+    # A large fixed part of the step that is not the device's work: MBU and MFU both far below
+    # the peaks (UTILISATION_LINE). The low MBU (or DRAM activity) is the class's defining sign.
+    Rule(
+        ENGINE_OVERHEAD,
+        "mean",
+        (
+            Term(quantity="step_time_fixed_share", op=">=", threshold=0.6, ramp=0.1, weight=1.5, needs=W, key=True),
+            Term(
+                quantity="mbu",
+                op="<=",
+                threshold=UTILISATION_LINE,
+                ramp=UTILISATION_RAMP,
+                weight=1.5,
+                needs=F,
+                any_of="device_idle",
+            ),
+            Term(quantity="gpu_dram_active", op="<=", threshold=0.3, ramp=0.1, weight=1, needs=G, any_of="device_idle"),
+            Term(
+                quantity="mfu", op="<=", threshold=UTILISATION_LINE, ramp=UTILISATION_RAMP, weight=1, needs=F, key=True
+            ),
+            # A step whose fixed part is collectives is the network's (tensor parallel over a slow link).
+            Term(quantity="collective_share", op="<=", threshold=0.3, ramp=0.15, weight=0.5, needs=S, key=True),
+        ),
+    ),
 )
 
 # What would have measured a missing term: the `missing` lines of a verdict.
@@ -152,8 +198,9 @@ NEEDS = {
         "engine step times (step_time and tokens_per_step histograms: reference server, TGI, TensorRT-LLM) "
         "over steps of different load"
     ),
-    F: "MFU and MBU: vLLM's work estimates (--enable-mfu-metrics) against a named GPU's peaks "
-    "(dcgm-exporter's modelName)",
+    F: "MFU and MBU: the engine's work estimates (vLLM: --enable-mfu-metrics) or the model's size "
+    "(loadlab analyze --model-params/--model-bytes), against a named GPU's peaks (dcgm-exporter's modelName) "
+    "or a CPU's (calibrated, or --peak-tflops/--peak-gbps)",
     R: "vLLM's work estimates: start vLLM with --enable-mfu-metrics (on a CPU, its peaks: calibrated, or "
     "loadlab analyze --peak-tflops/--peak-gbps)",
 }

@@ -31,6 +31,15 @@ def analyze(
         help="Its peak memory bandwidth in GB/s (without both: calibrated on this host, over the cores the server "
         "may run on where --server-pid let the run read them).",
     ),
+    model_params: float | None = typer.Option(
+        None,
+        "--model-params",
+        help="The served model's parameters: MFU and MBU where the engine does not estimate its work "
+        "(default: what `loadlab run --model-params` recorded).",
+    ),
+    model_bytes: float | None = typer.Option(
+        None, "--model-bytes", help="Weight bytes each device reads per step (default 2 per parameter)."
+    ),
 ) -> None:
     """Find the bottleneck: each step's saturation and binding constraint, with evidence and advice.
 
@@ -38,6 +47,7 @@ def analyze(
     run folder.
     """
     from loadlab.analyze.peaks import given
+    from loadlab.analyze.roofline import model_size
     from loadlab.cli.running import analyze_folder
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
@@ -48,7 +58,11 @@ def analyze(
         if not (peak_tflops and peak_gbps and peak_tflops > 0 and peak_gbps > 0):
             raise UserError("--peak-tflops and --peak-gbps go together, each a positive number")
         device = given(peak_tflops, peak_gbps)
-    analysis = analyze_blackbox(folder, device) if no_server_metrics else analyze_folder(folder, device)
+    try:
+        model = model_size(model_params, model_bytes)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    analysis = analyze_blackbox(folder, device) if no_server_metrics else analyze_folder(folder, device, model)
     if as_json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:

@@ -307,6 +307,20 @@ class CollectorFlags(ConfigFlags):
     server_pid: Annotated[
         int | None, typer.Option("--server-pid", help="Sample this server process's CPU (same host).")
     ] = None
+    model_params: Annotated[
+        float | None,
+        typer.Option(
+            "--model-params",
+            help="The served model's parameters (e.g. 8e9): MFU and MBU where the engine does not estimate its work.",
+        ),
+    ] = None
+    model_bytes: Annotated[
+        float | None,
+        typer.Option(
+            "--model-bytes",
+            help="Weight bytes each device reads per step (the weights / tensor parallelism; default 2 per parameter).",
+        ),
+    ] = None
 
     def settings(self) -> dict[str, Any]:
         """As the base, with the switches as the settings they turn off or on."""

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from loadlab.analyze.analysis import Analysis
     from loadlab.analyze.peaks import Peaks
+    from loadlab.analyze.roofline import ModelSize
     from loadlab.conductor.runloop import RunOutcome
     from loadlab.config import RunConfig
     from loadlab.gate.checks import GateResult
@@ -134,15 +135,16 @@ def print_final_analysis(folder: Path) -> None:
     print_analysis(analyze_folder(folder), table_console())
 
 
-def analyze_folder(folder: Path, device: Peaks | None = None) -> Analysis:
+def analyze_folder(folder: Path, device: Peaks | None = None, model: ModelSize | None = None) -> Analysis:
     """Load the run (without per-token times, which the analysis does not need), analyze it and
     write analysis.json; a folder that cannot be written to only costs a warning line. `device`:
-    a CPU server's peaks (None: calibrated here where the run needs them)."""
+    a CPU server's peaks (None: calibrated here where the run needs them); `model`: the served
+    model's size (None: as the run recorded it)."""
     from loadlab.analyze.analysis import save_analysis
     from loadlab.cli.output import read_run
     from loadlab.terminal import say
 
-    analysis, failed = save_analysis(read_run(folder, without=("token_times",)), device)
+    analysis, failed = save_analysis(read_run(folder, without=("token_times",)), device, model)
     if failed:
         say("warning", failed)
     return analysis

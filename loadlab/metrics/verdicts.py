@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 # The rules' classes (loadlab.analyze.rules): what binds a step, by server, GPU and client evidence.
-RuleClass = Literal["client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network"]
+RuleClass = Literal["client", "kv_capacity", "memory_bandwidth", "compute", "scheduling", "network", "engine_overhead"]
 # The black-box patterns (loadlab.analyze.blackbox): what the client's curves alone can say.
 BlackBoxPattern = Literal["queueing", "batch_contention", "prefill_cost"]
 # What a verdict can name: a class, a pattern, or that the evidence cannot say.
@@ -24,6 +24,7 @@ MEMORY_BANDWIDTH: Final = "memory_bandwidth"
 COMPUTE: Final = "compute"
 SCHEDULING: Final = "scheduling"
 NETWORK: Final = "network"
+ENGINE_OVERHEAD: Final = "engine_overhead"
 QUEUEING: Final = "queueing"
 BATCH_CONTENTION: Final = "batch_contention"
 PREFILL_COST: Final = "prefill_cost"

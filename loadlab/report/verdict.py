@@ -20,6 +20,8 @@ KEY_FIGURES = (
     ("queue_share", "queue"),
     ("step_time_fixed_share", "fixed step"),
     ("collective_share", "coll."),
+    ("mbu", "MBU"),
+    ("mfu", "MFU"),
     ("gpu_sm_active", "SM"),
     ("gpu_dram_active", "DRAM"),
 )
@@ -85,6 +87,8 @@ def _verdict_panel(analysis: Analysis) -> Panel:
         for e in [e for e in focus.evidence if e.constraint == focus.constraint][:MAX_EVIDENCE]:
             mark = "+" if e.direction == "for" else "-"
             lines.append(Text(f"  {mark} {e.text}  [{e.source}]"))
+    if focus is not None and utilisation(focus):
+        lines.append(Text(f"roofline ({focus.label}): {utilisation(focus, sources=True)}"))
     if overall.advice:
         lines.append(Text("advice:"))
         lines += [Text(f"  • {a}") for a in overall.advice]
@@ -132,6 +136,16 @@ _SHORT = {
 }
 
 
+def utilisation(step: StepVerdict, sources: bool = False) -> str:
+    """The step's MBU and MFU ("" where neither was measured); with `sources`, where the work
+    and the peaks came from."""
+    found = [(label, step.derived[name]) for name, label in (("mbu", "MBU"), ("mfu", "MFU")) if name in step.derived]
+    if not found:
+        return ""
+    text = ", ".join(f"{label} {format_value(d.value, d.unit)}" for label, d in found)
+    return f"{text} ({found[0][1].note})" if sources and found[0][1].note else text
+
+
 def verdict_line(step: StepVerdict) -> str:
     """One line for a live display: "KV capacity binds: KV 97 %, 22 waiting, 0 preemptions/min"."""
     name = NAMES.get(step.constraint, step.constraint)
@@ -151,6 +165,8 @@ def verdict_line(step: StepVerdict) -> str:
         for e in step.evidence
         if e.constraint == step.constraint and e.name in _SHORT
     )
+    if "MBU" not in figures and utilisation(step):  # what the step moved and computed, whatever binds
+        figures += ("; " if figures else "") + utilisation(step)
     what = "sets per-token latency (headroom)" if step.saturation == UNDER_LOADED else "binds"
     line = f"{name} {what}" + (f": {figures}" if figures else "")
     if step.would_decide:  # below the analyzer's CONFIDENT: a lead, said as one

@@ -120,7 +120,7 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
         )
     if cfg.burstiness <= 0:
         raise UserError("burstiness must be > 0")
-    for name in ("duration", "requests", "step_duration", "warmup_requests", "ramp_up"):
+    for name in ("duration", "requests", "step_duration", "warmup_requests", "ramp_up", "model_params", "model_bytes"):
         if getattr(cfg, name) < 0:
             raise UserError(f"{name} must be >= 0")
     if cfg.max_error_rate is not None and not 0 <= cfg.max_error_rate <= 1:

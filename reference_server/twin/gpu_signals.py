@@ -82,7 +82,10 @@ class TwinGpuSignals(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         spec = self.model.spec
         for name, value in self.readings(self.clock.now()).items():
-            family = GaugeMetricFamily(PREFIX + name, f"simulated {spec.gpu} GPU signal {name}", labels=["gpu", "uuid"])
+            # modelName as dcgm-exporter names it: the analyzer finds the GPU's data sheet by it.
+            family = GaugeMetricFamily(
+                PREFIX + name, f"simulated {spec.gpu} GPU signal {name}", labels=["gpu", "uuid", "modelName"]
+            )
             for rank in range(spec.tp):
-                family.add_metric([str(rank), f"GPU-twin-{spec.gpu}-{rank}"], value)
+                family.add_metric([str(rank), f"GPU-twin-{spec.gpu}-{rank}", self.model.gpu.name], value)
             yield family

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadlab.analyze.advice import REFERENCE, SGLANG, TGI, TRTLLM, VLLM, advice_for, server_kind
+from loadlab.analyze.advice import LLAMACPP, REFERENCE, SGLANG, TGI, TRTLLM, VLLM, advice_for, server_kind
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
@@ -23,6 +23,7 @@ def kind_of(*names: str) -> str:
         (("sglang:num_used_tokens",), SGLANG),
         (("tgi_request_count",), TGI),
         (("trtllm_num_paused_requests",), TRTLLM),
+        (("llamacpp:n_tokens_max",), LLAMACPP),
         (("batch_size_count", "vllm:request_success_total"), REFERENCE),  # speaks vLLM's names, plus its own
         ((), ""),
     ],
@@ -39,3 +40,15 @@ def test_advice_names_the_knob_of_the_server():
     assert any("--enable-mfu-metrics" in a for a in advice_for("memory_bandwidth", VLLM, False))
     assert not any("--enable-mfu-metrics" in a for a in advice_for("memory_bandwidth", VLLM, True))
     assert advice_for("compute", "", False) == ["more replicas or GPUs, lower precision, smaller prefill chunks"]
+
+
+def test_engine_overhead_advice_makes_the_engines_own_work_cheaper_not_the_device_faster():
+    vllm = " ".join(advice_for("engine_overhead", VLLM, True))
+    for knob in ("--enforce-eager", "--async-scheduling", "--api-server-count", "--max-num-seqs"):
+        assert knob in vllm
+    assert not any("quantization" in a for a in advice_for("engine_overhead", VLLM, True))
+    assert any("--cuda-graph-max-bs" in a for a in advice_for("engine_overhead", SGLANG, True))
+    assert any("--cuda-graphs" in a for a in advice_for("engine_overhead", TGI, True))
+    assert any("--parallel" in a for a in advice_for("engine_overhead", LLAMACPP, True))
+    assert advice_for("engine_overhead", REFERENCE, True)[0].startswith("reference server: larger batches")
+    assert any("--enable-mfu-metrics" in a for a in advice_for("engine_overhead", VLLM, False))

@@ -600,15 +600,18 @@ def test_the_client_limited_verdict_is_one_in_summary_analysis_gate_and_report(t
 
 
 @pytest.mark.parametrize(
-    ("stretches", "ttft", "flops", "expect"),
-    [(DECODE_HEAVY, 0.02, 3.3e9, "memory_bandwidth"), (PREFILL_HEAVY, 0.15, 27e9, "compute")],
+    ("stretches", "ttft", "flops", "read", "expect"),
+    [
+        (DECODE_HEAVY, 0.02, 3.3e9, 8e9, "memory_bandwidth"),
+        (DECODE_HEAVY, 0.02, 3.3e9, 0.9e9, "engine_overhead"),
+        (PREFILL_HEAVY, 0.15, 27e9, 0.1e9, "compute"),
+    ],
 )
-def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretches, ttft, flops, expect):
+def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretches, ttft, flops, read, expect):
     # No step-time histogram: the phase-time fit, and --enable-mfu-metrics estimates set against
-    # a CPU's peaks (0.1 TFLOP/s, 10 GB/s: a ridge of 10 FLOP/byte).
-    samples = vllm_samples(
-        [replace(s, flops=flops, read_bytes=0.9e9 if expect != "compute" else 0.1e9) for s in stretches]
-    )
+    # a CPU's peaks (0.1 TFLOP/s, 10 GB/s: a ridge of 10 FLOP/byte). Decode steps of a fixed
+    # time are memory bandwidth reading 8 GB/s (MBU 0.8), engine overhead reading 0.9 (MBU 0.09).
+    samples = vllm_samples([replace(s, flops=flops, read_bytes=read) for s in stretches])
     records = []
     for i, s in enumerate(stretches):
         records += loaded_run(users=int(s.running), ttft=ttft, e2e=ttft + 0.16 if expect == "compute" else 1.0,
@@ -617,6 +620,28 @@ def test_vllm_decode_heavy_and_prefill_heavy_runs_get_different_classes(stretche
     analysis = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
     assert [s.constraint for s in analysis.steps] == [expect, expect]
     derived = analysis.steps[1].derived
-    assert (derived["intensity_over_ridge"].value < 1) is (expect == "memory_bandwidth")
+    assert (derived["intensity_over_ridge"].value < 1) is (expect != "compute")
+    assert derived["mbu"].value == pytest.approx(read / 10e9, rel=0.05)
+    assert "peaks: given: 0.1 TFLOP/s, 10 GB/s" in derived["mbu"].note
     assert "against a ridge of 10 (given: 0.1 TFLOP/s, 10 GB/s)" in derived["intensity_over_ridge"].note
     assert derived["step_time_fixed_share"].note.startswith("fit: itl + prefill time")
+
+
+def test_a_steps_mbu_and_mfu_show_with_their_source_in_the_panel_and_the_live_line():
+    # The vLLM decode-heavy run of the test above reading 0.9 GB/s of a given 10 GB/s: engine overhead.
+    samples = vllm_samples([replace(s, flops=3.3e9, read_bytes=0.9e9) for s in DECODE_HEAVY])
+    records = []
+    for i, s in enumerate(DECODE_HEAVY):
+        records += loaded_run(users=int(s.running), ttft=0.02, e2e=1.0, step=i, start=s.start)[0]
+    steps = [closed(s.running, s.start, s.start + 20, index=i) for i, s in enumerate(DECODE_HEAVY)]
+    analysis = analyze_run(run_of(records, steps, samples), device=given(0.1, 10))
+    step = analysis.steps[-1]
+    assert step.constraint == "engine_overhead"
+    assert any("a faster device will not help" in a for a in step.advice)  # no engine named by the samples
+    line = verdict_line(step)
+    assert line.startswith("Engine overhead sets per-token latency (headroom): fixed step") and "MBU 9" in line
+    out = io.StringIO()
+    print_analysis(analysis, Console(file=out, width=250, color_system=None))
+    text = out.getvalue()
+    assert "roofline (" in text and "MBU 9" in text and "the engine's own estimates" in text
+    assert "peaks: given: 0.1 TFLOP/s, 10 GB/s" in text

@@ -8,6 +8,7 @@ from loadlab.analyze.analysis import analyze_run
 from loadlab.metrics.verdicts import (
     BATCH_CONTENTION,
     COMPUTE,
+    ENGINE_OVERHEAD,
     INSUFFICIENT_DATA,
     KV_CAPACITY,
     MEMORY_BANDWIDTH,
@@ -42,7 +43,7 @@ def test_ttft_growing_while_itl_stays_flat_is_queueing_before_the_engine():
 def test_itl_growing_with_load_is_batch_contention():
     step = analyze_run(two_steps((0.05, 0.02), (0.08, 0.05))).steps[1]
     assert step.constraint == BATCH_CONTENTION
-    assert set(step.blackbox.candidates) == {MEMORY_BANDWIDTH, COMPUTE}
+    assert set(step.blackbox.candidates) == {MEMORY_BANDWIDTH, ENGINE_OVERHEAD, COMPUTE}
     assert "--enable-mfu-metrics" in step.blackbox.decide
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import calibrate, given
-from loadlab.analyze.roofline import fit_step_time, work_rates
+from loadlab.analyze.roofline import ModelSize, fit_step_time, model_size, recorded_model_size, work_rates
 from loadlab.analyze.window import Window
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
@@ -152,7 +152,8 @@ def test_vllm_estimates_and_a_named_gpu_give_mfu_mbu_and_intensity():
             ]
     samples.append(Sample(T, "prometheus", "gpu_util", 0.9, {"gpu": "0", "modelName": "NVIDIA H100 80GB HBM3"}))
     rates = work_rates(index_of(samples), Window(T, T + 10, 10, "w"))
-    assert rates.gpu == "NVIDIA H100 80GB HBM3"
+    assert rates.gpu == "NVIDIA H100 80GB HBM3 (data sheet)"
+    assert rates.work == "the engine's own estimates" and rates.over.startswith("the window's wall time")
     assert rates.flops_per_s == pytest.approx(100e12) and rates.bytes_per_s == pytest.approx(1.675e12)
     assert rates.mfu == pytest.approx(100 / 989) and rates.mbu == pytest.approx(0.5)
     assert rates.intensity == pytest.approx(100 / 1.675) and rates.ridge == pytest.approx(989 / 3.35)
@@ -217,3 +218,48 @@ def test_calibration_measures_this_host_once_and_counts_the_servers_cores():
     assert one.flops * 3 == pytest.approx(three.flops) and one.bandwidth == three.bandwidth == peaks.bandwidth
     assert peaks.flops == pytest.approx(one.flops * (os.cpu_count() or 1))
     assert "on the server's 1 core," in one.source and "on the server's 3 cores," in three.source
+
+
+def estimates(seconds: int, read_per_s: float, flops_per_s: float, busy_per_s: float) -> list[Sample]:
+    """The engine's estimate counters and its step-time sum, growing for `seconds` from T."""
+    return [
+        Sample(T + t, "server", name, v * t, {})
+        for t in range(seconds + 1)
+        for name, v in (
+            ("estimated_flops", flops_per_s),
+            ("estimated_read_bytes", read_per_s),
+            ("step_time_sum", busy_per_s),
+        )
+    ]
+
+
+def test_rates_are_over_the_engines_busy_time_not_its_idle_time():
+    # Busy half of every second, reading 5 GB in it: 10 GB/s while it works, MBU 1 of 10 GB/s.
+    rates = work_rates(index_of(estimates(10, 5e9, 1e9, 0.5)), Window(T, T + 10, 10, "w"), given(0.1, 10))
+    assert rates.bytes_per_s == pytest.approx(10e9) and rates.mbu == pytest.approx(1.0)
+    assert rates.over == "the engine's busy time (5 s of 10 s)"
+
+
+def test_a_models_size_gives_the_work_of_the_steps_the_engine_counted():
+    # 100 steps a second of 2 tokens each; 1 B parameters in 2 GB: 200 GB/s and 400 GFLOP/s.
+    samples = [
+        Sample(T + t, "server", name, v * t, {})
+        for t in range(11)
+        for name, v in (("tokens_per_step_count", 100), ("tokens_per_step_sum", 200))
+    ]
+    window = Window(T, T + 10, 10, "w")
+    assert work_rates(index_of(samples), window) is None  # neither estimates nor a size
+    rates = work_rates(index_of(samples), window, given(1, 1000), ModelSize(1e9, 2e9))
+    assert rates.bytes_per_s == pytest.approx(200e9) and rates.flops_per_s == pytest.approx(400e9)
+    assert rates.mbu == pytest.approx(0.2) and rates.mfu == pytest.approx(0.4)
+    assert rates.work == "model size: 1 B params, 2 GB x 1000 steps"
+
+
+def test_a_models_size_defaults_to_16_bit_weights_and_refuses_nonsense():
+    assert model_size(8e9, None) == ModelSize(8e9, 16e9)
+    assert model_size(None, 1e9) == ModelSize(5e8, 1e9)
+    assert model_size(None, None) is None
+    with pytest.raises(ValueError, match="--model-params must be a positive number"):
+        model_size(-1, 1e9)
+    assert recorded_model_size(0.5e9, 0.0) == ModelSize(0.5e9, 1e9)
+    assert recorded_model_size(0.0, 0.0) is None

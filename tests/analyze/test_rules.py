@@ -78,8 +78,9 @@ def test_a_key_term_caps_the_class():
 
 def test_coverage_falls_with_missing_signals_and_names_what_would_measure_them():
     only_decode = score_all(derived(decode_share=0.9))["memory_bandwidth"]
-    assert only_decode.score == 1 and only_decode.coverage == pytest.approx(1 / 6)
-    assert only_decode.confidence == pytest.approx(1 / 6)
+    # 1 of 6 weights measured, and not MBU, its key: half that
+    assert only_decode.score == 1 and only_decode.coverage == pytest.approx(1 / 12)
+    assert only_decode.confidence == pytest.approx(1 / 12)
     assert NEEDS["gpu"] in only_decode.missing and NEEDS["mfu"] in only_decode.missing
 
 
@@ -126,6 +127,7 @@ def test_the_table_names_every_class_once():
         "network",
         "memory_bandwidth",
         "compute",
+        "engine_overhead",
     ]
     assert all(t.needs in NEEDS for r in RULES for t in r.terms)
 
@@ -167,3 +169,45 @@ def test_every_verdict_is_one_name_of_the_closed_set_and_has_its_words() -> None
     assert {r.constraint for r in RULES} == set(typing.get_args(RuleClass))
     assert set(CANDIDATES) | {r.constraint for r in RULES} | {"insufficient_data"} == set(CONSTRAINTS)
     assert set(NAMES) == set(CONSTRAINTS)
+
+
+def test_a_fixed_step_that_moves_little_is_engine_overhead_not_memory_bandwidth():
+    # The lab's vLLM CPU run: 10 MB of weights in 5-6 ms steps, 1-2 GB/s of a 14 GB/s host.
+    seen = derived(step_time_fixed_share=0.9, decode_share=0.95, mbu=0.1, mfu=0.01)
+    scores = score_all(seen, impossible=frozenset({"gpu"}))
+    # All but the collective share (vLLM exports none): 4 of 4.5.
+    assert scores["engine_overhead"].score == 1 and scores["engine_overhead"].coverage == pytest.approx(4 / 4.5)
+    assert scores["memory_bandwidth"].score == 0  # MBU, its key, far below the line
+    texts = [e.text for e in scores["engine_overhead"].evidence]
+    assert "mbu 10 % <= 40 %" in texts and "mfu 1 % <= 40 %" in texts
+
+
+def test_a_fixed_step_that_reads_near_the_peak_is_memory_bandwidth():
+    # Llama-3-8B on an H100 at batch 1: 16 GB in 6.9 ms, MBU 0.69.
+    scores = score_all(derived(step_time_fixed_share=0.95, decode_share=0.9, mbu=0.69, mfu=0.003))
+    assert scores["memory_bandwidth"].score > 0.9 and scores["engine_overhead"].score == 0
+
+
+def test_near_the_line_neither_class_is_sure():
+    at_line = score_all(derived(step_time_fixed_share=0.95, mbu=0.4, mfu=0.01))
+    assert at_line["memory_bandwidth"].score == pytest.approx(0.5)
+    assert at_line["engine_overhead"].score == pytest.approx(0.5)
+
+
+def test_without_mbu_memory_bandwidth_is_named_at_half_coverage_and_engine_overhead_not_at_all():
+    seen = derived(step_time_fixed_share=0.9, decode_share=0.95)
+    scores = score_all(seen, impossible=frozenset({"gpu", "mfu", "intensity"}))
+    assert scores["memory_bandwidth"].score == 1 and scores["memory_bandwidth"].coverage == pytest.approx(0.5)
+    assert scores["engine_overhead"].score == 0  # its defining sign, a device far from its peak, unmeasured
+
+
+def test_gpu_dram_activity_alone_can_show_an_idle_device():
+    seen = derived(step_time_fixed_share=0.9, gpu_dram_active=0.12)
+    assert score_all(seen)["engine_overhead"].score == 1
+
+
+def test_a_fixed_step_made_of_collectives_is_the_networks_not_engine_overhead():
+    # The lab's tensor-parallel scenario: all-reduces over gloo are 70 % of a tiny model's step.
+    seen = derived(step_time_fixed_share=0.9, mbu=0.05, mfu=0.01, collective_share=0.7)
+    scores = score_all(seen, impossible=frozenset({"gpu"}))
+    assert scores["network"].score == 1 and scores["engine_overhead"].score == 0

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from loadlab.store.schema import Sample
 from tests.support.procs import BIN, Proc, free_port, loadlab
-from tests.support.runs import fill_run, write_run
+from tests.support.runs import fill_run, three_requests, write_run
 
 
 def analysis_of(folder: Path) -> dict:
@@ -121,3 +122,26 @@ def test_no_server_metrics_judges_from_the_client_alone_and_leaves_analysis_json
     )
     assert step["derived"].get("kv_usage_p90") is None  # the server's samples were left out
     assert (kv_bound.folder / "analysis.json").read_bytes() == before
+
+
+def test_a_models_size_gives_mbu_and_mfu_and_a_bad_one_is_one_line(tmp_path):
+    # A CPU server that counts its steps (100 a second, busy half of each) but estimates no work.
+    def content(t0: float) -> tuple[list, list]:
+        counters = [
+            Sample(t0 + t, "server", name, rate * t, {})
+            for t in range(4)
+            for name, rate in (("step_time_count", 100), ("step_time_sum", 0.5))
+        ]
+        return three_requests(t0), counters
+
+    write_run(tmp_path, content)
+    args = ("analyze", str(tmp_path), "--json", "--model-params", "1e6", "--peak-tflops", "1", "--peak-gbps", "10")
+    result = loadlab(*args)
+    assert result.returncode == 0, result.stderr
+    mbu = json.loads(result.stdout)["steps"][0]["derived"]["mbu"]
+    # 100 steps/s of 2 MB each over the busy half of each second: 0.4 GB/s, 4 % of 10 GB/s.
+    assert mbu["value"] == pytest.approx(0.04, rel=0.2)
+    assert mbu["note"].startswith("model size: 0.001 B params, 0.002 GB x ")
+    assert "over the engine's busy time" in mbu["note"] and "peaks: given: 1 TFLOP/s, 10 GB/s" in mbu["note"]
+    bad = loadlab("analyze", str(tmp_path), "--model-bytes", "-5")
+    assert "--model-bytes must be a positive number" in one_line_error(bad)

@@ -49,7 +49,7 @@ def test_list_names_every_scenario_with_what_it_expects():
     rows = [line.split()[:2] for line in result.stdout.splitlines()]
     assert ["kv_capacity", "kv_capacity"] in rows and ["client", "client"] in rows
     assert ["under_loaded", "under_loaded"] in rows
-    assert len(rows) == 9
+    assert len(rows) == 11
 
 
 def test_list_of_the_vllm_lab_names_its_scenarios():

@@ -21,10 +21,11 @@ pytestmark = pytest.mark.serial
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
 CPU_PHYSICS = {
-    "memory_bandwidth": "on a CPU the reference server's per-sequence work (sampling, streaming) weighs as much as "
-    "the small preset's weight reads: decode steps alone grew from ~20 ms at 1 sequence to ~27 ms at 1.9; the "
-    "phase-split fit read bandwidth-bound in 4 of 4 short runs (fixed share 0.67-0.82) but at R² 0.03-0.09, "
-    "a shared host stretching the same decode step from 22 to 195 ms",
+    "memory_bandwidth": "the wide preset's decode step reads 0.5 GB of weights (~35 ms alone on this host), but a "
+    "shared host that takes the server's cores stretches its steps with waiting, and MBU over that time reads "
+    "low: at a load average of 8-14 on 2 cores it read 0.1-0.3, and a fixed share of 0.3-0.6 (a CPU's ridge is "
+    "~11 tokens of this model: an 8-token prefill costs more than a decode step); too few requests to judge, or "
+    "no class, in 4 of 4 runs",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}

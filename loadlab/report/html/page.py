@@ -25,6 +25,7 @@ from loadlab.numbers import format_number, format_value
 from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
+from loadlab.report.verdict import utilisation
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
 NO_ANALYSIS = "No analysis yet: run <code>loadlab analyze {path}</code> to add the verdict, its evidence and advice."
@@ -193,7 +194,7 @@ def _verdict(data: ReportData) -> str:
     if steps:
         parts.append(
             html_table(
-                ["step", "saturation", "constraint", "score", "confidence", "runner-up", "headline"],
+                ["step", "saturation", "constraint", "score", "confidence", "runner-up", "MBU / MFU", "headline"],
                 [
                     (
                         esc(s.label),
@@ -202,6 +203,7 @@ def _verdict(data: ReportData) -> str:
                         format_number(s.score, 2),
                         format_number(s.confidence, 2),
                         _runner_up(s.runner_up),
+                        esc(utilisation(s) or "–"),
                         esc(s.headline),
                     )
                     for s in steps
@@ -242,6 +244,8 @@ def _step_evidence(step: StepVerdict) -> str:
         if rows
         else html_note("No evidence recorded for this step.")
     )
+    if utilisation(step):
+        body += f"<p><b>Roofline</b> {esc(utilisation(step, sources=True))}</p>"
     body += "".join(_list("Advice", step.advice) + _list("Missing signals", step.missing))
     return f"<details><summary>Evidence for {esc(step.label)}: {esc(step.constraint)}</summary>{body}</details>"
 

@@ -125,7 +125,9 @@ def test_a_tensor_parallel_twin_exports_gpu_signals_work_and_collective_time() -
     core = EngineCore(EngineConfig(twin="a100:qwen2.5-0.5b:tp2", max_num_seqs=4))
     timed_run(core, 2)
     assert value(core, "vllm:estimated_flops_per_gpu_total", **ENGINE) > 0
-    assert value(core, "loadlab_gpu_mem_total", gpu="1", uuid="GPU-twin-a100-1") == 81920 * 2**20
+    # Named as dcgm-exporter names a GPU (modelName): the analyzer finds its data sheet by it.
+    gpu = {"gpu": "1", "uuid": "GPU-twin-a100-1", "modelName": "A100 SXM4 80GB"}
+    assert value(core, "loadlab_gpu_mem_total", **gpu) == 81920 * 2**20
     # Two all-reduces a layer between the two simulated A100s.
     assert value(core, "loadlab_server_collective_seconds_sum", **ENGINE) > 0
 
