@@ -64,7 +64,10 @@ def evaluate(
     from loadlab.gate.checks import gate_run, unevaluated
 
     try:
-        return gate_run(folder, spec, baseline, max_regression, seed)
+        result = gate_run(folder, spec, baseline, max_regression, seed)
+        for warning in result.warnings:  # as every reader of a run folder prints them
+            say("warning", warning)
+        return result
     except UserError as e:
         why = str(e)
     except Exception as e:  # CI must read "not gated", not "an SLO failed"

@@ -34,7 +34,8 @@ def junit_xml(result: GateResult) -> str:
             ET.SubElement(case, element, {"message": text or check.status}).text = text
         elif text:
             ET.SubElement(case, "system-out").text = text
-    if result.notes:
-        ET.SubElement(suite, "system-out").text = "\n".join(inert(n) for n in result.notes)
+    lines = [f"warning: {w}" for w in result.warnings] + result.notes
+    if lines:
+        ET.SubElement(suite, "system-out").text = "\n".join(inert(line) for line in lines)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -21,6 +21,8 @@ def gate_markdown(result: GateResult) -> str:
     lines += [
         f"| {_cell(c.name)} | {_MARK[c.status]} | {_cell(c.measured)} | {_cell(c.detail)} |" for c in result.checks
     ]
+    if result.warnings:
+        lines += ["", "Warnings from the run folders:", ""] + [f"- {_cell(w)}" for w in result.warnings]
     if result.notes:
         lines += ["", "Differences between the runs:", ""] + [f"- {_cell(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"

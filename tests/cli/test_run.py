@@ -391,6 +391,39 @@ def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args,
     assert len(data.requests) == received
 
 
+def test_a_wrong_or_missing_key_is_named_whatever_request_met_it_first(tmp_path):
+    # Without --model the first request is model discovery (GET /v1/models), with it the load's:
+    # both say the key is wrong, not "pass --model".
+    url, proc = start_mock("--api-key", "right")
+    no_key = {"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""}
+    with proc:
+        results = {
+            (model, key): loadlab(
+                "run",
+                "--url",
+                url,
+                *(["--model", "m"] if model else []),
+                *(["--api-key", key] if key else []),
+                "--concurrency",
+                "1",
+                "--requests",
+                "3",
+                "--out",
+                str(tmp_path / f"{model}-{key}"),
+                *QUIET,
+                env=no_key,
+                timeout=120,
+            )  # fmt: skip
+            for model in (False, True)
+            for key in ("sk-WRONG", "")
+        }
+    for (model, _), result in results.items():
+        assert result.returncode == (4 if model else 2), result.stderr[-2000:]
+        line = one_error_line(result.stderr)
+        assert "HTTP 401" in line and "wrong or missing API key: check --api-key or $LOADLAB_API_KEY" in line
+        assert "pass --model" not in line
+
+
 def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
     """80% of requests fail: the first step ends once it has enough requests to judge, the
     second never starts, and the exit code says the run missed its budget (here set in the

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.analysis import RunnerUp, StepVerdict
-from loadlab.analyze.summary import bunched_note
+from loadlab.analyze.summary import bunched_note, unmeasured_notes
 from loadlab.errors import UserError
 from loadlab.numbers import format_number, format_value
 from loadlab.report.html import charts
@@ -157,6 +157,11 @@ def _run_header(data: ReportData) -> str:
     bunched = [bunched_note(step) for step in s.steps if step.itl_bunched > 0]
     if bunched:
         parts.append("<p><b>Bunched tokens</b></p><ul>" + "".join(f"<li>{esc(b)}</li>" for b in bunched) + "</ul>")
+    unmeasured = unmeasured_notes(s)
+    if unmeasured:
+        parts.append(
+            "<p><b>Rates not measured</b></p><ul>" + "".join(f"<li>{esc(u)}</li>" for u in unmeasured) + "</ul>"
+        )
     if data.warnings:
         parts.append("<p><b>Warnings</b></p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.warnings) + "</ul>")
     return "".join(parts)
