@@ -29,7 +29,7 @@ from loadlab.analyze import clientcause
 from loadlab.analyze.achieved import achieved
 from loadlab.analyze.breakdown import media_summaries, turn_summaries
 from loadlab.analyze.clientcheck import client_check, client_samples, merge_checks
-from loadlab.analyze.request_checks import meets_slo, token_check
+from loadlab.analyze.request_checks import meets_slo, token_check, token_count_fallback
 from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary_types import ClientCheck, RunSummary, StepSummary, TokenCheck
 from loadlab.analyze.tokens import TokenTimes
@@ -169,6 +169,8 @@ def summarize(
     warnings = list(run.meta.warnings) + list(run.warnings)
     if len(measured) == 0:
         warnings.append("no measured requests (all warm-up, or none recorded)")
+    fallback = token_count_fallback(measured, str(run.meta.config.get("token_count", "chunks")))
+    warnings += [fallback] if fallback else []
     warnings += server_notes(run, steps, run.requests)
     return RunSummary(
         path=str(run.path),

@@ -130,12 +130,16 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     cfg.out = str(folder)
     import_load_generator()
     from loadlab.cli.output import say
-    from loadlab.client.discovery import api_key_from_env, discover_model
+    from loadlab.client.discovery import api_key_from_env, api_key_variable, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
     from loadlab.terminal import inert_console
 
-    cfg.api_key = cfg.api_key or api_key_from_env()
+    if not cfg.api_key and api_key_variable() and cfg.parsed_url().has_credentials:
+        # Only one Authorization header: the URL's own credentials, given for this run, win.
+        say("warning", f"--url holds credentials, sent as Basic auth: ${api_key_variable()} is not sent")
+    else:
+        cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes

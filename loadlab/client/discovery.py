@@ -22,7 +22,12 @@ KEY_REFUSED = {
 
 def api_key_from_env() -> str:
     """The first API key set in API_KEY_ENV, or ""."""
-    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
+    return os.environ[api_key_variable()] if api_key_variable() else ""
+
+
+def api_key_variable() -> str:
+    """The name of the first variable of API_KEY_ENV that is set, or ""."""
+    return next((k for k in API_KEY_ENV if os.environ.get(k)), "")
 
 
 def discover_model(url: HttpUrl, api_key: str, timeout: float, flag: str = "--model") -> str:
