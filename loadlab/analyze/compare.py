@@ -48,6 +48,7 @@ CONFIDENCE = 0.95
 WORKLOAD_KEYS = ("model", "api", "workload", "arrival", "burstiness", "think_time", "timeout")
 
 REGRESSION, IMPROVEMENT, NO_CHANGE, NOT_COMPARABLE = "regression", "improvement", "no change", "not comparable"
+NOT_MEASURED = "not measured"  # how a Change's note starts when a rate measured nothing in either run
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,12 @@ def _change(
     low, high = np.percentile(ratios, [tail, 100 - tail]) if ratios.size >= REPLICATES // 2 else (math.nan, math.nan)
     noise = max(_split_half(base, metric, stat), _split_half(new, metric, stat))
     name = f"{metric}_{stat}" if stat else metric
+    # A rate that measured nothing (`StepValues.unmeasured`) is not comparable, and says why.
+    unmeasured = [
+        f"{NOT_MEASURED} in the {who}: {why}"
+        for who, v in (("baseline", base), ("new run", new))
+        if (why := v.unmeasured(metric))
+    ]
     return Change(
         base.label,
         name,
@@ -151,6 +158,7 @@ def _change(
         judge(float(low), float(high), noise, definition.higher_is_better, max_regression)
         if math.isfinite(change)
         else NOT_COMPARABLE,
+        "; ".join(unmeasured),
     )
 
 

@@ -22,9 +22,10 @@ def curve_points(
     analysis: Analysis | None = None,
 ) -> tuple[list[CurvePoint], float | None]:
     """The measured curve of the run's closed-loop steps (one point per concurrency, the later
-    step when one was run twice; a step too short to judge, by the analyzer's rule, is left out,
-    told to `note`) and the knee's concurrency by the analyzer's rule (None: none seen;
-    `analysis`: the run's, when the caller has it); UserError when there is nothing to plan from."""
+    step when one was run twice; a step too short to judge, by the analyzer's rule, or whose
+    throughput measured nothing, is left out, told to `note`) and the knee's concurrency by the
+    analyzer's rule (None: none seen; `analysis`: the run's, when the caller has it); UserError
+    when there is nothing to plan from."""
     values = measure(run, spec.per_request if spec else None)
     by_load: dict[float, CurvePoint] = {}
     unjudged: list[str] = []
@@ -32,7 +33,7 @@ def curve_points(
         s = step.summary
         if s.mode != "closed" or s.succeeded == 0 or not s.target > 0:
             continue
-        few = too_few(s.succeeded)
+        few = too_few(s.succeeded) or (s.rates_unmeasured and f"no rate measured: {s.rates_unmeasured}")
         if few:
             unjudged.append(f"{s.label} ({few})")
             continue

@@ -17,7 +17,7 @@ from loadlab.analyze.histograms import SampleIndex, near, window_histogram, wind
 from loadlab.analyze.intervals import GPU_SOURCES, NCCL_COLLECTIVE_SECONDS, collective_share
 from loadlab.analyze.summary import StepSummary
 from loadlab.analyze.warm_cache import hit_rate
-from loadlab.analyze.window import Window
+from loadlab.analyze.window import Window, unmeasured_rates
 from loadlab.collect import signals as sig
 from loadlab.metrics.stats import percentile
 from loadlab.store.reader import labels_of
@@ -157,7 +157,10 @@ def _client_side(d: StepData) -> None:
     ok = w.completed(req)  # the summary's rates count these same requests over the same window
     seconds = w.seconds
     requests = ["client.requests"]
-    if seconds > 0:
+    succeeded = req[req["ok"].astype(bool)]
+    ended = int(w.contains(req["end_time"]).sum())
+    fastest = float((succeeded["end_time"] - succeeded["send_time"]).min()) if len(succeeded) else math.nan
+    if not unmeasured_rates(ended, seconds, fastest):  # the summary's rule: no rate over nothing
         rate = len(ok) / seconds
         d.put("completed_per_s", rate, "requests/s", requests, CLIENT)
         d.put("output_tokens_per_s", ok["out_tokens"].sum() / seconds, "tokens/s", requests, CLIENT)

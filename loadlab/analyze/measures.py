@@ -66,6 +66,14 @@ class StepValues:
             return s.slo_met / s.sent if s.sent else math.nan
         return s.goodput if s.goodput is not None else math.nan
 
+    def unmeasured(self, metric: str, share: bool = False) -> str:
+        """Why the step's figure for `metric` measures nothing ("" when it does): a rate (output_tps,
+        rps, goodput in req/s) over a steady window in which nothing ended, or one too short
+        (the summary's `rates_unmeasured`)."""
+        definition = METRICS[metric]
+        rate = not definition.distribution and definition.unit != "fraction" and not share
+        return self.summary.rates_unmeasured if rate else ""
+
     def samples(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """A distribution metric's values and, for each, the request it came from."""
         if metric == "itl":

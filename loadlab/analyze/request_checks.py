@@ -1,4 +1,5 @@
-"""Checks over a step's successful requests: their token counts, and which met the SLO."""
+"""Checks over a step's successful requests: their token counts, how they were counted, and
+which met the SLO."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pandas as pd
 from loadlab.analyze.summary_types import TokenCheck
 from loadlab.analyze.tokens import TokenTimes
 from loadlab.metrics.slo import Slo
+from loadlab.store.schema import TOKEN_EVENTS_LOGPROBS
 
 
 def token_check(ok: pd.DataFrame) -> TokenCheck:
@@ -20,6 +22,22 @@ def token_check(ok: pd.DataFrame) -> TokenCheck:
         over_max_tokens=int((capped & (ok["out_tokens"] > ok["max_tokens"])).sum()),
         under_max_tokens=int((capped & (ok["out_tokens"] < ok["max_tokens"])).sum()),
         read_timed=int((ok["token_clock"] == "read").sum()),
+    )
+
+
+def token_count_fallback(requests: pd.DataFrame, token_count: str) -> str:
+    """The line that says `--token-count logprobs` fell back to counting chunks (successful
+    streamed requests whose chunks carried no logprobs: the server sent none), "" when it did not
+    or was not asked; `requests`: per_request rows."""
+    if token_count != TOKEN_EVENTS_LOGPROBS:
+        return ""
+    streamed = requests[requests["ok"] & requests["api"].isin(("chat", "completions"))]
+    fell = int((streamed["token_events"] != TOKEN_EVENTS_LOGPROBS).sum())
+    if not fell:
+        return ""
+    return (
+        f"--token-count logprobs: {fell:,} of {len(streamed):,} successful requests carried no logprobs "
+        "(the server sent none): their tokens were counted by chunks"
     )
 
 

@@ -13,12 +13,15 @@ Latencies are reported over successful, non-warm-up requests. Rates (requests/s,
 tokens/s, goodput) count the successful requests that ended in the step's steady-state window
 (loadlab/analyze/window.py) over its length: the figure the analyzer's knee rule, the sweep and
 the report all show. Counting every request of the step over the step's seconds would add the
-requests that finished in the drain after the step's end without their seconds.
+requests that finished in the drain after the step's end without their seconds. A rate over a
+window in which nothing ended, or one shorter than the fastest request, measures nothing: it is
+NaN ("–"), and `rates_unmeasured` says why (loadlab.analyze.window.unmeasured_rates).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -26,11 +29,11 @@ from loadlab.analyze import clientcause
 from loadlab.analyze.achieved import achieved
 from loadlab.analyze.breakdown import media_summaries, turn_summaries
 from loadlab.analyze.clientcheck import client_check, client_samples, merge_checks, untrusted
-from loadlab.analyze.request_checks import meets_slo, token_check
+from loadlab.analyze.request_checks import meets_slo, token_check, token_count_fallback
 from loadlab.analyze.server_notes import server_notes
 from loadlab.analyze.summary_types import ClientCheck, RunSummary, StepSummary, TokenCheck
 from loadlab.analyze.tokens import TokenTimes
-from loadlab.analyze.window import steady_window
+from loadlab.analyze.window import steady_window, unmeasured_rates
 from loadlab.metrics.requests import (
     bunched_share,
     output_tokens,
@@ -57,6 +60,7 @@ __all__ = [
     "per_request",
     "steps_of",
     "summarize",
+    "unmeasured_notes",
     "write_summary",
 ]
 
@@ -67,6 +71,17 @@ def bunched_note(step: StepSummary) -> str:
         f"{step.label}: {format_value(step.itl_bunched, 'fraction')} of the gaps between tokens were bunched "
         f"(tokens that arrived in one read), left out of ITL; TPOT still spreads their time"
     )
+
+
+def unmeasured_notes(summary: RunSummary) -> list[str]:
+    """One line per step whose rates show "–" (`rates_unmeasured`), and the whole run's when it
+    has several steps: the reason, where the figure would be."""
+    rows = summary.steps + ([summary.overall] if len(summary.steps) > 1 else [])
+    return [
+        f"{s.label}: no rate measured (req/s, tok/s shown as –): {s.rates_unmeasured}"
+        for s in rows
+        if s.rates_unmeasured
+    ]
 
 
 def write_summary(run: RunData, slo: Slo | None = None) -> RunSummary:
@@ -102,11 +117,14 @@ def summarize(
 
     step_summaries = []
     rated: list[pd.Index] = []
+    ended = 0  # measured requests, whatever their outcome, that ended in a steady window
     for step in steps:
         in_step = requests[requests["step"] == step.index]
         window = _window(step, in_step)
         steady = steady_window(step, in_step[~in_step["warmup"]])
         rated.append(steady.completed(in_step[~in_step["warmup"]]).index)
+        step_ended = int(steady.contains(in_step.loc[~in_step["warmup"], "end_time"]).sum())
+        ended += step_ended
         step_summaries.append(
             _summarize(
                 in_step,
@@ -120,7 +138,7 @@ def summarize(
                 ClientCheck()
                 if simulated
                 else client_check(in_step, step, window, samples, think_time, server_local, cores),
-                (rated[-1], steady.seconds),
+                _Rated(rated[-1], step_ended, steady.seconds),
                 step.ramp_end,
             )
         )
@@ -140,7 +158,9 @@ def summarize(
         overall_window,
         slo,
         merge_checks(step_summaries),
-        (pd.Index([]).append(rated) if rated else pd.Index([]), sum(s.rate_window for s in step_summaries)),
+        _Rated(
+            pd.Index([]).append(rated) if rated else pd.Index([]), ended, sum(s.rate_window for s in step_summaries)
+        ),
         steps[0].ramp_end if single else math.nan,
     )
     if not single:
@@ -149,6 +169,8 @@ def summarize(
     warnings = list(run.meta.warnings) + list(run.warnings)
     if len(measured) == 0:
         warnings.append("no measured requests (all warm-up, or none recorded)")
+    fallback = token_count_fallback(measured, run.meta.config.token_count)
+    warnings += [fallback] if fallback else []
     warnings += server_notes(run, steps, run.requests)
     return RunSummary(
         path=str(run.path),
@@ -228,6 +250,16 @@ def _window(step: StepInfo, in_step: pd.DataFrame) -> tuple[float, float, float]
     return float(start), float(end), max(float(seconds), 0.0)
 
 
+@dataclass(frozen=True)
+class _Rated:
+    """What a step's rates count: the rows of the successful requests that ended in its steady
+    window, how many requests of any outcome ended there, and the window's seconds."""
+
+    rows: pd.Index
+    ended: int
+    seconds: float
+
+
 def _summarize(
     df: pd.DataFrame,
     tokens: TokenTimes,
@@ -238,21 +270,22 @@ def _summarize(
     window: tuple[float, float, float],
     slo: Slo | None,
     client: ClientCheck,
-    rates: tuple[pd.Index, float],
+    rates: _Rated,
     ramp_end: float = math.nan,
 ) -> StepSummary:
-    """`rates`: the rows of the successful requests the rates count (ended in the steady-state
-    window) and the seconds of that window."""
+    """`rates`: what the rates count (`_Rated`)."""
     start, end, seconds = window
     measured = df[~df["warmup"]]
     ok = measured[measured["ok"]]
     aborted = measured["error"] == ErrorCategory.ABORTED.value
     failed = measured[~measured["ok"] & ~aborted]
-    rated, rate_seconds = rates
-    completed = ok.loc[ok.index.intersection(rated)]
+    rate_seconds = rates.seconds
+    completed = ok.loc[ok.index.intersection(rates.rows)]
+    fastest = float((ok["end_time"] - ok["send_time"]).min()) if len(ok) else math.nan
+    unmeasured = unmeasured_rates(rates.ended, rate_seconds, fastest)
 
     def per_s(n: float) -> float:
-        return n / rate_seconds if rate_seconds > 0 else math.nan
+        return math.nan if unmeasured else n / rate_seconds
 
     gaps = tokens.gaps_of(ok.index)
     output_tokens = int(ok["out_tokens"].sum())
@@ -288,6 +321,7 @@ def _summarize(
         itl_bunched=bunched_share(gaps),
         completed=len(completed),
         rate_window=rate_seconds,
+        rates_unmeasured=unmeasured,
         items=int(ok["items"].sum()),
         items_per_s=per_s(int(completed["items"].sum())),
         prompt_tokens_per_s=per_s(int(completed["prompt_tokens"].clip(lower=0).sum())),

@@ -87,6 +87,7 @@ class StepSummary:
     itl_bunched: float = math.nan
     completed: int = 0  # successful requests that ended in the steady-state window(s)
     rate_window: float = math.nan  # seconds of the steady-state window(s) the rates are over
+    rates_unmeasured: str = ""  # why the rates are NaN ("–"): nothing ended in the window, or it was too short
     # Pooling requests (embeddings, rerank; no stream, so no TTFT or ITL): the items they carried
     # (inputs, documents) and their usage.prompt_tokens, of succeeded requests, and both per second.
     items: int = 0

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.intervals import Bins
+from loadlab.numbers import format_value
 from loadlab.store.schema import StepInfo
 
 
@@ -75,6 +76,26 @@ def steady_window(step: StepInfo, requests: pd.DataFrame) -> Window:
             f"in-flight reached {step.target:g} only at the last send: from the first send to the last",
         )
     return Window(first, last, _length(first, last), "from the first send to the last send")
+
+
+def unmeasured_rates(ended: int, window: float, fastest: float) -> str:
+    """Why rates (requests/s, tokens/s, goodput) measure nothing, "" when they do: `ended`
+    requests (any outcome) ended in the steady window of `window` seconds, and the fastest
+    successful request took `fastest` seconds from its send to its end.
+
+    A window in which nothing ended has no rate to show (0 would read as a server that delivered
+    nothing); in one shorter than the fastest request, whatever ended was sent before the window
+    (a trace replayed at 1e9x sends everything in milliseconds)."""
+    if window <= 0:
+        return "no steady window to measure them over (no request, or all sent at one moment)"
+    if ended == 0:
+        return f"no request ended in the steady window ({format_value(window, 's')})"
+    if window < fastest:
+        return (
+            f"the steady window ({format_value(window, 's')}) is shorter than the fastest request "
+            f"({format_value(fastest, 's')} from send to end): what ended in it was sent before it"
+        )
+    return ""
 
 
 def _first_reaching(requests: pd.DataFrame, target: float) -> float:

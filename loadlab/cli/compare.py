@@ -24,15 +24,15 @@ def compare(
     """Compare runs per step and metric: change, 95 % interval, noise, and regression/improvement."""
     from loadlab.analyze.compare import compare_runs
     from loadlab.analyze.measures import measure
+    from loadlab.cli.output import read_run
     from loadlab.errors import UserError
     from loadlab.report.compare import print_comparison
     from loadlab.report.console import table_console
     from loadlab.store.meta import json_safe
-    from loadlab.store.reader import load_run
 
     if len(folders) < 2:
         raise UserError("compare needs at least two run folders: BASELINE RUN [RUN ...]")
-    runs = [measure(load_run(f)) for f in folders]
+    runs = [measure(read_run(f, named=True)) for f in folders]
     comparisons = [compare_runs(runs[0], other, seed=seed) for other in runs[1:]]
     if as_json:
         print(json.dumps(json_safe([asdict(c) for c in comparisons]), indent=2))

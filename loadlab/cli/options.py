@@ -323,7 +323,13 @@ class CollectorFlags(ConfigFlags):
     ] = None
 
     def settings(self) -> dict[str, Any]:
-        """As the base, with the switches as the settings they turn off or on."""
+        """As the base, with the switches as the settings they turn off or on; UserError when
+        --no-server-metrics and --server-metrics are both given (which one was meant?)."""
+        if self.no_server_metrics and self.server_metrics is not None:
+            raise UserError(
+                f"--no-server-metrics turns scraping off and --server-metrics {self.server_metrics} names a page "
+                "to scrape: give one"
+            )
         settings = super().settings()
         del settings["no_server_metrics"], settings["no_gpu"]
         if self.no_server_metrics:

@@ -12,12 +12,13 @@ if TYPE_CHECKING:
     from loadlab.store.reader import RunData
 
 
-def read_run(folder: Path, without: tuple[str, ...] = ()) -> RunData:
+def read_run(folder: Path, without: tuple[str, ...] = (), named: bool = False) -> RunData:
     """`load_run` (RunFolderError, one line, when the folder cannot be trusted), printing the
-    reader's warnings once."""
+    reader's warnings once (`named`: each after the folder's name, for a command that reads
+    several)."""
     from loadlab.store.reader import load_run
 
     run = load_run(folder, without)
     for warning in run.warnings:
-        say("warning", warning)
+        say("warning", f"{folder}: {warning}" if named else warning)
     return run

@@ -50,12 +50,16 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     check_out_folder(folder)
     cfg.out = str(folder)
     import_load_generator()
-    from loadlab.client.discovery import api_key_from_env, discover_model
+    from loadlab.client.discovery import api_key_from_env, api_key_variable, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
     from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
     from loadlab.terminal import inert_console, say
 
-    cfg.api_key = cfg.api_key or api_key_from_env()
+    if not cfg.api_key and api_key_variable() and cfg.parsed_url().has_credentials:
+        # Only one Authorization header: the URL's own credentials, given for this run, win.
+        say("warning", f"--url holds credentials, sent as Basic auth: ${api_key_variable()} is not sent")
+    else:
+        cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
@@ -161,7 +165,10 @@ def evaluate(
     from loadlab.terminal import say
 
     try:
-        return gate_run(folder, spec, baseline, max_regression, seed)
+        result = gate_run(folder, spec, baseline, max_regression, seed)
+        for warning in result.warnings:  # as every reader of a run folder prints them
+            say("warning", warning)
+        return result
     except UserError as e:
         why = str(e)
     except Exception as e:  # CI must read "not gated", not "an SLO failed"

@@ -14,11 +14,22 @@ from loadlab.errors import UserError
 from loadlab.urls import HttpUrl
 
 API_KEY_ENV = ("LOADLAB_API_KEY", "OPENAI_API_KEY")  # looked up in this order
+# What an endpoint's refusal of the key says, whichever request met it first (model discovery,
+# or the load's first requests: loadlab.conductor.budget).
+KEY_REFUSED = {
+    401: "wrong or missing API key: check --api-key or $LOADLAB_API_KEY (or $OPENAI_API_KEY)",
+    403: "the API key is not allowed here: check the key and its permissions",
+}
 
 
 def api_key_from_env() -> str:
     """The first API key set in API_KEY_ENV, or ""."""
-    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), "")
+    return os.environ[api_key_variable()] if api_key_variable() else ""
+
+
+def api_key_variable() -> str:
+    """The name of the first variable of API_KEY_ENV that is set, or ""."""
+    return next((k for k in API_KEY_ENV if os.environ.get(k)), "")
 
 
 def discover_model(url: HttpUrl, api_key: str, timeout: float, flag: str = "--model") -> str:
@@ -41,6 +52,8 @@ def discover_model(url: HttpUrl, api_key: str, timeout: float, flag: str = "--mo
             models = json.loads(r.read())["data"]
         return str(models[0]["id"])
     except urllib.error.HTTPError as e:
+        if e.code in KEY_REFUSED:  # --model would only meet the same refusal on every request
+            raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}: {KEY_REFUSED[e.code]}") from None
         raise UserError(f"GET {base}{prefix}/models answered HTTP {e.code}; pass {flag}") from None
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         reason = getattr(e, "reason", None) or e

@@ -31,6 +31,7 @@ class PollingCollector:
             raise ValueError(f"{type(self).__name__}: interval must be > 0, got {interval}")
         self.interval = interval
         self._coverage = Coverage(source=self.source, enabled=True)
+        self._notes: list[str] = []  # a fallback taken, for the run's warnings (`notes`)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sink: SampleSink | None = None
@@ -88,6 +89,10 @@ class PollingCollector:
     def coverage(self) -> Coverage:
         """Counts of good and failed samples, and the first error."""
         return self._coverage
+
+    def notes(self) -> list[str]:
+        """What the run's warnings should say of this collector: the fallbacks it took."""
+        return self._notes
 
     # -- internals --------------------------------------------------------------------------
     def _tick(self) -> None:

@@ -109,6 +109,10 @@ class PrometheusCollector:
         """Samples pulled, or the error that prevented it."""
         return self._coverage
 
+    def notes(self) -> list[str]:
+        """No fallback to tell of: one query over the run's window, or its error in the coverage."""
+        return []
+
     def pull(self, start: float, end: float) -> list[Sample]:
         """Every matching series over [start, end] at `step`, as canonical samples."""
         from prometheus_api_client import PrometheusConnect  # imports requests: only when used

@@ -77,7 +77,8 @@ class ServerMetricsCollector(PollingCollector):
                 if e.code != 404:
                     raise
                 if len(self._urls) > 1:
-                    self._urls.pop(0)
+                    missing = str(self._urls.pop(0))
+                    self._notes.append(f"server metrics: {missing} answered 404; scraped {self.url} instead")
                     continue
                 raise MetricsNotFound(
                     f"{self.url} answered 404: no metrics there (SGLang needs --enable-metrics; "

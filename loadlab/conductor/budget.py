@@ -16,16 +16,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from loadlab.client.discovery import KEY_REFUSED
 from loadlab.numbers import format_value
 from loadlab.store.schema import ErrorCategory, RequestRecord
 
 REJECTED_AFTER = 3  # first requests that must all be rejected alike
 MIN_REQUESTS = 20  # measured requests a step needs before its error rate can end it
-_REJECTED_STATUS = {
-    401: "check the API key (--api-key, $LOADLAB_API_KEY)",
-    403: "check the API key and its permissions",
-    404: "check --model and --url",
-}  # what to do about each
+_REJECTED_STATUS = {**KEY_REFUSED, 404: "check --model and --url"}  # what to do about each
 
 
 @dataclass(frozen=True)

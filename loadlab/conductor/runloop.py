@@ -260,6 +260,8 @@ class Conductor:
             if self.losses:
                 self.status = DEGRADED
         writer = self.writer
+        for note in (note for c in self.collectors for note in c.notes()):  # a fallback: said, not silent
+            writer.add_warning(note)
         reason = self.breach.reason if self.breach else ""
         coverage = [c.coverage() for c in self.collectors] + [self.selfcheck.coverage()]
         writer.close(self.status, coverage=coverage, reason=reason)

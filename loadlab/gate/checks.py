@@ -2,7 +2,8 @@
 
 Every check is one `Check` (one JUnit test case). The exit code follows from their statuses:
 0 all pass; 1 a check failed; 2 the run is invalid for gating (cut off, client-limited, too few
-requests) or a check cannot be evaluated (a step or analysis.json that is not there).
+requests) or a check cannot be evaluated (a step or analysis.json that is not there, a rate
+that measured nothing).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class GateResult:
     run: str
     checks: list[Check]
     notes: list[str] = field(default_factory=list)
+    # What the run folder's reader warned of (a step ending before it starts, a part skipped):
+    # the lines `summary`, `analyze` and `report` print for the same folder.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -62,8 +66,12 @@ def gate_run(
     if spec is None and baseline is None:
         raise UserError("nothing to check: give --slo and/or --baseline")
     per_request = spec.per_request if spec else None
-    base = measure(load_run(baseline), per_request) if baseline is not None else None
-    return check_run(measure(load_run(folder), per_request), spec, _read_analysis(folder), base, max_regression, seed)
+    base_run = load_run(baseline) if baseline is not None else None
+    run = load_run(folder)
+    base = measure(base_run, per_request) if base_run is not None else None
+    result = check_run(measure(run, per_request), spec, _read_analysis(folder), base, max_regression, seed)
+    result.warnings = run.warnings + [f"baseline {baseline}: {w}" for w in (base_run.warnings if base_run else [])]
+    return result
 
 
 def unevaluated(run: str, why: str) -> GateResult:
@@ -185,6 +193,9 @@ def _metric_check(objective: Objective, step: StepValues) -> Check:
     unit = "fraction" if objective.share else METRICS[objective.metric].unit
     limit = format_value(objective.limit, unit, DIGITS)
     sense = ">=" if METRICS[objective.metric].higher_is_better else "<="
+    unmeasured = step.unmeasured(objective.metric, objective.share)
+    if unmeasured:  # not a failure of 0: nothing was measured to hold against the limit
+        return Check(SLO, name, ERROR, "not measured", f"{unmeasured}; limit {sense} {limit}")
     if math.isnan(value):
         return Check(SLO, name, FAIL, "no value", f"nothing measured to compare with {sense} {limit}")
     return Check(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loadlab.gate.checks import ERROR, FAIL, INVALID, PASS, SKIPPED, GateResult
+from loadlab.terminal import inert
 
 _MARK = {PASS: "✅ pass", FAIL: "❌ fail", INVALID: "⚠️ invalid", ERROR: "⚠️ error", SKIPPED: "➖ skipped"}
 
@@ -20,11 +21,15 @@ def gate_markdown(result: GateResult) -> str:
     lines += [
         f"| {_cell(c.name)} | {_MARK[c.status]} | {_cell(c.measured)} | {_cell(c.detail)} |" for c in result.checks
     ]
+    if result.warnings:
+        lines += ["", "Warnings from the run folders:", ""] + [f"- {_cell(w)}" for w in result.warnings]
     if result.notes:
         lines += ["", "Differences between the runs:", ""] + [f"- {_cell(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"
 
 
 def _cell(text: str) -> str:
-    """Text safe inside a table cell: no pipes or newlines, no HTML."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a table cell: no newlines, other control characters written out as in the
+    terminal (`inert`), no pipes, no HTML."""
+    shown = inert(text.replace("\n", " "))
+    return shown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")

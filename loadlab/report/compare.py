@@ -10,7 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
-from loadlab.analyze.compare import IMPROVEMENT, REGRESSION, Change, Comparison, format_change
+from loadlab.analyze.compare import IMPROVEMENT, NOT_MEASURED, REGRESSION, Change, Comparison, format_change
 from loadlab.numbers import format_value
 
 _STYLE = {REGRESSION: "bold red", IMPROVEMENT: "bold green"}
@@ -63,4 +63,6 @@ def _call(change: Change) -> str:
     """The call, coloured when one was made; a flagged change says why it is not comparable."""
     if change.call in _STYLE:
         return f"[{_STYLE[change.call]}]{change.call}[/]"
-    return change.call + (" (error rate differs)" if change.note else "")
+    if not change.note:
+        return change.call
+    return change.call + (f" ({NOT_MEASURED})" if change.note.startswith(NOT_MEASURED) else " (error rate differs)")

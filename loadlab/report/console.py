@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note
+from loadlab.analyze.summary import RunSummary, StepSummary, bunched_note, unmeasured_notes
 from loadlab.metrics.stats import Distribution
 from loadlab.numbers import DASH, format_number, format_value
 from loadlab.terminal import inert_console
@@ -174,6 +174,7 @@ def _notes(summary: RunSummary) -> list[Text]:
     ]
     notes += [Text(f"tokens: {n} {what}", style="yellow") for n, what in checks if n]
     notes += [Text(bunched_note(step)) for step in summary.steps if step.itl_bunched > 0]
+    notes += [Text(line, style="yellow") for line in unmeasured_notes(summary)]
     if summary.coverage:
         parts = [
             f"{c.source} "

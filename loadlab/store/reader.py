@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from loadlab.errors import UserError
 from loadlab.numbers import format_value
 from loadlab.store.meta import RunMeta
-from loadlab.store.schema import FORMAT_VERSION
+from loadlab.store.schema import FORMAT_VERSION, StepInfo
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 RUN_JSON = "run.json"
@@ -44,6 +44,17 @@ REQUESTS_DIR = "requests"
 SAMPLES_DIR = "samples"
 PART_GLOB = "part-*.parquet"
 _JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+# run.json's parts every loadlab has written since the first format, and their JSON types ...
+_ALWAYS_WRITTEN: dict[str, type] = {
+    "config": dict,
+    "versions": dict,
+    "host": dict,
+    "worker_anchors": dict,
+    "steps": list,
+    "coverage": list,
+}
+# ... and those a later format added (absent from an earlier run.json, never null).
+_ADDED_LATER: dict[str, type] = {"warnings": list, "cache_resets": list, "simulated": dict}
 _PART_NAME = re.compile(r"part-(\d+)(?:-(\d+))?\.parquet")
 _FORMAT = re.compile(r"loadlab-run/(\d+)")
 _TIME_COLUMNS = {
@@ -101,10 +112,11 @@ def load_run(folder: str | Path, without: tuple[str, ...] = ()) -> RunData:
     bulk of a large run, for an analysis that does not need every token's time.
     """
     path = Path(folder)
-    meta = read_meta(path)
+    warnings: list[str] = []
+    meta = read_meta(path, warnings)
     span = _span(meta)
     _check_times(meta, span, path / RUN_JSON)
-    warnings = _step_warnings(meta)
+    warnings += _step_warnings(meta)
     writing = meta.cut_off and writer_alive(meta.host)
     if writing:
         warnings.append(
@@ -132,9 +144,10 @@ def writer_alive(host: dict[str, Any]) -> bool:
     return True
 
 
-def read_meta(folder: Path) -> RunMeta:
+def read_meta(folder: Path, warnings: list[str] | None = None) -> RunMeta:
     """Parse folder/run.json, or raise RunFolderError saying why this is not a run folder (or
-    why its numbers would mean nothing)."""
+    why its numbers would mean nothing); a part every loadlab writes that is missing is read as
+    empty, with a line appended to `warnings` naming it."""
     run_json = folder / RUN_JSON
     if not folder.is_dir():
         raise RunFolderError(f"not a run folder: {folder} does not exist or is not a directory")
@@ -147,6 +160,9 @@ def read_meta(folder: Path) -> RunMeta:
     except (OSError, ValueError, TypeError, RecursionError) as e:
         raise RunFolderError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
     _check_format(data.get("format"), run_json)
+    missing = _check_parts(data, run_json)
+    if warnings is not None:
+        warnings += missing
     odd = _odd_number(data, "")
     if odd:
         raise RunFolderError(
@@ -162,9 +178,11 @@ def read_meta(folder: Path) -> RunMeta:
             _check_types(step, f"steps[{i}].")
         for i, cov in enumerate(meta.coverage):
             _check_types(cov, f"coverage[{i}].")
-        return meta
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise RunFolderError(f"not a run folder: {run_json} is unreadable ({type(e).__name__}: {e})") from None
+    for i, step in enumerate(meta.steps):
+        _check_step(step, f"{run_json}: steps[{i}].")
+    return meta
 
 
 def read_stage_json(folder: Path, name: str) -> dict[str, Any] | None:
@@ -198,6 +216,44 @@ def _check_format(fmt: object, run_json: Path) -> None:
             f"{run_json} has format {fmt} of a newer loadlab (this one reads up to "
             f"loadlab-run/{FORMAT_VERSION}): read it with the loadlab that wrote it"
         )
+
+
+def _check_parts(data: dict[str, Any], run_json: Path) -> list[str]:
+    """RunFolderError when a part of run.json is null or not of the JSON type loadlab writes it
+    as (`"steps": null` would read as a run without steps); a warning for each part every
+    loadlab writes that is missing."""
+    for key, kind in {**_ALWAYS_WRITTEN, **_ADDED_LATER}.items():
+        if key in data and not isinstance(data[key], kind):
+            empty = "{}" if kind is dict else "[]"
+            raise RunFolderError(
+                f"{run_json}: {key} is {_json_name(data[key])}, not {_json_name(kind())} "
+                f"(loadlab writes {empty} for none): the run's figures would rest on a guess"
+            )
+    return [
+        f"run.json has no {key} (every loadlab writes it): read as empty, "
+        + ("the steps taken from the requests and the config" if key == "steps" else "its figures may be missing")
+        for key in _ALWAYS_WRITTEN
+        if key not in data
+    ]
+
+
+def _json_name(value: object) -> str:
+    """A parsed JSON value's type as JSON names it, with its article: "null", "an array", "a string"."""
+    name = _JSON_NAMES.get(type(value), type(value).__name__) if not isinstance(value, dict) else "object"
+    return name if name == "null" else f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _check_step(step: StepInfo, where: str) -> None:
+    """RunFolderError when a step's load is not one loadlab runs (users or requests/s above 0)
+    or its index is negative (-1 stands for the whole run): achieved/target and the step's
+    figures would be read against a number that means nothing."""
+    if not step.target > 0:
+        raise RunFolderError(
+            f"{where}target is {step.target:g}, not a load (users or requests/s above 0): "
+            "the step's figures would mean nothing"
+        )
+    if step.index < 0:
+        raise RunFolderError(f"{where}index is {step.index}, not a step's (0 or more)")
 
 
 def _odd_number(value: Any, where: str) -> str:

@@ -7,6 +7,8 @@ unit vectors, their dot product, in [-1, 1]; a document equal to the query score
 
 from __future__ import annotations
 
+import base64
+import struct
 import uuid
 from typing import Any
 
@@ -30,16 +32,23 @@ async def pooled(engine: Engine, prompts: list[list[int]]) -> list[list[float]]:
 
 
 async def embeddings(engine: Engine, request: EmbeddingRequest, model_name: str) -> dict[str, Any]:
-    """The OpenAI embeddings response."""
+    """The OpenAI embeddings response, each vector as JSON numbers or, with encoding_format
+    base64, as OpenAI and vLLM send it: the float32 values' little-endian bytes in base64."""
     vectors = await pooled(engine, request.inputs)
     tokens = sum(len(p) for p in request.inputs)
+    encoded: list[list[float] | str] = [_base64(v) if request.encoding == "base64" else v for v in vectors]
     return {
         "object": "list",
         "id": "embd-" + uuid.uuid4().hex,
         "model": model_name,
-        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(encoded)],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
+
+
+def _base64(vector: list[float]) -> str:
+    """A vector as little-endian float32 bytes in base64 (what the openai SDK decodes by default)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 async def rerank(engine: Engine, request: RerankRequest, model_name: str) -> dict[str, Any]:

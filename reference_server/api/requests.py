@@ -192,9 +192,11 @@ def parse_prompt(prompt: Any, model: ServedModel, param: str = "prompt") -> list
 
 @dataclass
 class EmbeddingRequest:
-    """A validated /v1/embeddings request: the inputs' token ids."""
+    """A validated /v1/embeddings request: the inputs' token ids, and how to write the vectors
+    ("float": JSON numbers; "base64": little-endian float32 bytes, base64, the openai SDK's default)."""
 
     inputs: list[list[int]]
+    encoding: str = "float"
 
 
 @dataclass
@@ -208,15 +210,16 @@ class RerankRequest:
 
 
 def parse_embeddings(raw: Any, model: ServedModel) -> EmbeddingRequest:
-    """Validate a /v1/embeddings body (OpenAI's: `input` as a string, strings or token ids; floats only)."""
+    """Validate a /v1/embeddings body (OpenAI's: `input` as a string, strings or token ids;
+    `encoding_format` float, the default, or base64)."""
     fields = _Fields(raw)
     check_model(fields, model)
     if "input" not in fields.raw:
         raise bad_request("'input' is required", "input")
-    encoding = fields.string("encoding_format")
-    if encoding not in (None, "float"):
-        raise bad_request("'encoding_format' must be 'float' (base64 is not served)", "encoding_format")
-    return EmbeddingRequest(parse_prompt(fields.raw["input"], model, "input"))
+    encoding = fields.string("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise bad_request("'encoding_format' must be 'float' or 'base64'", "encoding_format")
+    return EmbeddingRequest(parse_prompt(fields.raw["input"], model, "input"), encoding)
 
 
 def parse_rerank(raw: Any, model: ServedModel) -> RerankRequest:

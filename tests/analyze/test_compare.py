@@ -19,7 +19,7 @@ from loadlab.analyze.compare import (
     weighted_bootstrap,
 )
 from loadlab.analyze.measures import RunValues, measure
-from tests.support.records import T, closed
+from tests.support.records import T, closed, req
 from tests.support.runs import DRAWN_EVERY, drawn_records, run_of, with_failures
 
 N = 200
@@ -120,3 +120,17 @@ def test_the_same_error_rate_leaves_the_latencies_judged() -> None:
     changes = compare_runs(failing(1, 4), failing(2, 4, slower=1.25)).changes
     assert changes[0].call == NO_CHANGE and not any(c.note for c in changes)
     assert {c.metric: c.call for c in changes}["ttft_p50"] == REGRESSION
+
+
+def test_a_rate_that_measured_nothing_is_not_comparable_and_says_why() -> None:
+    # The same label, once as a steady step and once as a burst in which nothing ended in the
+    # steady window: its throughput is no figure, so no call, and the note says why.
+    base = drawn(1, target=1e9)
+    burst = [req(i, T + i * 0.01, [T + i * 0.01 + 0.2], T + i * 0.01 + 0.5) for i in range(20)]
+    new = measure(run_of(burst, [closed(1e9, start=T, end=T + 1)]))
+    changes = {c.metric: c for c in compare_runs(base, new).changes}
+    for metric in ("output_tps", "rps"):
+        assert math.isfinite(changes[metric].base) and math.isnan(changes[metric].new)
+        assert changes[metric].call == NOT_COMPARABLE
+        assert changes[metric].note.startswith("not measured in the new run: no request ended in the steady window")
+    assert not changes["ttft_p50"].note  # the latencies were measured

@@ -198,7 +198,8 @@ def test_write_summary_writes_summary_json_into_the_closed_run_folder(tmp_path: 
 def test_a_run_without_measured_requests_summarizes_to_empty_figures_and_a_warning() -> None:
     summary = summarize(run_of([req(0, T, [T + 1], warmup=True)], [closed(2)]))
     s = summary.overall
-    assert (s.sent, s.warmup, s.ttft.count, s.requests_per_s) == (0, 1, 0, 0.0)
+    assert (s.sent, s.warmup, s.ttft.count) == (0, 1, 0)
+    assert math.isnan(s.requests_per_s) and s.rates_unmeasured  # no rate of 0 over nothing
     assert math.isnan(s.ttft.p50) and not summary.client.limited
     assert any("no measured requests" in w for w in summary.warnings)
 
@@ -255,3 +256,41 @@ def test_bunched_tokens_are_a_share_not_zero_gaps_in_itl() -> None:
         0
     ].itl_bunched == pytest.approx(2 / 6)
     assert math.isnan(summarize(run_of([req(0, T, [T + 0.1])], [closed()])).steps[0].itl_bunched)
+
+
+def test_a_rate_over_a_window_in_which_nothing_ended_is_no_figure_and_says_why() -> None:
+    # A trace replayed at 1e9x: everything sent within 50 ms, every request ends 0.4 s later.
+    # Nothing ended in the steady window (first to last send): a rate of 0 would read as a server
+    # that delivered nothing.
+    records = [req(i, T + i * 0.01, [T + i * 0.01 + 0.2], T + i * 0.01 + 0.4) for i in range(6)]
+    summary = summarize(run_of(records, [opened(1e9)]))
+    s = summary.steps[0]
+    assert (s.sent, s.succeeded, s.completed) == (6, 6, 0)
+    for rate in (s.requests_per_s, s.output_tokens_per_s, s.items_per_s, s.prompt_tokens_per_s):
+        assert math.isnan(rate)
+    assert s.rates_unmeasured == "no request ended in the steady window (50 ms)"
+    assert s.ttft.count == 6  # the latencies were measured: only the rates were not
+    assert json.loads(json.dumps(summary.to_dict()))["steps"][0]["requests_per_s"] is None
+    assert StepSummary.from_dict(summary.to_dict()["steps"][0]).rates_unmeasured == s.rates_unmeasured
+
+
+def test_a_rate_over_a_window_shorter_than_the_fastest_request_is_no_figure() -> None:
+    # Three users: in flight reaches 3 at +1.01, the last send is at +1.06: a 50 ms window in
+    # which r0 (sent 1.05 s before it) ended. 1 request / 50 ms = 20 req/s would be one request's
+    # timing, not a rate; the fastest request took 1.05 s.
+    records = [
+        req(0, T, [T + 0.5], T + 1.05),
+        req(1, T + 1.0, [T + 1.5], T + 2.1),
+        req(2, T + 1.01, [T + 1.5], T + 2.2),
+        req(3, T + 1.06, [T + 1.6], T + 2.3),
+    ]
+    s = summarize(run_of(records, [closed(3)])).steps[0]
+    assert s.completed == 1 and math.isnan(s.requests_per_s) and math.isnan(s.output_tokens_per_s)
+    assert s.rates_unmeasured == (
+        "the steady window (50 ms) is shorter than the fastest request (1.05 s from send to end): "
+        "what ended in it was sent before it"
+    )
+    # Requests that ended in the window but failed: a measured 0, the errors say why.
+    failed = [req(i, T + i * 0.5, [], T + i * 0.5 + 0.1, error="http_5xx") for i in range(10)]
+    s = summarize(run_of(failed, [opened(2)])).steps[0]
+    assert s.requests_per_s == 0 and not s.rates_unmeasured

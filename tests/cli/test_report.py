@@ -20,6 +20,10 @@ from tests.support.runs import fill_run, write_run
 # Markup that would run if any of it reached the page unescaped: it sets window.pwned.
 PAYLOAD = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">"onerror=window.pwned=3 x'
 SECRET = "sk-secret-key-4711"
+# Characters that steer a terminal (ESC retitles it, BEL rings, U+202E reverses what follows), and
+# how the terminal and the page both show them: written out.
+CONTROL = "\x1b]0;pwned\x07\u202eevil"
+CONTROL_SHOWN = "\\x1b]0;pwned\\x07\\u202eevil"
 # Per chart: its traces, and how many of them drew a path with a shape (a line, a bar).
 CHARTS_JS = """Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => ({
   id: d.id, traces: d.data.length,
@@ -109,13 +113,16 @@ def test_report_opens_offline_in_chromium_with_every_chart_drawn_and_the_run_tex
 
 def test_server_error_text_arrives_inert(tmp_path):
     # A model the mock does not serve: every request gets 404 "The model `PAYLOAD` does not exist."
-    run, code = mock_run(tmp_path, "mock", PAYLOAD)
+    run, code = mock_run(tmp_path, "mock", PAYLOAD + CONTROL)
     assert code == 4
     page = report(run, tmp_path / "report.html")
     loaded = load_page(page.as_uri(), INERT_JS)
     assert loaded.errors == [] and loaded.requests == []
     assert loaded.value["pwned"] is None and loaded.value["images"] == 0
-    assert f"The model `{PAYLOAD}` does not exist." in loaded.value["text"]
+    text = loaded.value["text"]
+    assert f"The model `{PAYLOAD}{CONTROL_SHOWN}` does not exist." in text  # the error examples' cell
+    assert text.count(PAYLOAD + CONTROL_SHOWN) >= 2  # and the model's
+    assert not any(raw in page.read_text() for raw in ("\x1b", "\x07", "\u202e"))
     assert (run / "analysis.json").exists()  # `loadlab run` analyzed it: its text went through the page too
 
 

@@ -391,6 +391,39 @@ def test_a_run_the_endpoint_rejects_stops_at_once(tmp_path, mock_args, run_args,
     assert len(data.requests) == received
 
 
+def test_a_wrong_or_missing_key_is_named_whatever_request_met_it_first(tmp_path):
+    # Without --model the first request is model discovery (GET /v1/models), with it the load's:
+    # both say the key is wrong, not "pass --model".
+    url, proc = start_mock("--api-key", "right")
+    no_key = {"LOADLAB_API_KEY": "", "OPENAI_API_KEY": ""}
+    with proc:
+        results = {
+            (model, key): loadlab(
+                "run",
+                "--url",
+                url,
+                *(["--model", "m"] if model else []),
+                *(["--api-key", key] if key else []),
+                "--concurrency",
+                "1",
+                "--requests",
+                "3",
+                "--out",
+                str(tmp_path / f"{model}-{key}"),
+                *QUIET,
+                env=no_key,
+                timeout=120,
+            )  # fmt: skip
+            for model in (False, True)
+            for key in ("sk-WRONG", "")
+        }
+    for (model, _), result in results.items():
+        assert result.returncode == (4 if model else 2), result.stderr[-2000:]
+        line = one_error_line(result.stderr)
+        assert "HTTP 401" in line and "wrong or missing API key: check --api-key or $LOADLAB_API_KEY" in line
+        assert "pass --model" not in line
+
+
 def test_a_step_over_the_error_budget_ends_the_run(tmp_path):
     """80% of requests fail: the first step ends once it has enough requests to judge, the
     second never starts, and the exit code says the run missed its budget (here set in the
@@ -505,6 +538,11 @@ def test_a_failing_closed_loop_user_pauses_between_requests(tmp_path):
         (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "t.csv", "--trace-speed", "0"], "trace_speed"),
         (["--url", "http://127.0.0.1:1", "--model", "m", "--trace", "t.csv", "--workload", "synthetic"], "--trace"),
         (["--url", "http://127.0.0.1:1", "--model", "m"], "no load"),
+        # QUIET adds --no-server-metrics: which of the two was meant?
+        (
+            ["--url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "1", "--server-metrics", "/m"],
+            "--no-server-metrics turns scraping off and --server-metrics /m names a page to scrape: give one",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -567,6 +605,36 @@ def test_credentials_in_the_url_are_used_and_never_written_or_shown(mock, tmp_pa
     for f in out.rglob("*"):
         if f.is_file():
             assert b"pw-4711" not in f.read_bytes(), f
+
+
+def test_an_api_key_in_the_environment_beside_credentials_in_the_url_is_named_not_sent(tmp_path):
+    # The mock takes only the environment's key (Bearer): the URL's credentials, which win (one
+    # Authorization header), are refused, and the run said beforehand that the key is not sent.
+    url, proc = start_mock("--api-key", "sk-env")
+    with proc:
+        result = loadlab(
+            "run", "--url", url.replace("http://", "http://alice:pw-4711@"), "--model", "m", "--concurrency", "1",
+            "--requests", "3", "--out", str(tmp_path / "run"), *QUIET, env={"LOADLAB_API_KEY": "sk-env"}, timeout=120,
+        )  # fmt: skip
+    assert "warning: --url holds credentials, sent as Basic auth: $LOADLAB_API_KEY is not sent" in result.stderr
+    assert result.returncode == 4 and "wrong or missing API key" in one_error_line(result.stderr)
+    assert "pw-4711" not in result.stdout + result.stderr
+
+
+def test_token_counting_that_falls_back_to_chunks_says_so_in_the_runs_warnings(mock, tmp_path):
+    # The mock's chunks carry "logprobs": null: --token-count logprobs cannot count by them.
+    out = tmp_path / "run"
+    result = run_ok(
+        "--url", mock, "--model", "m", "--concurrency", "2", "--requests", "4", "--output-len", "3",
+        "--token-count", "logprobs", "--out", str(out),
+    )  # fmt: skip
+    line = (
+        "--token-count logprobs: 4 of 4 successful requests carried no logprobs (the server sent none): "
+        "their tokens were counted by chunks"
+    )
+    assert line in json.loads((out / "summary.json").read_text())["warnings"]
+    assert f"warning: {line}" in result.stdout + result.stderr
+    assert set(load_run(out).requests["token_events"]) == {"chunks"}
 
 
 def _open_files_limit(soft: int, hard: int):

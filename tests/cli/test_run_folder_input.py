@@ -83,6 +83,45 @@ def test_a_step_that_ends_before_it_starts_is_one_warning_and_the_rest_is_read(t
     assert json.loads(result.stdout)["steps"][1]["sent"] == 30
 
 
+@pytest.mark.parametrize("name", [*COMMANDS, "compare", "gate-baseline"])
+def test_every_command_that_reads_the_folder_prints_its_warnings(tmp_path: Path, name: str) -> None:
+    run = drawn(tmp_path / "run")
+    start = json.loads((run / "run.json").read_text())["steps"][1]["start_time"]
+    edit_run_json(run, lambda m: m["steps"][1].update(end_time=start - 1))
+    base = drawn(tmp_path / "base")
+    args = {
+        "compare": ["compare", str(base), str(run)],
+        "gate-baseline": ["gate", str(base), "--baseline", str(run), "--junit", str(tmp_path / "gate.xml")],
+    }.get(name) or command(name, run, tmp_path)
+    result = loadlab(*args, timeout=120)
+    assert "Traceback" not in result.stderr and result.returncode in (0, 1), result.stderr[-2000:]
+    said = [line for line in result.stderr.splitlines() if "ends before it starts" in line]
+    assert len(said) == 1 and said[0].startswith("warning: "), result.stderr
+    if name == "compare":  # of two folders: which one
+        assert said[0].startswith(f"warning: {run}: step concurrency=2 ends before it starts")
+    if name == "gate-baseline":  # the JUnit file says it too
+        out = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite/system-out")
+        assert out is not None and f"warning: baseline {run}: step concurrency=2 ends before" in out.text
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda m: m["steps"][0].update(target=-2.0), "steps[0].target is -2, not a load"),
+        (lambda m: m.update(steps=None), "steps is null, not an array"),
+    ],
+)
+@pytest.mark.parametrize("name", ["summary", "gate", "compare", "plan"])
+def test_a_run_json_field_out_of_range_or_null_is_refused_by_every_command(
+    tmp_path: Path, edit, says: str, name: str
+) -> None:
+    run = edit_run_json(drawn(tmp_path / "run"), edit)
+    args = ["compare", str(drawn(tmp_path / "base")), str(run)] if name == "compare" else command(name, run, tmp_path)
+    result = loadlab(*args, timeout=120)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    one_error_line(result.stderr, says)
+
+
 def test_a_cut_off_runs_warning_is_printed_once(tmp_path: Path) -> None:
     run = as_killed(edit_run_json(drawn(tmp_path / "run"), lambda m: m.update(status="running")))
     result = loadlab("summary", str(run), timeout=120)

@@ -14,9 +14,11 @@ from loadlab.numbers import format_number, format_value
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import StepInfo
+from tests.support.mock_load import mock_server
 from tests.support.procs import loadlab
 from tests.support.records import record
 from tests.support.runs import as_killed, write_drawn_run
+from tests.support.traces import write_mooncake
 
 
 def write_run(folder: Path, finish: bool) -> None:
@@ -126,3 +128,43 @@ def test_a_sweeps_summary_ends_with_the_answer_of_its_steps(tmp_path: Path) -> N
     # one step, one load: no answer; per-step objectives alone are taken (for the answer)
     write_run(tmp_path / "one", finish=True)
     assert "the answer" not in loadlab("summary", str(tmp_path / "one")).stdout
+
+
+def test_a_trace_replayed_too_fast_to_measure_a_rate_shows_no_rate_in_any_reader(tmp_path: Path) -> None:
+    # The probe: 60 requests of a trace replayed at 1e9x leave within milliseconds; none ends in
+    # that window, so req/s and tok/s measured nothing. summary.json holds null and the reason;
+    # summary, report, compare and gate say so where the figure would be, and the gate does not
+    # fail a "0 tok/s": the rate is not measured (exit 2), not missed (exit 1).
+    trace = write_mooncake(tmp_path / "ok.jsonl", [(i * 1.0, 50, 8, [i]) for i in range(60)])
+    run = tmp_path / "run"
+    with mock_server("--ttft", "0.2", "--itl", "0.02") as (url, _):
+        result = loadlab(
+            "run", "--url", url, "--model", "mock", "--trace", str(trace), "--trace-speed", "1e9",
+            "--duration", "10", "--no-gpu", "--out", str(run), timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    step = json.loads((run / "summary.json").read_text())["steps"][0]
+    assert step["sent"] == 60 and step["succeeded"] == 60 and step["completed"] == 0
+    assert step["requests_per_s"] is None and step["output_tokens_per_s"] is None
+    assert step["rates_unmeasured"].startswith("no request ended in the steady window")
+    note = "no rate measured (req/s, tok/s shown as –): no request ended in the steady window"
+    assert note in result.stdout
+
+    summary = loadlab("summary", str(run))
+    row = next(line for line in summary.stdout.splitlines() if line.lstrip().startswith("trace"))
+    assert row.split()[3:5] == ["–", "–"]  # req/s and out tok/s, after the label's two words and the counts
+    assert note in summary.stdout
+
+    gate = loadlab("gate", str(run), "--slo", "output_tps=1,ttft_p99=5s,client_limited=any")
+    assert gate.returncode == 2, gate.stdout
+    check = next(line for line in gate.stdout.splitlines() if "output_tps=1" in line)
+    assert "error" in check and "not measured" in check and "fail" not in check and "0 tok/s" not in check
+
+    compare = loadlab("compare", str(run), str(run))
+    assert compare.returncode == 0, compare.stderr
+    assert "not comparable (not measured)" in compare.stdout
+    assert "not measured in the baseline: no request ended in the steady window" in compare.stdout
+
+    page = tmp_path / "report.html"
+    assert loadlab("report", str(run), "-o", str(page)).returncode == 0
+    assert "Rates not measured" in page.read_text() and note in page.read_text()

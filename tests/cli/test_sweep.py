@@ -433,6 +433,37 @@ def test_plan_for_an_absurd_number_of_users_says_what_the_figure_rests_on(tmp_pa
     assert "nothing here measured" not in loadlab("plan", str(tmp_path / "run"), "--users", "10").stdout
 
 
+def test_plan_leaves_out_a_step_whose_throughput_measured_nothing(tmp_path):
+    from loadlab.clock import process_anchor
+    from loadlab.config import RunConfig
+    from loadlab.store.run_folder import RunWriter
+    from loadlab.store.schema import StepInfo
+    from tests.support.records import req
+    from tests.support.runs import DRAWN_EVERY, drawn_records
+
+    # Two steady steps, then 16 users whose requests were all sent within 0.15 s and ended 1 s
+    # later: nothing ended in that step's steady window, so it has no throughput to plan on.
+    writer = RunWriter(tmp_path / "run", RunConfig(url="http://127.0.0.1:1", concurrency=[1, 2, 16]), process_anchor())
+    start = writer.meta.started_at
+    for index, target in enumerate((1, 2)):
+        writer.begin_step(StepInfo(index, f"concurrency={target}", "closed", target, start))
+        writer.add_requests(drawn_records(start, 1 + index, 60, step=index))
+        writer.end_step(index, start + 60 * DRAWN_EVERY)
+        start += 60 * DRAWN_EVERY
+    writer.begin_step(StepInfo(2, "concurrency=16", "closed", 16, start))
+    sent = [start + i * 0.01 for i in range(16)]
+    writer.add_requests(
+        [req(i, t, [t + 0.5, t + 0.9], t + 1.0, step=2, request_id=f"b{i}") for i, t in enumerate(sent)]
+    )
+    writer.end_step(2, start + 1.2)
+    writer.close()
+    result = loadlab("plan", str(tmp_path / "run"), "--users", "10")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "not planned on: concurrency=16 (no rate measured: no request ended in the steady window" in result.stderr
+    rows = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.startswith("│")]
+    assert rows == ["1", "2"]  # the measured curve's concurrencies: 16 is not a point of it
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -168,8 +168,13 @@ def test_falls_back_to_tensorrt_llm_path_on_404():
     with metrics_server({"/prometheus/metrics": (200, trt)}) as (url, _):
         collector = ServerMetricsCollector(f"{url}/metrics", interval=10, fallback_urls=(f"{url}/prometheus/metrics",))
         batch = collector.poll()
+        collector.poll()
     assert collector.url.endswith("/prometheus/metrics")
     assert any(s.signal == "kv_usage" and s.value == 0.97 for s in batch)
+    # The fallback is said (the run puts it in run.json's warnings), once, not taken silently.
+    assert collector.notes() == [
+        f"server metrics: {url}/metrics answered 404; scraped {url}/prometheus/metrics instead"
+    ]
 
 
 def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():

@@ -14,7 +14,7 @@ from loadlab.errors import UserError
 from loadlab.gate.checks import BASELINE, ERROR, FAIL, INVALID, PASS, SKIPPED, SLO, VALIDITY, check_run, gate_run
 from loadlab.metrics.slo import parse_slo
 from loadlab.store.reader import load_run
-from tests.support.records import T, closed
+from tests.support.records import T, closed, opened, req
 from tests.support.runs import DRAWN_EVERY, drawn_records, run_of, write_drawn_run
 
 # Drawn runs (tests/support/runs.py): 5 requests/s of 10 tokens, TTFT ~0.2 s, gaps ~20 ms.
@@ -167,3 +167,18 @@ def test_a_run_in_memory_is_checked_the_same_way() -> None:
         "verdict_not=compute [concurrency=2]": FAIL,
     }
     assert result.exit_code == 1
+
+
+def test_a_rate_that_measured_nothing_is_not_a_failure_of_zero() -> None:
+    # A trace replayed at 1e9x: 20 requests sent within 0.2 s, each ending 0.5 s after its send:
+    # nothing ended in the steady window, so no throughput was measured (the latencies were).
+    burst = [req(i, T + i * 0.01, [T + i * 0.01 + 0.2], T + i * 0.01 + 0.5) for i in range(20)]
+    spec = parse_slo("output_tps=10,rps=1,goodput=1,ttft=2000,ttft_p99=2s,client_limited=any")
+    result = check_run(measure(run_of(burst, [opened(1e9)]), spec.per_request), spec)
+    slo = {c.name.split(" [")[0]: c for c in result.checks if c.kind == SLO}
+    for name in ("output_tps=10", "rps=1", "goodput=1"):
+        check = slo[name]
+        assert (check.status, check.measured) == (ERROR, "not measured")
+        assert check.detail.startswith("no request ended in the steady window (190 ms)")
+    assert slo["ttft_p99=2s"].status == PASS
+    assert result.exit_code == 2 and result.verdict == "INVALID"  # not gated, never "fail 0 tok/s"

@@ -11,9 +11,11 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from reference_server.model import PRESETS
 from tests.support.reference_server import MODEL, chunks, start_server
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
+HIDDEN = PRESETS["tiny"].hidden_size  # the test server's preset (tests/support/reference_server.py)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +72,29 @@ def test_openai_client_streams_completions(client):
     )
     texts = [e.choices[0].text for e in stream]
     assert len(texts) == 4 and all(texts)
+
+
+def test_the_openai_sdk_with_its_default_arguments_drives_every_endpoint(client):
+    # Only what a caller must give (the model, a prompt, messages or input): every other argument
+    # is the SDK's default, such as embeddings' encoding_format="base64" (vLLM serves it).
+    assert [m.id for m in client.models.list()] == [MODEL]
+    completion = client.completions.create(model=MODEL, prompt=PROMPT)
+    assert completion.choices[0].finish_reason in ("length", "stop") and completion.usage.completion_tokens >= 1
+    messages = [{"role": "user", "content": PROMPT}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages)
+    assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1
+    streamed = list(client.chat.completions.create(model=MODEL, messages=messages, stream=True))
+    assert streamed[0].choices[0].delta.role == "assistant" and streamed[-1].choices[0].finish_reason
+    pieces = list(client.completions.create(model=MODEL, prompt=PROMPT, stream=True))
+    assert pieces and pieces[-1].choices[0].finish_reason
+    embedded = client.embeddings.create(model=MODEL, input=[PROMPT, "another text"])
+    as_floats = client.embeddings.create(model=MODEL, input=[PROMPT, "another text"], encoding_format="float")
+    assert [len(e.embedding) for e in embedded.data] == [len(e.embedding) for e in as_floats.data] == [HIDDEN] * 2
+    for packed, plain in zip(embedded.data, as_floats.data, strict=True):  # decoded by the SDK from base64
+        assert packed.embedding == pytest.approx(plain.embedding, abs=1e-6)
+    # The openai SDK has no rerank call (the server's /v1/rerank is vLLM's and Cohere's shape):
+    # tests/reference_server/test_pooling.py drives it over HTTP.
+    assert not hasattr(client, "rerank")
 
 
 def test_openai_client_raises_its_typed_errors(client):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
 
 import pytest
 
@@ -51,6 +53,20 @@ def test_token_id_inputs_are_embedded_like_their_text(server):
     assert by_ids == pytest.approx(by_text, abs=1e-5)
 
 
+def test_base64_embeddings_are_the_float_vectors_as_little_endian_float32_bytes(server):
+    # The openai SDK asks for base64 unless told otherwise, as vLLM and OpenAI serve it.
+    floats = embed(server, ["the cat sat", "a dog"])["data"]
+    response = server.post(
+        "/v1/embeddings", {"model": MODEL, "input": ["the cat sat", "a dog"], "encoding_format": "base64"}
+    )
+    assert response.status_code == 200, response.text
+    encoded = response.json()["data"]
+    for plain, packed in zip(floats, encoded, strict=True):
+        raw = base64.b64decode(packed["embedding"], validate=True)
+        assert len(raw) == 4 * HIDDEN
+        assert list(struct.unpack(f"<{HIDDEN}f", raw)) == pytest.approx(plain["embedding"], abs=1e-6)
+
+
 def test_rerank_puts_the_document_equal_to_the_query_first_with_score_one(server):
     documents = ["zebras graze on the plain", "how to bake bread at home", "the quick brown fox", "xyz 123"]
     response = server.post("/v1/rerank", {"model": MODEL, "query": "the quick brown fox", "documents": documents})
@@ -78,7 +94,7 @@ def test_rerank_top_n_keeps_the_best(server):
         ("/v1/embeddings", {}, "input"),
         ("/v1/embeddings", {"input": []}, "input"),
         ("/v1/embeddings", {"input": ""}, "input"),
-        ("/v1/embeddings", {"input": "x", "encoding_format": "base64"}, "encoding_format"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, "encoding_format"),
         ("/v1/rerank", {"documents": ["a"]}, "query"),
         ("/v1/rerank", {"query": "q", "documents": []}, "documents"),
         ("/v1/rerank", {"query": "q", "documents": ["a", 3]}, "documents"),

@@ -69,7 +69,7 @@ def test_a_compacted_part_replaces_the_single_parts_it_covers(tmp_path: Path) ->
         (lambda p: (p.mkdir(), (p / "run.json").write_text("{not json")), "unreadable"),
         (lambda p: (p.mkdir(), (p / "run.json").write_text(json.dumps({"format": "x"}))), 'format "x"'),
         (lambda p: (p.mkdir(), (p / "run.json").write_text("[]")), "a JSON array, not an object"),
-        (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "unreadable"),
+        (lambda p: _valid_run_json_with(p, worker_anchors=[1]), "worker_anchors is an array, not an object"),
         (lambda p: _valid_run_json_with(p, config=[1]), "config"),
         (lambda p: _valid_run_json_with(p, status=5), "status"),
         (lambda p: _valid_run_json_with(p, status="done"), "status is 'done', not one of running, finished"),
@@ -146,6 +146,13 @@ def _step0(meta: dict, **fields: object) -> None:
         (lambda m: m.update(started_at=float("-inf")), r"started_at is infinite"),
         (lambda m: m["config"].update(concurrency=[10**400]), r"config\.concurrency\[0\] is out of range"),
         (lambda m: m["anchors"].update(wall=float("nan")), r"anchors\.wall is NaN"),
+        # Out of range, or null where loadlab writes an empty list: read as meant, they would mislead.
+        (lambda m: _step0(m, target=-2.0), r"steps\[0\]\.target is -2, not a load"),
+        (lambda m: _step0(m, target=0), r"steps\[0\]\.target is 0, not a load"),
+        (lambda m: _step0(m, index=-1), r"steps\[0\]\.index is -1"),
+        (lambda m: m.update(steps=None), r"steps is null, not an array \(loadlab writes \[\] for none\)"),
+        (lambda m: m.update(config=[]), r"config is an array, not an object"),
+        (lambda m: m.update(cache_resets="none"), r"cache_resets is a string, not an array"),
     ],
 )
 def test_a_run_json_whose_numbers_would_mean_nothing_is_one_run_folder_error(tmp_path: Path, edit, message) -> None:
@@ -154,6 +161,18 @@ def test_a_run_json_whose_numbers_would_mean_nothing_is_one_run_folder_error(tmp
     with pytest.raises(RunFolderError, match=message) as e:
         load_run(tmp_path)
     assert "\n" not in str(e.value) and str(tmp_path / "run.json") in str(e.value)
+
+
+def test_a_part_every_loadlab_writes_that_is_missing_is_read_as_empty_and_named(tmp_path: Path) -> None:
+    fill_run(tmp_path)
+    edit_run_json(tmp_path, lambda m: (m.pop("steps"), m.pop("coverage")))
+    run = load_run(tmp_path)
+    assert run.meta.steps == [] and len(run.requests) == 3
+    assert [w for w in run.warnings if w.startswith("run.json has no steps (every loadlab writes it)")]
+    assert [w for w in run.warnings if w.startswith("run.json has no coverage")]
+    # A part a later format added is simply absent from an earlier run.json: no warning.
+    edit_run_json(tmp_path, lambda m: (m.pop("cache_resets"), m.update(steps=[], coverage=[])))
+    assert load_run(tmp_path).warnings == []
 
 
 def test_the_formats_of_earlier_versions_are_read(tmp_path: Path) -> None:

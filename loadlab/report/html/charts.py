@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from loadlab.analyze.summary import StepSummary
 from loadlab.report.html.data import QUANTILES, Cdf, ErrorKind, StepExtra, TimeSeries
+from loadlab.terminal import inert
 
 # A small template of our own: plotly's default one adds ~10 kB of JSON to every figure.
 TEMPLATE = go.layout.Template(
@@ -37,8 +38,9 @@ PANEL_HEIGHT = 170
 
 
 def label(text: object) -> str:
-    """Run-supplied text made safe for plotly's text rendering."""
-    return html.escape(str(text), quote=False)
+    """Run-supplied text made safe for plotly's text rendering: control characters written out
+    (`inert`, as in the terminal), then markup escaped."""
+    return html.escape(inert(str(text)), quote=False)
 
 
 def step_colors(count: int) -> list[str]:

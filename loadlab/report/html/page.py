@@ -1,7 +1,9 @@
 """The report page: one run's sections (`run_sections`) assembled into one self-contained HTML file.
 
 Every text from the run, the server or analysis.json is escaped here (`esc`) or in charts.py
-(`label`); plotly's JSON escapes `<` itself. The page loads nothing: plotly.js is inlined once.
+(`label`); plotly's JSON escapes `<` itself. Both first write out control characters (ESC, BEL,
+RTL overrides) with `inert`, the terminal's own helper, so the page shows them as the terminal
+does. The page loads nothing: plotly.js is inlined once.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from plotly.offline import get_plotlyjs
 
 from loadlab.analyze.analysis import RunnerUp, StepVerdict
 from loadlab.analyze.answer import Answer
-from loadlab.analyze.summary import bunched_note
+from loadlab.analyze.summary import bunched_note, unmeasured_notes
 from loadlab.errors import UserError
 from loadlab.numbers import format_number, format_value
 from loadlab.report.answer import answer_lines, slo_note
 from loadlab.report.html import charts
 from loadlab.report.html.data import ReportData
 from loadlab.report.verdict import utilisation
+from loadlab.terminal import inert
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
 NO_ANALYSIS = "No analysis yet: run <code>loadlab analyze {path}</code> to add the verdict, its evidence and advice."
@@ -41,8 +44,9 @@ class Section:
 
 
 def esc(value: object) -> str:
-    """Text from the run made inert in HTML (quotes too: it may land in an attribute)."""
-    return html.escape(str(value), quote=True)
+    """Text from the run made inert in HTML: control characters written out as the terminal shows
+    them (`inert`), then markup escaped (quotes too: it may land in an attribute)."""
+    return html.escape(inert(str(value)), quote=True)
 
 
 def write_page(page: str, out: Path) -> Path:
@@ -158,6 +162,11 @@ def _run_header(data: ReportData) -> str:
     bunched = [bunched_note(step) for step in s.steps if step.itl_bunched > 0]
     if bunched:
         parts.append("<p><b>Bunched tokens</b></p><ul>" + "".join(f"<li>{esc(b)}</li>" for b in bunched) + "</ul>")
+    unmeasured = unmeasured_notes(s)
+    if unmeasured:
+        parts.append(
+            "<p><b>Rates not measured</b></p><ul>" + "".join(f"<li>{esc(u)}</li>" for u in unmeasured) + "</ul>"
+        )
     if data.warnings:
         parts.append("<p><b>Warnings</b></p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.warnings) + "</ul>")
     return "".join(parts)
@@ -443,10 +452,11 @@ def _coverage(data: ReportData) -> str:
 def _config(data: ReportData) -> str:
     parts = []
     for title, values in (("Configuration", data.config), ("Versions", data.versions), ("Host", data.host)):
-        text = json.dumps(values, indent=2, sort_keys=True, default=str)
+        lines = json.dumps(values, indent=2, sort_keys=True, default=str).split("\n")
+        text = "\n".join(esc(line) for line in lines)  # the layout's line breaks kept, each line inert
         parts.append(
             f"<details{' open' if title != 'Configuration' else ''}><summary>{title}</summary>"
-            f"<pre>{esc(text)}</pre></details>"
+            f"<pre>{text}</pre></details>"
         )
     return "".join(parts)
 

@@ -15,6 +15,7 @@ from loadlab.report.html.data import build_report_data
 from loadlab.report.html.page import render_page, run_sections
 from loadlab.store.reader import load_run
 from loadlab.store.schema import StepInfo
+from loadlab.terminal import inert
 from tests.support.analysis import write_analysis
 from tests.support.records import T, req
 from tests.support.runs import fill_run, run_of, write_drawn_run, write_run
@@ -80,6 +81,25 @@ def test_run_text_is_escaped_in_tables_and_chart_text():
     figures = re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", html, re.S)
     names = [t.get("name", "") for f in figures for t in json.loads(f)]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;\"onerror=x" in names and not any("<" in n for n in names)
+
+
+def test_control_characters_from_the_run_and_the_server_are_written_out_as_in_the_terminal():
+    # ESC retitles a terminal, BEL rings, U+202E turns the rest of the line around: in a page too.
+    hostile = "m\x1b]0;pwned\x07\u202eevil"
+    steps = [StepInfo(0, hostile, "closed", 1, T, T + 10)]
+    run = run_of(
+        [req(0, T, [T + 0.5, T + 1]), req(1, T + 1, [], T + 2, error="http_5xx", error_detail=f"boom {hostile}")],
+        steps,
+        config={"model": hostile, "url": "http://x"},
+    )
+    html = render_page(hostile, run_sections(build_report_data(run)))
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in html
+    shown = inert(hostile)  # one function for the terminal and the page
+    assert shown == "m\\x1b]0;pwned\\x07\\u202eevil"
+    assert f"<td>{shown}</td>" in html  # the model's cell (and the step's)
+    assert f"boom {shown}" in html  # the error example's cell
+    assert html.count(shown) >= 5  # title, model, steps, step row, error example, chart text
 
 
 def test_turns_and_media_get_their_tables_when_the_run_has_them(tmp_path):
