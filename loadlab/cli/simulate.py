@@ -34,6 +34,7 @@ def simulate(
     """Simulate a `loadlab run` against `loadlab serve --twin` in virtual time (no HTTP, no sleeping).
     Seconds are simulated seconds; chat and completions only, no sessions (docs/simulate.md)."""
     from loadlab.cli.run import check_out_folder, print_final_analysis, print_final_summary
+    from loadlab.conductor.interrupts import deliver_interrupts_to_main
     from loadlab.conductor.simulate import check_simulable, simulate_run
     from loadlab.config import RunConfig
     from loadlab.numbers import format_value
@@ -51,6 +52,7 @@ def simulate(
     check_out_folder(folder)
     cfg.out = str(folder)
     print(f"loadlab simulate -> {folder}  (twin {twin}, virtual time)", file=sys.stderr)
+    deliver_interrupts_to_main()  # SIGTERM ends the simulation as Ctrl-C does (exit 130)
     result = simulate_run(cfg, engine.engine(twin), folder)
     print(
         f"simulated {format_value(result.virtual_seconds, 's')} in "

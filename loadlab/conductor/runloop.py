@@ -45,7 +45,7 @@ from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import cut_off_total, in_flight_total, publish_context, ready_total, worker_id
 from loadlab.client.stream import Endpoint
-from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
+from loadlab.client.users import ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.conductor.budget import Breach, ErrorBudget
@@ -62,6 +62,7 @@ from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED,
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Mode, RequestRecord, Sample, StepInfo
+from loadlab.workload.limits import OPEN_LOOP_MAX_IN_FLIGHT
 from loadlab.workload.trace import TraceWorkload, replays_trace
 
 DEFAULT_STEP_SECONDS = 60.0

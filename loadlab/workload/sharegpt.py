@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
-from loadlab.workload.base import Workload, single_turn
+from loadlab.workload.base import POOLING_APIS, Workload, single_turn
 from loadlab.workload.distributions import sample_length
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import token_count
@@ -70,6 +70,17 @@ class ShareGPTWorkload(Workload):
         super().__init__(cfg, api, stream)
         self.pairs = load_sharegpt(cfg.dataset)
         self._order: list[int] = []
+
+    def token_range(self) -> tuple[int, int]:
+        """The data set's fewest and most tokens, question and answer (or output_len's), in one request."""
+        prompts = [token_count(p.prompt) for p in self.pairs]
+        if self.cfg.output_from_dataset and self.api not in POOLING_APIS:
+            totals = [n + p.answer_tokens for n, p in zip(prompts, self.pairs, strict=True)]
+            return min(totals), max(totals)
+        output = (
+            (int(self.cfg.output_len.min), int(self.cfg.output_len.max)) if self.api not in POOLING_APIS else (0, 0)
+        )
+        return min(prompts) + output[0], max(prompts) + output[1]
 
     def _next(self) -> RequestSpec:
         if not self._order:
