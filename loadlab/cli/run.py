@@ -114,7 +114,7 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     from loadlab.errors import UserError
     from loadlab.urls import without_credentials
     from loadlab.workload import make_workload
-    from loadlab.workload.limits import context_warning
+    from loadlab.workload.limits import check_in_flight, context_warning, request_bytes
     from loadlab.workload.scenario import check
     from loadlab.workload.trace import check_replay
 
@@ -123,6 +123,7 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
     workload = make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
     check_replay(cfg)
+    check_in_flight(cfg, max(request_bytes(cfg), workload.token_range()[1]))  # a data set's own lengths
     if cfg.api_key and cfg.parsed_url().has_credentials:
         raise UserError(
             "--url holds credentials (sent as Basic auth) and --api-key is set: both are "

@@ -2,9 +2,9 @@
 
 Each bound is checked before anything is built or sent (`check_bounds`, from the config checks
 of every command), so no flag, scenario key or trace line can make loadlab build a request, or a
-run, that takes the machine. Together they give the memory budget: one load-generator process
-holds at most one request body per request in flight, a body is at most MAX_REQUEST_BYTES, and
-in-flight requests x the largest body stay within IN_FLIGHT_BYTES.
+run, that takes the machine. Together they give the memory budget of one load-generator process:
+PROCESS_BASE_BYTES of its own, plus, for each request in flight, BODY_COPIES copies of its body
+(at most MAX_REQUEST_BYTES), all of which stay within IN_FLIGHT_BYTES.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from loadlab.config import RunConfig, WorkloadConfig
+from loadlab.config import LengthDist, RunConfig, WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.workload.distributions import draw_range
 
 DOCS = "docs/workloads.md, Bounds"
 
@@ -28,8 +29,11 @@ MAX_AUDIO_SECONDS = 600.0  # one clip: 19.2 MB of 16 kHz 16-bit WAV, 25.6 MB as 
 MAX_TURNS = 1000  # turns of a conversation, model calls of a tool session
 MAX_PROMPT_POOL_BYTES = 256 << 20  # shared_prefix: its N prefixes and N x M suffixes are built up front
 MAX_REQUEST_BYTES = 64 << 20  # the estimated body of one request, all its text and media
-# In flight at once, a process holds a body per request: in-flight requests x the largest body.
-IN_FLIGHT_BYTES = 2 << 30
+# A request in flight holds its body ~4 times (the spec's text, the JSON text, the bytes sent, the
+# HTTP client's buffer): measured, 8 users sending 600 s audio clips (24 MiB) held 800 MB more than one.
+BODY_COPIES = 4
+IN_FLIGHT_BYTES = 2 << 30  # in-flight requests x BODY_COPIES x the largest body, per process
+PROCESS_BASE_BYTES = 256 << 20  # a load-generator process's own memory, measured ~190 MB (`run`, 1 user)
 
 # One run. A week is longer than any load test; the count bounds what a step may ask for.
 MAX_SECONDS = 7 * 24 * 3600.0  # --duration, --step-duration, --timeout, --ramp-up, think and tool times
@@ -87,14 +91,14 @@ def check_bounds(cfg: RunConfig) -> None:
     """UserError (one line naming the flag, the value and the bound) for any size above its bound."""
     w = cfg.workload
     for name in ("input_len", "output_len", "tool_output_len"):
-        _at_most(name, getattr(w, name).max, MAX_TOKENS, "tokens")
+        _at_most(name, _most(getattr(w, name)), MAX_TOKENS, "tokens")
     _at_most("prefix_len", w.prefix_len, MAX_TOKENS, "tokens")
     if w.kind == "shared_prefix":
-        pool = w.num_prefixes * (w.prefix_len + w.suffixes_per_prefix * w.input_len.max)
+        pool = w.num_prefixes * (w.prefix_len + w.suffixes_per_prefix * _most(w.input_len))
         if pool > MAX_PROMPT_POOL_BYTES:
             raise UserError(
                 f"shared_prefix's {w.num_prefixes:,} prefixes of {w.prefix_len:,} tokens and "
-                f"{w.num_prefixes * w.suffixes_per_prefix:,} suffixes of up to {_number(w.input_len.max)} tokens "
+                f"{w.num_prefixes * w.suffixes_per_prefix:,} suffixes of up to {_number(_most(w.input_len))} tokens "
                 f"are more than the bound of {_megabytes(MAX_PROMPT_POOL_BYTES)} of prompts built up front ({DOCS})"
             )
     _at_most("items", w.items, MAX_ITEMS, "inputs per request")
@@ -103,8 +107,8 @@ def check_bounds(cfg: RunConfig) -> None:
     _at_most("turns", w.turns, MAX_TURNS, "turns")
     for name in ("duration", "step_duration", "timeout", "ramp_up"):
         _at_most(name, getattr(cfg, name), MAX_SECONDS, "seconds")
-    _at_most("think_time", cfg.think_time.max if cfg.think_time else 0.0, MAX_SECONDS, "seconds")
-    _at_most("tool_time", w.tool_time.max, MAX_SECONDS, "seconds")
+    _at_most("think_time", _most(cfg.think_time) if cfg.think_time else 0.0, MAX_SECONDS, "seconds")
+    _at_most("tool_time", _most(w.tool_time), MAX_SECONDS, "seconds")
     for name in ("requests", "warmup_requests"):
         _at_most(name, getattr(cfg, name), MAX_REQUESTS, "requests")
     _at_most("processes", cfg.processes, MAX_PROCESSES, "processes")
@@ -114,20 +118,29 @@ def check_bounds(cfg: RunConfig) -> None:
             f"one request would carry ~{_megabytes(body)} ({_sizes(cfg)}): more than the bound of "
             f"{_megabytes(MAX_REQUEST_BYTES)} per request ({DOCS})"
         )
+    check_in_flight(cfg, body)
+
+
+def check_in_flight(cfg: RunConfig, body: int) -> None:
+    """UserError when the requests one process may have in flight, each of up to `body` bytes,
+    would hold more than IN_FLIGHT_BYTES."""
     in_flight = in_flight_per_process(cfg)
-    if in_flight * body > IN_FLIGHT_BYTES:
+    if in_flight * BODY_COPIES * body > IN_FLIGHT_BYTES:
         raise UserError(
-            f"{_number(in_flight)} requests in flight per process x ~{_megabytes(body)} each is more than "
-            f"the {_megabytes(IN_FLIGHT_BYTES)} one load-generator process may hold ({DOCS}): "
-            "add --processes, or send smaller requests"
+            f"{_number(in_flight)} requests in flight per process, each holding ~{_megabytes(BODY_COPIES * body)}, "
+            f"is more than the {_megabytes(IN_FLIGHT_BYTES)} one load-generator process may hold ({DOCS}): "
+            "add --processes, send smaller requests (or, open loop, lower --timeout)"
         )
 
 
 def in_flight_per_process(cfg: RunConfig) -> int:
-    """The most requests one load-generator process has in flight: its users (closed loop) or the
-    open-loop cap."""
+    """The most requests one load-generator process can have in flight: its users (closed loop), or
+    its arrivals within a request's timeout, at most the open-loop cap."""
+    processes = max(cfg.processes, 1)
     if cfg.concurrency:
-        return -(-max(cfg.concurrency) // max(cfg.processes, 1))
+        return -(-max(cfg.concurrency) // processes)
+    if cfg.rate:
+        return min(OPEN_LOOP_MAX_IN_FLIGHT, math.ceil(max(cfg.rate) / processes * cfg.timeout))
     return OPEN_LOOP_MAX_IN_FLIGHT
 
 
@@ -135,12 +148,12 @@ def request_bytes(cfg: RunConfig) -> int:
     """An upper estimate of one request's body in bytes: its text (a token is a byte of synthetic
     text), its images (synthetic PNGs, or the folder's largest file) and its audio, as base64."""
     w = cfg.workload
-    prompt = w.input_len.max
+    prompt = _most(w.input_len)
     if w.kind == "shared_prefix":
         prompt += w.prefix_len
     elif w.kind in ("multiturn", "tools"):  # each turn resends the history, answers included
-        tool = w.tool_output_len.max if w.kind == "tools" else 0
-        prompt = w.turns * (w.input_len.max + w.output_len.max + tool)
+        tool = _most(w.tool_output_len) if w.kind == "tools" else 0
+        prompt = w.turns * (_most(w.input_len) + _most(w.output_len) + tool)
     text = prompt * (w.items if cfg.api in ("embeddings", "rerank") else 1)
     images = max(w.images, default=0) * _image_bytes(w.image_sizes)
     audio = max(w.audio_seconds, default=0.0) * 32_000 * 4 / 3
@@ -157,6 +170,14 @@ def _image_bytes(sizes: Iterable[str]) -> float:
     return (3 * largest / 150 + 1024) * 4 / 3
 
 
+def _least(dist: LengthDist) -> float:
+    return draw_range(dist)[0]
+
+
+def _most(dist: LengthDist) -> float:
+    return draw_range(dist)[1]
+
+
 def _at_most(name: str, value: float, bound: float, unit: str) -> None:
     if value > bound:
         raise too_big(_FLAGS.get(name, name), value, bound, unit)
@@ -166,13 +187,13 @@ def token_range(w: WorkloadConfig, api: str) -> tuple[int, int]:
     """The fewest and the most tokens, prompt and output, one request of the synthetic kinds can ask
     for (a pooling API's item: its prompt alone); the kinds that read a data set say their own."""
     if api in ("embeddings", "rerank"):
-        return int(w.input_len.min), int(w.input_len.max)
-    shortest = w.input_len.min + w.output_len.min
-    longest = w.input_len.max + w.output_len.max
+        return int(_least(w.input_len)), int(_most(w.input_len))
+    shortest = _least(w.input_len) + _least(w.output_len)
+    longest = _most(w.input_len) + _most(w.output_len)
     if w.kind == "shared_prefix":
         shortest, longest = shortest + w.prefix_len, longest + w.prefix_len
     elif w.kind in ("multiturn", "tools"):  # the last turn carries the whole history
-        tool = w.tool_output_len.max if w.kind == "tools" else 0
+        tool = _most(w.tool_output_len) if w.kind == "tools" else 0
         longest = w.turns * (longest + tool)
     return int(shortest), int(longest)
 
@@ -196,7 +217,7 @@ def context_warning(tokens: tuple[int, int], context: int) -> str:
 
 def _sizes(cfg: RunConfig) -> str:
     w = cfg.workload
-    parts = [f"prompts up to {_number(w.input_len.max)} tokens"]
+    parts = [f"prompts up to {_number(_most(w.input_len))} tokens"]
     if cfg.api in ("embeddings", "rerank"):
         parts.append(f"x {_number(w.items)} items")
     if w.kind in ("multiturn", "tools"):

@@ -10,7 +10,7 @@ from pathlib import Path
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
 from loadlab.workload.base import POOLING_APIS, Workload, single_turn
-from loadlab.workload.distributions import sample_length
+from loadlab.workload.distributions import draw_range, sample_length
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import token_count
 
@@ -77,10 +77,8 @@ class ShareGPTWorkload(Workload):
         if self.cfg.output_from_dataset and self.api not in POOLING_APIS:
             totals = [n + p.answer_tokens for n, p in zip(prompts, self.pairs, strict=True)]
             return min(totals), max(totals)
-        output = (
-            (int(self.cfg.output_len.min), int(self.cfg.output_len.max)) if self.api not in POOLING_APIS else (0, 0)
-        )
-        return min(prompts) + output[0], max(prompts) + output[1]
+        least, most = draw_range(self.cfg.output_len) if self.api not in POOLING_APIS else (0, 0)
+        return min(prompts) + int(least), max(prompts) + int(most)
 
     def _next(self) -> RequestSpec:
         if not self._order:

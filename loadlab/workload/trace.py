@@ -31,7 +31,7 @@ import numpy as np
 from loadlab.config import RunConfig, WorkloadConfig
 from loadlab.errors import UserError
 from loadlab.workload.base import Workload, single_turn
-from loadlab.workload.distributions import sample_length
+from loadlab.workload.distributions import draw_range, sample_length
 from loadlab.workload.limits import DOCS, MAX_SECONDS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, MAX_TRACE_REQUESTS
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import TextSource
@@ -362,7 +362,8 @@ class TraceWorkload(Workload):
         if self.cfg.output_from_dataset:
             tokens += np.frombuffer(self.trace.outputs, dtype=np.int32)[window]
             return int(tokens.min()), int(tokens.max())
-        return int(tokens.min() + self.cfg.output_len.min), int(tokens.max() + self.cfg.output_len.max)
+        least, most = draw_range(self.cfg.output_len)
+        return int(tokens.min() + least), int(tokens.max() + most)
 
     def _block(self, hash_id: int) -> str:
         return self._text.text(BLOCK_TOKENS, random.Random(f"{self.cfg.seed}/block/{hash_id}"))
