@@ -49,7 +49,7 @@ from loadlab.client.users import ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.conductor.budget import Breach, ErrorBudget
-from loadlab.conductor.interrupts import interrupted
+from loadlab.conductor.interrupts import held, interrupted
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
 from loadlab.conductor.recording import attach_writer
@@ -381,6 +381,8 @@ class Conductor:
         grace = step_grace(plan.seconds, self.config.timeout) if plan else self.config.timeout
         deadline = time.perf_counter() + grace
         while in_flight_total(self.env) and time.perf_counter() < deadline:
+            if interrupted():  # (closing, the interrupt is held: it raises nothing itself)
+                raise KeyboardInterrupt
             self.show("finishing requests in flight")
             gevent.sleep(0.02)
         left = in_flight_total(self.env)
@@ -413,7 +415,8 @@ class Conductor:
 def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     """Run the load the config describes, step after step, writing the run folder; returns how it ended."""
     plans = plan_steps(config)
-    conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
+    with held():  # an interrupt now ends the run at the first step's first check, folder closed
+        conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
     try:
         for plan in plans:
             # An engine resets its cache only while no request holds KV (vLLM refuses otherwise):
@@ -424,7 +427,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
                 break
     except KeyboardInterrupt:
         conductor.interrupt()
-    return conductor.close()
+    with held():  # a second interrupt must not leave the run folder open
+        return conductor.close()
 
 
 class _NoSpawnRateWarning(logging.Filter):

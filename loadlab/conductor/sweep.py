@@ -14,6 +14,7 @@ from rich.console import Console
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.measures import measure
+from loadlab.conductor.interrupts import held
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
@@ -87,7 +88,8 @@ def run_sweep(
     config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None
 ) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
-    conductor = Conductor(config, folder, console, limits.mode)
+    with held():  # an interrupt now ends the sweep at its first step's first check, folder closed
+        conductor = Conductor(config, folder, console, limits.mode)
     results: list[StepResult] = []
     decision = next_step(results, limits)
     try:
@@ -111,7 +113,8 @@ def run_sweep(
     except KeyboardInterrupt:
         conductor.interrupt()
         decision = Decision(None, INTERRUPTED, "interrupted")
-    outcome = conductor.close()
+    with held():  # a second interrupt must not leave the run folder open
+        outcome = conductor.close()
     if outcome.cause == "error-budget" and decision.stop != RUN_STOPPED:
         # Judged over a whole step at the run's end: the sweep judged that step by its own,
         # stricter errors rule and stopped by itself, which exits 0 (docs/sweep.md).

@@ -141,7 +141,9 @@ def in_flight_per_process(cfg: RunConfig) -> int:
         return -(-max(cfg.concurrency) // processes)
     if cfg.rate:
         return min(OPEN_LOOP_MAX_IN_FLIGHT, math.ceil(max(cfg.rate) / processes * cfg.timeout))
-    return OPEN_LOOP_MAX_IN_FLIGHT
+    # A trace on its own clock is open loop; a config without its load yet (a sweep's, a scenario
+    # file's) is checked again once the load is set.
+    return OPEN_LOOP_MAX_IN_FLIGHT if cfg.workload.kind == "trace" else 1
 
 
 def request_bytes(cfg: RunConfig) -> int:

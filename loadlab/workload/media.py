@@ -44,7 +44,10 @@ def parse_size(text: str) -> tuple[int, int]:
     """ "WIDTHxHEIGHT" in pixels; UserError when it is not one."""
     match = _SIZE.match(text.strip())
     if not match or not all(0 < int(v) <= MAX_IMAGE_SIDE for v in match.groups()):
-        raise UserError(f"bad image size {text!r}: expected WIDTHxHEIGHT in pixels (1-{MAX_IMAGE_SIDE}), e.g. 512x512")
+        raise UserError(
+            f"bad image size (--image-size) {text!r}: expected WIDTHxHEIGHT in pixels, 1-{MAX_IMAGE_SIDE} a side "
+            f"({DOCS}), e.g. 512x512"
+        )
     return int(match.group(1)), int(match.group(2))
 
 
