@@ -47,6 +47,8 @@ MAX_PROCESSES = 256
 # beyond it wait for a slot.
 OPEN_LOOP_MAX_IN_FLIGHT = 1024
 
+# A ShareGPT file is parsed whole (~4x its size in memory): ShareGPT_V3's 642 MB fits.
+MAX_DATASET_BYTES = 1 << 30
 # Traces: read a line at a time; a line (one request) is short, a trace's arrays 24 bytes a request.
 MAX_TRACE_LINE_BYTES = 1 << 20
 MAX_TRACE_REQUESTS = 20_000_000

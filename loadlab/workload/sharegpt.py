@@ -11,6 +11,7 @@ from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
 from loadlab.workload.base import POOLING_APIS, Workload, single_turn
 from loadlab.workload.distributions import draw_range, sample_length
+from loadlab.workload.limits import DOCS, MAX_DATASET_BYTES
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import token_count
 
@@ -31,6 +32,12 @@ def load_sharegpt(path: str | Path) -> list[PromptPair]:
     path = Path(path)
     if not str(path) or not path.is_file():
         raise UserError(f"dataset file not found: {str(path) or '(workload.dataset is empty)'}")
+    size = path.stat().st_size
+    if size > MAX_DATASET_BYTES:
+        raise UserError(
+            f"dataset {path} is {size >> 20:,} MiB: more than the bound of {MAX_DATASET_BYTES >> 20:,} MiB "
+            f"(it is parsed whole; {DOCS})"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
