@@ -154,7 +154,7 @@ def _config(workload: WorkloadFlags, limits: SweepLimits, slo: SloSpec | None) -
     checked as `loadlab simulate` checks its own: UserError (one line) for what cannot be simulated."""
     from loadlab.cli.options import configure
     from loadlab.cli.simulate import SIMULATED_URL
-    from loadlab.conductor.simulate import check_simulable
+    from loadlab.conductor.simulate import check_simulable, check_sweep_size
     from loadlab.conductor.sweep import sweep_config
     from loadlab.config import RunConfig
     from loadlab.workload import make_workload
@@ -163,6 +163,7 @@ def _config(workload: WorkloadFlags, limits: SweepLimits, slo: SloSpec | None) -
     cfg = sweep_config(configure(RunConfig(), workload, url=SIMULATED_URL, slo=slo.text if slo else None), limits)
     check(cfg, complete=True)
     check_simulable(cfg)
+    check_sweep_size(limits)
     make_workload(cfg.workload, cfg.api)  # a bad data set fails here, before any sweep
     return cfg
 

@@ -50,6 +50,7 @@ from loadlab.workload.trace import replays_trace
 
 if TYPE_CHECKING:
     from loadlab.conductor.runloop import StepPlan
+    from loadlab.conductor.stepping import SweepLimits
 
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
@@ -161,6 +162,26 @@ def check_simulation_size(cfg: RunConfig) -> None:
         )
 
 
+def check_sweep_size(limits: SweepLimits) -> None:
+    """UserError for a simulated sweep (`plan --what-if`) beyond the bounds of one simulation:
+    all its steps' simulated seconds, and its work, each step simulated again with the steps
+    before it (with loads doubling, ~4 x its highest load x a step's seconds in user-seconds)."""
+    seconds = limits.step_seconds * limits.max_steps
+    if seconds > MAX_SIMULATED_SECONDS:
+        raise UserError(
+            f"--step-duration {limits.step_seconds:g} x up to {limits.max_steps} steps is more than the bound of "
+            f"{MAX_SIMULATED_SECONDS:,.0f} simulated seconds a simulation may take (~{SIMULATION_MINUTES} minutes "
+            "of wall time; docs/simulate.md)"
+        )
+    work = 4 * limits.max_load * limits.step_seconds
+    if work > MAX_SIMULATED_USER_SECONDS:
+        raise UserError(
+            f"a simulated sweep up to {limits.max_load:,.0f} users of {limits.step_seconds:g} s steps is ~{work:,.0f} "
+            f"user-seconds of simulation: more than the bound of {MAX_SIMULATED_USER_SECONDS:,.0f} "
+            f"(~{SIMULATION_MINUTES} minutes of wall time; docs/simulate.md): lower --max or --step-duration"
+        )
+
+
 def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> SimulationResult:
     """Simulate the run `cfg` describes on the twin `engine`, writing the run folder `folder`."""
     from loadlab.conductor.runloop import plan_steps
@@ -182,7 +203,7 @@ def simulate_steps(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="loadlab-simulate-") as tmp:
         out = Path(tmp) / "results.jsonl"
-        _run_simulator(header, planned_requests(cfg), out, sum(p.seconds for p in plans))
+        _run_simulator(header, planned_requests(cfg), out, sum(p.seconds for p in plans) + _grace(cfg, plans))
         wall = time.perf_counter() - started
         origin = time.time()
         with out.open() as results:
