@@ -75,13 +75,22 @@ def sweep_config(config: RunConfig, limits: SweepLimits) -> RunConfig:
             "--trace-speed sets a trace's clock, which a sweep does not keep (it sets the load and takes "
             "the trace's lengths only): leave it out"
         )
-    load = f"{limits.start:g}"
-    return apply_overrides(
-        config,
-        concurrency=load if limits.mode == "closed" else [],
-        rate=load if limits.mode == "open" else [],
-        step_duration=limits.step_seconds,
-    )
+    closed = limits.mode == "closed"
+
+    def at(load: float) -> RunConfig:
+        steps = [int(load)] if closed else [load]
+        return apply_overrides(
+            config,
+            concurrency=steps if closed else [],
+            rate=[] if closed else steps,
+            step_duration=limits.step_seconds,
+        )
+
+    try:  # the highest step must keep the bounds too (docs/workloads.md, Bounds)
+        at(limits.max_load)
+    except UserError as e:
+        raise UserError(f"--max {limits.max_load:g}: {e}") from None
+    return at(limits.start)
 
 
 def run_sweep(
