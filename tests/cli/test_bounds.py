@@ -139,6 +139,19 @@ def test_simulate_refuses_work_it_cannot_finish(tmp_path, args, says):
     assert not out.exists()
 
 
+def test_a_sweeps_highest_step_keeps_the_bounds(mock, tmp_path):
+    out = str(tmp_path / "sweep")
+    line = refused("sweep", "--url", mock, "--max", "1000", "--audio-seconds", "600", "--out", out, *QUIET)
+    assert line.startswith("error: --max 1000: 1,000 requests in flight per process")
+
+
+def test_plan_what_if_refuses_a_sweep_it_cannot_simulate_in_time():
+    line = refused("plan", "--users", "20000", "--what-if", "h100:llama-3-8b", "--step-duration", "100")
+    assert "up to 20,000 users of 100 s steps is ~8,000,000 user-seconds of simulation" in line
+    line = refused("plan", "--users", "10", "--what-if", "h100:llama-3-8b", "--step-duration", "3000")
+    assert "more than the bound of 3,600 simulated seconds" in line
+
+
 def test_plan_refuses_more_users_than_people():
     line = refused("plan", "--users", "1" + "0" * 32, "--what-if", "h100:llama-3-8b")
     assert "--users 100,000,000,000,000,000,000,000,000,000,000 is more than the bound" in line
