@@ -32,6 +32,7 @@ from loadlab.metrics.slo import SloSpec
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
+from loadlab.workload.limits import MAX_STEPS, too_big
 from loadlab.workload.scenario import apply_overrides
 
 SWEEP_JSON = "sweep.json"
@@ -63,6 +64,8 @@ def sweep_limits(mode: Mode, start: float, top: float, max_steps: int | None, st
         raise UserError(f"--step-duration must be a number of seconds > 0, got {step_seconds:g}")
     if steps < 1:
         raise UserError(f"--max-steps must be >= 1, got {steps}")
+    if steps > MAX_STEPS:
+        raise too_big("--max-steps", steps, MAX_STEPS, "steps")
     return SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps, step_seconds=step_seconds)
 
 

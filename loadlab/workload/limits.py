@@ -38,6 +38,7 @@ PROCESS_BASE_BYTES = 256 << 20  # a load-generator process's own memory, measure
 # One run. A week is longer than any load test; the count bounds what a step may ask for.
 MAX_SECONDS = 7 * 24 * 3600.0  # --duration, --step-duration, --timeout, --ramp-up, think and tool times
 MAX_REQUESTS = 100_000_000  # --requests, --warmup-requests
+MAX_STEPS = 1000  # steps of a run (--concurrency 1,2,4,... or --rate) or of a sweep (--max-steps)
 # Beyond these one process cannot keep its promise (judgement, from bench/results/client.md: ~20 µs
 # of CPU per token, one socket per user): refuse rather than start a run that can never keep up.
 MAX_USERS_PER_PROCESS = 20_000
@@ -114,6 +115,10 @@ def check_bounds(cfg: RunConfig) -> None:
     for name in ("requests", "warmup_requests"):
         _at_most(name, getattr(cfg, name), MAX_REQUESTS, "requests")
     _at_most("processes", cfg.processes, MAX_PROCESSES, "processes")
+    steps = len(cfg.concurrency or cfg.rate)
+    if steps > MAX_STEPS:
+        flag = "--rate" if cfg.rate else "--concurrency"
+        raise UserError(f"{flag}: {steps:,} steps is more than the bound of {MAX_STEPS:,} steps ({DOCS})")
     body = request_bytes(cfg)
     if body > MAX_REQUEST_BYTES:
         raise UserError(

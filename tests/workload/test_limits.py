@@ -40,6 +40,7 @@ def configured(**flags) -> RunConfig:
         ({"concurrency": [1], "think_time": "uniform:0:1e7"}, "--think-time 10,000,000 is more than"),
         ({"requests": 10**12}, "--requests 1,000,000,000,000 is more than the bound of 100,000,000"),
         ({"timeout": 1e12}, "--timeout 1,000,000,000,000 is more than the bound"),
+        ({"concurrency": list(range(1, 1002))}, "--concurrency: 1,001 steps is more than the bound of 1,000 steps"),
     ],
 )
 def test_a_size_beyond_its_bound_is_one_line_naming_flag_value_and_bound(flags, named):
