@@ -50,7 +50,7 @@ OPEN_LOOP_MAX_IN_FLIGHT = 1024
 
 # A ShareGPT file is parsed whole (~4x its size in memory): ShareGPT_V3's 642 MB fits.
 MAX_DATASET_BYTES = 1 << 30
-# Traces: read a line at a time; a line (one request) is short, a trace's arrays 24 bytes a request.
+# Traces: read a line at a time; a line (one request) is short; held, ~28 bytes a request.
 MAX_TRACE_LINE_BYTES = 1 << 20
 MAX_TRACE_REQUESTS = 20_000_000
 
@@ -58,19 +58,17 @@ MAX_TRACE_REQUESTS = 20_000_000
 # 1,000 users for 600 simulated seconds, 24k requests, took ~66 s).
 SIMULATION_MINUTES = 10
 MAX_SIMULATED_SECONDS = 3600.0  # all the steps' simulated seconds
-MAX_SIMULATED_USER_SECONDS = 6_000_000.0  # users (or requests/s) x simulated seconds, summed over steps
-MAX_SIMULATED_REQUESTS = 250_000  # a step that ends on its request count
+MAX_SIMULATED_USER_SECONDS = 6_000_000.0  # closed loop: users x simulated seconds, summed over steps
+MAX_SIMULATED_REQUESTS = 250_000  # open loop: rate x seconds; a step that ends on its request count
 # `plan --users`: more users than people on Earth is a typo.
 MAX_PLAN_USERS = 10_000_000_000
 
-_FLAGS = {  # a setting's flag, for the error line
+_FLAGS = {  # a setting's flag, for the error line (else its scenario key)
     "input_len": "--input-len",
     "output_len": "--output-len",
     "tool_output_len": "--tool-output-len",
-    "prefix_len": "prefix_len",
     "items": "--items",
     "images": "--images",
-    "image_sizes": "--image-size",
     "audio_seconds": "--audio-seconds",
     "turns": "--turns",
     "duration": "--duration",
@@ -155,7 +153,7 @@ def in_flight_per_process(cfg: RunConfig) -> int:
 
 def request_bytes(cfg: RunConfig) -> int:
     """An upper estimate of one request's body in bytes: its text (a token is a byte of synthetic
-    text), its images (synthetic PNGs, or the folder's largest file) and its audio, as base64."""
+    text), its synthetic images and its audio, as base64 (an --image-dir's files: MediaSource)."""
     w = cfg.workload
     prompt = _most(w.input_len)
     if w.kind == "shared_prefix":
