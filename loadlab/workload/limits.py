@@ -60,8 +60,9 @@ SIMULATION_MINUTES = 10
 MAX_SIMULATED_SECONDS = 3600.0  # all the steps' simulated seconds
 MAX_SIMULATED_USER_SECONDS = 6_000_000.0  # closed loop: users x simulated seconds, summed over steps
 MAX_SIMULATED_REQUESTS = 250_000  # open loop: rate x seconds; a step that ends on its request count
-# `plan --users`: more users than people on Earth is a typo.
-MAX_PLAN_USERS = 10_000_000_000
+# `plan --users`: absurd figures get a note (what they rest on); beyond this one the arithmetic
+# (floats, exact to 2**53) no longer counts users and replicas exactly.
+MAX_PLAN_USERS = 10**15
 
 _FLAGS = {  # a setting's flag, for the error line (else its scenario key)
     "input_len": "--input-len",

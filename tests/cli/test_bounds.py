@@ -152,7 +152,7 @@ def test_plan_what_if_refuses_a_sweep_it_cannot_simulate_in_time():
     assert "more than the bound of 3,600 simulated seconds" in line
 
 
-def test_plan_refuses_more_users_than_people():
+def test_plan_refuses_more_users_than_it_can_count():
     line = refused("plan", "--users", "1" + "0" * 32, "--what-if", "h100:llama-3-8b")
     assert "--users 100,000,000,000,000,000,000,000,000,000,000 is more than the bound" in line
 
