@@ -70,7 +70,9 @@ def main() -> None:
     """Console-script entry point: bad input becomes one line on stderr and exit code 2."""
     _register_commands()
     try:
-        app(standalone_mode=False)
+        # Not standalone, typer returns the code of an exit it caught (130 for a Ctrl-C or SIGTERM
+        # that escaped a command) rather than exiting with it.
+        code = app(standalone_mode=False)
     except UserError as e:
         print(f"error: {inert(str(e))}", file=sys.stderr)
         sys.exit(2)
@@ -86,3 +88,5 @@ def main() -> None:
         if type(e).__name__ == "Abort":
             sys.exit(130)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -65,9 +65,12 @@ def plan(
     from loadlab.report.console import table_console
     from loadlab.terminal import say
     from loadlab.workload.distributions import parse_seconds
+    from loadlab.workload.limits import MAX_PLAN_USERS, too_big
 
     if users < 1:
         raise UserError(f"--users must be >= 1, got {users}")
+    if users > MAX_PLAN_USERS:
+        raise too_big("--users", users, MAX_PLAN_USERS, "users")
     try:
         think = parse_seconds(think_time).mean
     except UserError as e:

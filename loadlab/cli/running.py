@@ -35,12 +35,16 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     from loadlab.store.run_folder import check_out_folder
     from loadlab.urls import without_credentials
     from loadlab.workload import make_workload
+    from loadlab.workload.limits import check_in_flight, context_warning, request_bytes
     from loadlab.workload.scenario import check
+    from loadlab.workload.trace import check_replay
 
     check(cfg, complete=True)
     if cfg.workload.dataset and not Path(cfg.workload.dataset).is_file():
         raise UserError(f"dataset file not found: {cfg.workload.dataset}")
-    make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
+    workload = make_workload(cfg.workload, cfg.api)  # fails here, not mid-run, on a bad data set
+    check_replay(cfg)
+    check_in_flight(cfg, max(request_bytes(cfg), workload.token_range()[1]))  # a data set's own lengths
     if cfg.api_key and cfg.parsed_url().has_credentials:
         raise UserError(
             "--url holds credentials (sent as Basic auth) and --api-key is set: both are "
@@ -50,10 +54,10 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     check_out_folder(folder)
     cfg.out = str(folder)
     import_load_generator()
-    from loadlab.client.discovery import api_key_from_env, api_key_variable, discover_model
+    from loadlab.client.discovery import advertised_context, api_key_from_env, api_key_variable, discover_model
     from loadlab.client.fdlimit import descriptor_warning, raise_open_file_limit
-    from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT
     from loadlab.terminal import inert_console, say
+    from loadlab.workload.limits import OPEN_LOOP_MAX_IN_FLIGHT
 
     if not cfg.api_key and api_key_variable() and cfg.parsed_url().has_credentials:
         # Only one Authorization header: the URL's own credentials, given for this run, win.
@@ -62,6 +66,10 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
         cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
+    context = advertised_context(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0), cfg.model)
+    too_long = context_warning(workload.token_range(), context) if context else ""
+    if too_long:
+        say("warning", too_long)
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
     warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
     if warning:

@@ -8,6 +8,7 @@ The load and workload flags are `loadlab run`'s, the engine flags `loadlab serve
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,8 @@ def simulate(
 ) -> None:
     """Simulate a `loadlab run` against `loadlab serve --twin` in virtual time (no HTTP, no sleeping).
     Seconds are simulated seconds; chat and completions only, no sessions (docs/simulate.md)."""
-    from loadlab.cli.running import print_final_analysis, print_final_summary
+    from loadlab.cli.running import EXIT_INTERRUPTED, print_final_analysis, print_final_summary
+    from loadlab.conductor.interrupts import deliver_interrupts_to_main
     from loadlab.conductor.simulate import SIMULATED_URL, check_simulable, simulate_run
     from loadlab.config import RunConfig
     from loadlab.numbers import format_value
@@ -50,7 +52,14 @@ def simulate(
     check_out_folder(folder)
     cfg.out = str(folder)
     print(f"loadlab simulate -> {folder}  (twin {twin}, virtual time)", file=sys.stderr)
-    result = simulate_run(cfg, engine.engine(twin), folder)
+    deliver_interrupts_to_main()  # SIGTERM ends the simulation as Ctrl-C does
+    try:
+        result = simulate_run(cfg, engine.engine(twin), folder)
+    except KeyboardInterrupt:
+        left = f"; {folder} is incomplete" if folder.exists() else ""
+        print(f"interrupted: the simulation stopped{left}", file=sys.stderr, flush=True)
+        # At once: tearing down the interpreter (the analyzer's modules) took seconds on a busy host.
+        os._exit(EXIT_INTERRUPTED)
     print(
         f"simulated {format_value(result.virtual_seconds, 's')} in "
         f"{format_value(result.wall_seconds, 's')} of wall time "

@@ -200,3 +200,25 @@ def _get(url: str, api_key: str, timeout: float) -> tuple[int, dict[str, str], o
     except ValueError:
         body = None
     return status, {k.lower(): v for k, v in headers.items()}, body
+
+
+def advertised_context(url: HttpUrl, api_key: str, timeout: float, model: str) -> int | None:
+    """The context window `model` has at the endpoint (max_model_len in GET /v1/models, as vLLM, SGLang,
+    the reference server and the mock say it), or None where the endpoint does not say."""
+    import json
+    import urllib.request
+
+    from loadlab.client.stream import split_url
+
+    base, prefix, authorization = split_url(url, api_key)
+    request = urllib.request.Request(f"{base}{prefix}/models")
+    if authorization:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            models = json.loads(r.read(1 << 20))["data"]
+        card = next((m for m in models if m.get("id") == model), None)
+        context = card.get("max_model_len") if card else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no list, or not one we can read: nothing to check against
+    return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None

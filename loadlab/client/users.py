@@ -38,12 +38,13 @@ from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.base import Workload
 from loadlab.workload.distributions import sample_seconds
+from loadlab.workload.limits import OPEN_LOOP_MAX_IN_FLIGHT
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.trace import TraceWorkload, replays_trace
 
-# Open loop: most requests one process keeps in flight; arrivals beyond it wait for a slot (their
-# start delay grows, which the self-check reports as client-limited).
-OPEN_LOOP_MAX_IN_FLIGHT = 1024
+# Open loop: most requests one process keeps in flight (OPEN_LOOP_MAX_IN_FLIGHT, a bound of
+# loadlab/workload/limits.py); arrivals beyond it wait for a slot (their start delay grows, which
+# the self-check reports as client-limited).
 _IDLE_S = 0.05  # how often an idle user looks for a new step / budget
 # A user held for a step about to begin waits for that step's `llm_step` (at most this long)
 # instead of looking 20 times a second: the conductor opens a step's connections first, and

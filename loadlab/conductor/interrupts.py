@@ -14,11 +14,14 @@ loop also asks `interrupted()` each tick.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 from gevent import get_hub, getcurrent
 
 _received: list[int] = []  # the signals that came since deliver_interrupts_to_main
+_held: list[bool] = []  # while not empty, a signal is only recorded (see held)
 
 
 def deliver_interrupts_to_main() -> None:
@@ -31,12 +34,29 @@ def deliver_interrupts_to_main() -> None:
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         _received.append(signum)
+        if _held:
+            return
         if getcurrent() is main:
             raise KeyboardInterrupt
-        get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
+        get_hub().loop.run_callback(throw)
+
+    def throw() -> None:
+        if not _held:  # (a run closing its folder has taken the interrupt already)
+            main.throw(KeyboardInterrupt)
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Within it, SIGINT and SIGTERM are recorded but raise nothing, so what is built or closed there
+    (a conductor with its run folder open) is whole; the code around asks `interrupted()`."""
+    _held.append(True)
+    try:
+        yield
+    finally:
+        _held.pop()
 
 
 def interrupted() -> bool:

@@ -45,11 +45,11 @@ from loadlab.client.context import ClientContext, add_loadlab_events, context_of
 from loadlab.client.selfcheck import SelfCheck
 from loadlab.client.shipping import cut_off_total, in_flight_total, publish_context, ready_total, worker_id
 from loadlab.client.stream import Endpoint
-from loadlab.client.users import OPEN_LOOP_MAX_IN_FLIGHT, ClosedLoopUser, OpenLoopUser
+from loadlab.client.users import ClosedLoopUser, OpenLoopUser
 from loadlab.clock import ClockAnchor, now, process_anchor
 from loadlab.collect import build_collectors
 from loadlab.conductor.budget import Breach, ErrorBudget
-from loadlab.conductor.interrupts import interrupted
+from loadlab.conductor.interrupts import held, interrupted
 from loadlab.conductor.livestats import LiveStats
 from loadlab.conductor.liveverdict import LiveVerdict
 from loadlab.conductor.recording import attach_writer
@@ -62,6 +62,7 @@ from loadlab.store.meta import DEGRADED, FAILED, FINISHED, INTERRUPTED, STOPPED,
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import RunWriter
 from loadlab.store.schema import Mode, RequestRecord, Sample, StepInfo
+from loadlab.workload.limits import OPEN_LOOP_MAX_IN_FLIGHT
 from loadlab.workload.trace import TraceWorkload, replays_trace
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -382,6 +383,8 @@ class Conductor:
         grace = step_grace(plan.seconds, self.config.timeout) if plan else self.config.timeout
         deadline = time.perf_counter() + grace
         while in_flight_total(self.env) and time.perf_counter() < deadline:
+            if interrupted():  # (closing, the interrupt is held: it raises nothing itself)
+                raise KeyboardInterrupt
             self.show("finishing requests in flight")
             gevent.sleep(0.02)
         left = in_flight_total(self.env)
@@ -414,7 +417,8 @@ class Conductor:
 def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
     """Run the load the config describes, step after step, writing the run folder; returns how it ended."""
     plans = plan_steps(config)
-    conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
+    with held():  # an interrupt now ends the run at the first step's first check, folder closed
+        conductor = Conductor(config, folder, console, plans[0].mode, len(plans))
     try:
         for plan in plans:
             # An engine resets its cache only while no request holds KV (vLLM refuses otherwise):
@@ -425,7 +429,8 @@ def run_load(config: RunConfig, folder: Path, console: Console) -> RunOutcome:
                 break
     except KeyboardInterrupt:
         conductor.interrupt()
-    return conductor.close()
+    with held():  # a second interrupt must not leave the run folder open
+        return conductor.close()
 
 
 class _NoSpawnRateWarning(logging.Filter):

@@ -40,16 +40,25 @@ from loadlab.store.schema import Coverage, RequestRecord, StepInfo
 from loadlab.workload import make_workload
 from loadlab.workload.arrivals import arrival_gaps
 from loadlab.workload.distributions import sample_seconds
+from loadlab.workload.limits import (
+    MAX_SIMULATED_REQUESTS,
+    MAX_SIMULATED_SECONDS,
+    MAX_SIMULATED_USER_SECONDS,
+    SIMULATION_MINUTES,
+)
 from loadlab.workload.trace import replays_trace
 
 if TYPE_CHECKING:
     from loadlab.conductor.runloop import StepPlan
+    from loadlab.conductor.stepping import SweepLimits
 
 SIMULATED_URL = "http://simulated"  # no endpoint: the config's URL only has to be well formed
 WORKER = "simulated"
 SERVER_MODULE = "reference_server.simulate"
 MODEL_NAME = "loadlab-reference"  # the reference server's default --model-name
 FLUSH_REQUESTS = 5000  # the run folder is written every this many requests (memory stays bounded)
+PROGRESS_EVERY_S = 10.0  # how often a simulation says how far it got
+_METRICS_TIME = b'{"kind":"metrics","time":'  # how the simulator starts a /metrics line
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,59 @@ def check_simulable(cfg: RunConfig) -> None:
         raise UserError(
             "the simulation does not keep a trace's clock: add --concurrency or --rate to take its lengths only"
         )
+    if cfg.concurrency or cfg.rate:
+        check_simulation_size(cfg)
+
+
+def check_simulation_size(cfg: RunConfig) -> None:
+    """UserError for a simulation beyond the bounds that keep it to ~10 minutes of wall time
+    (MAX_SIMULATED_SECONDS of virtual time, MAX_SIMULATED_USER_SECONDS of users x seconds)."""
+    from loadlab.conductor.runloop import plan_steps
+
+    plans = plan_steps(cfg)
+    seconds = sum(p.seconds for p in plans)
+    flag = "--step-duration" if len(plans) > 1 and cfg.step_duration else "--duration"
+    if seconds > MAX_SIMULATED_SECONDS:
+        raise UserError(
+            f"{flag}: {seconds:,.0f} simulated seconds in all is more than the bound of {MAX_SIMULATED_SECONDS:,.0f} "
+            f"one simulation may take (~{SIMULATION_MINUTES} minutes of wall time; docs/simulate.md)"
+        )
+    if plans[0].mode == "closed":
+        load = sum(p.target * p.seconds for p in plans)
+        if load > MAX_SIMULATED_USER_SECONDS:
+            raise UserError(
+                f"--concurrency x simulated seconds, {load:,.0f} user-seconds in all, is more than the bound of "
+                f"{MAX_SIMULATED_USER_SECONDS:,.0f} one simulation may take (~{SIMULATION_MINUTES} minutes of wall "
+                "time; docs/simulate.md): shorten the steps or lower the load"
+            )
+    # Open loop sends rate x seconds requests; a step ended by its count, that count.
+    requests = sum(p.requests if not p.seconds else p.target * p.seconds if p.mode == "open" else 0 for p in plans)
+    if requests > MAX_SIMULATED_REQUESTS:
+        raise UserError(
+            f"{requests:,.0f} simulated requests is more than the bound of {MAX_SIMULATED_REQUESTS:,} one simulation "
+            f"may take (~{SIMULATION_MINUTES} minutes of wall time; docs/simulate.md): shorten the steps or lower "
+            "--rate or --requests"
+        )
+
+
+def check_sweep_size(limits: SweepLimits) -> None:
+    """UserError for a simulated sweep (`plan --what-if`) beyond the bounds of one simulation:
+    all its steps' simulated seconds, and its work, each step simulated again with the steps
+    before it (with loads doubling, ~4 x its highest load x a step's seconds in user-seconds)."""
+    seconds = limits.step_seconds * limits.max_steps
+    if seconds > MAX_SIMULATED_SECONDS:
+        raise UserError(
+            f"--step-duration {limits.step_seconds:g} x up to {limits.max_steps} steps is more than the bound of "
+            f"{MAX_SIMULATED_SECONDS:,.0f} simulated seconds a simulation may take (~{SIMULATION_MINUTES} minutes "
+            "of wall time; docs/simulate.md)"
+        )
+    work = 4 * limits.max_load * limits.step_seconds
+    if work > MAX_SIMULATED_USER_SECONDS:
+        raise UserError(
+            f"a simulated sweep up to {limits.max_load:,.0f} users of {limits.step_seconds:g} s steps is ~{work:,.0f} "
+            f"user-seconds of simulation: more than the bound of {MAX_SIMULATED_USER_SECONDS:,.0f} "
+            f"(~{SIMULATION_MINUTES} minutes of wall time; docs/simulate.md): lower --max or --step-duration"
+        )
 
 
 def simulate_run(cfg: RunConfig, engine: EngineSettings, folder: Path) -> SimulationResult:
@@ -142,7 +204,7 @@ def simulate_steps(cfg: RunConfig, engine: EngineSettings, plans: list[StepPlan]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="loadlab-simulate-") as tmp:
         out = Path(tmp) / "results.jsonl"
-        _run_simulator(header, planned_requests(cfg), out)
+        _run_simulator(header, planned_requests(cfg), out, sum(p.seconds for p in plans) + _grace(cfg, plans))
         wall = time.perf_counter() - started
         origin = time.time()
         with out.open() as results:
@@ -183,8 +245,10 @@ def _grace(cfg: RunConfig, plans: list[StepPlan]) -> float:
     return step_grace(plans[-1].seconds, cfg.timeout) if plans else cfg.timeout
 
 
-def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path) -> None:
-    """Start the simulator, feed it the plan as it reads it, and wait for it (UserError when it fails)."""
+def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], out: Path, seconds: float = 0) -> None:
+    """Start the simulator, feed it the plan as it reads it, and wait for it (UserError when it fails),
+    saying every PROGRESS_EVERY_S how far it got of the `seconds` planned (0: silent). Ctrl-C and
+    SIGTERM end the simulator too."""
     proc = subprocess.Popen(
         [sys.executable, "-m", SERVER_MODULE, "--out", str(out)],
         stdin=subprocess.PIPE,
@@ -204,8 +268,17 @@ def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], o
 
     feeder = threading.Thread(target=feed, args=(proc.stdin,), daemon=True)
     feeder.start()
-    errors = proc.stderr.read()
-    code = proc.wait()
+    done = threading.Event()
+    if seconds:
+        threading.Thread(target=_progress, args=(out, seconds, done), daemon=True).start()
+    try:
+        errors = proc.stderr.read()
+        code = proc.wait()
+    finally:  # an interrupt (KeyboardInterrupt) or an error here: the simulator goes too
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     try:
         proc.stdin.close()
     except (BrokenPipeError, OSError):
@@ -213,6 +286,31 @@ def _run_simulator(header: dict[str, Any], requests: Iterator[dict[str, Any]], o
     if code != 0:
         last = [line for line in errors.splitlines() if line.strip()]
         raise UserError(f"the simulation failed: {last[-1].removeprefix('error: ') if last else f'exit code {code}'}")
+
+
+def _progress(out: Path, seconds: float, done: threading.Event) -> None:
+    """Every PROGRESS_EVERY_S until `done`: how many of the `seconds` planned the simulator has
+    simulated (its last /metrics render, read off the end of its results)."""
+    started = time.monotonic()
+    while not done.wait(PROGRESS_EVERY_S):
+        try:
+            with out.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 20)))
+                tail = f.read()
+        except OSError:
+            continue
+        at = tail.rfind(_METRICS_TIME)
+        end = tail.find(b",", at + len(_METRICS_TIME))
+        try:
+            now = float(tail[at + len(_METRICS_TIME) : end]) if at >= 0 and end > 0 else 0.0
+        except ValueError:
+            continue
+        print(
+            f"simulate: {now:,.0f} of {seconds:,.0f} simulated s ({now / seconds:.0%}) in "
+            f"{time.monotonic() - started:,.0f} s of wall time",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _write_folder(

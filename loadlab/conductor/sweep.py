@@ -15,6 +15,7 @@ from rich.console import Console
 from loadlab.analyze.analysis import StepVerdict, analyze_run
 from loadlab.analyze.measures import measure
 from loadlab.analyze.summary_types import StepSummary
+from loadlab.conductor.interrupts import held
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
@@ -33,6 +34,7 @@ from loadlab.numbers import format_number
 from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
+from loadlab.workload.limits import MAX_STEPS, too_big
 from loadlab.workload.scenario import apply_overrides
 
 SWEEP_JSON = "sweep.json"
@@ -63,6 +65,8 @@ def sweep_limits(mode: Mode, start: float, top: float, max_steps: int | None, st
         raise UserError(f"--step-duration must be a number of seconds > 0, got {step_seconds:g}")
     if steps < 1:
         raise UserError(f"--max-steps must be >= 1, got {steps}")
+    if steps > MAX_STEPS:
+        raise too_big("--max-steps", steps, MAX_STEPS, "steps")
     return SweepLimits(mode=mode, start=start, max_load=top, max_steps=steps, step_seconds=step_seconds)
 
 
@@ -75,20 +79,30 @@ def sweep_config(config: RunConfig, limits: SweepLimits) -> RunConfig:
             "--trace-speed sets a trace's clock, which a sweep does not keep (it sets the load and takes "
             "the trace's lengths only): leave it out"
         )
-    load = f"{limits.start:g}"
-    return apply_overrides(
-        config,
-        concurrency=load if limits.mode == "closed" else [],
-        rate=load if limits.mode == "open" else [],
-        step_duration=limits.step_seconds,
-    )
+    closed = limits.mode == "closed"
+
+    def at(load: float) -> RunConfig:
+        steps = [int(load)] if closed else [load]
+        return apply_overrides(
+            config,
+            concurrency=steps if closed else [],
+            rate=[] if closed else steps,
+            step_duration=limits.step_seconds,
+        )
+
+    try:  # the highest step must keep the bounds too (docs/workloads.md, Bounds)
+        at(limits.max_load)
+    except UserError as e:
+        raise UserError(f"--max {limits.max_load:g}: {e}") from None
+    return at(limits.start)
 
 
 def run_sweep(
     config: RunConfig, folder: Path, console: Console, limits: SweepLimits, spec: SloSpec | None
 ) -> SweepOutcome:
     """Sweep the load as stepping.py decides, writing one run folder and its sweep.json."""
-    conductor = Conductor(config, folder, console, limits.mode)
+    with held():  # an interrupt now ends the sweep at its first step's first check, folder closed
+        conductor = Conductor(config, folder, console, limits.mode)
     results: list[StepResult] = []
     decision = next_step(results, limits)
     try:
@@ -112,7 +126,8 @@ def run_sweep(
     except KeyboardInterrupt:
         conductor.interrupt()
         decision = Decision(None, INTERRUPTED, "interrupted")
-    outcome = conductor.close()
+    with held():  # a second interrupt must not leave the run folder open
+        outcome = conductor.close()
     if outcome.cause == "error-budget" and decision.stop != RUN_STOPPED:
         # Judged over a whole step at the run's end: the sweep judged that step by its own,
         # stricter errors rule and stopped by itself, which exits 0 (docs/sweep.md).

@@ -125,7 +125,7 @@ def whatif_limits(users: int, max_load: int | None, step_seconds: float) -> Swee
 def whatif_config(base: RunConfig, limits: SweepLimits) -> RunConfig:
     """The sweeps' run config from `base` (the workload flags' config, its URL SIMULATED_URL),
     checked as `loadlab simulate` checks its own: UserError (one line) for what cannot be simulated."""
-    from loadlab.conductor.simulate import check_simulable
+    from loadlab.conductor.simulate import check_simulable, check_sweep_size
     from loadlab.conductor.sweep import sweep_config
     from loadlab.workload import make_workload
     from loadlab.workload.scenario import check
@@ -133,6 +133,7 @@ def whatif_config(base: RunConfig, limits: SweepLimits) -> RunConfig:
     cfg = sweep_config(base, limits)
     check(cfg, complete=True)
     check_simulable(cfg)
+    check_sweep_size(limits)
     make_workload(cfg.workload, cfg.api)  # a bad data set fails here, before any sweep
     return cfg
 

@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.workload.limits import token_range
 from loadlab.workload.media import MediaSource
 from loadlab.workload.spec import RequestSpec
 
@@ -56,6 +57,11 @@ class Workload(ABC):
         spec.documents = ([spec.prompt] if self.api == "embeddings" else []) + [d.prompt for d in drawn]
         spec.input_tokens += sum(d.input_tokens for d in drawn)
         spec.max_tokens = 0
+
+    def token_range(self) -> tuple[int, int]:
+        """The fewest and the most tokens, prompt and output, one request asks for (to hold against
+        the endpoint's context window)."""
+        return token_range(self.cfg, self.api)
 
     def complete(self, spec: RequestSpec, response_text: str, ok: bool) -> None:  # noqa: B027  (optional hook)
         """Called after every request with the text it received; single-turn kinds ignore it."""

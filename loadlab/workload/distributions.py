@@ -83,6 +83,15 @@ def sample_length(d: LengthDist, rng: random.Random) -> int:
     return max(1, int(d.min), min(int(d.max), round(value)))
 
 
+def draw_range(d: LengthDist) -> tuple[float, float]:
+    """The smallest and the largest value a draw from `d` can take (as sample_length and
+    sample_seconds clip it; a fixed value is its own range)."""
+    if d.kind == "fixed":
+        value = max(d.min, min(d.max, d.mean))
+        return value, value
+    return d.min, d.max
+
+
 def sample_seconds(d: LengthDist, rng: random.Random) -> float:
     """Draw one duration in seconds from `d` (see `parse_seconds`), clipped to [d.min, d.max]."""
     value = rng.uniform(d.min, d.max) if d.kind == "uniform" else _draw(d, rng)

@@ -23,6 +23,7 @@ from typing import Any
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
+from loadlab.workload.limits import DOCS, MAX_IMAGE_DIR_BYTES, MAX_IMAGE_FILE_BYTES, MAX_IMAGE_SIDE, MAX_REQUEST_BYTES
 from loadlab.workload.spec import RequestSpec
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
@@ -42,8 +43,11 @@ class Image:
 def parse_size(text: str) -> tuple[int, int]:
     """ "WIDTHxHEIGHT" in pixels; UserError when it is not one."""
     match = _SIZE.match(text.strip())
-    if not match or not all(0 < int(v) <= 8192 for v in match.groups()):
-        raise UserError(f"bad image size {text!r}: expected WIDTHxHEIGHT in pixels (1-8192), e.g. 512x512")
+    if not match or not all(0 < int(v) <= MAX_IMAGE_SIDE for v in match.groups()):
+        raise UserError(
+            f"bad image size (--image-size) {text!r}: expected WIDTHxHEIGHT in pixels, 1-{MAX_IMAGE_SIDE} a side "
+            f"({DOCS}), e.g. 512x512"
+        )
     return int(match.group(1)), int(match.group(2))
 
 
@@ -65,6 +69,12 @@ class MediaSource:
         self.cfg = cfg
         self._sizes = [parse_size(s) for s in cfg.image_sizes]
         self._files = _folder_images(cfg.image_dir) if cfg.image_dir else []
+        largest = max((len(image.uri) for image in self._files), default=0)
+        if largest * max(cfg.images, default=0) > MAX_REQUEST_BYTES:
+            raise UserError(
+                f"--images {max(cfg.images)} of --image-dir's files (the largest {largest >> 20} MiB as base64) would "
+                f"carry more than the bound of {MAX_REQUEST_BYTES >> 20} MiB per request ({DOCS})"
+            )
         self._bodies: dict[tuple[int, int], tuple[bytes, int, int]] = {}
 
     @property
@@ -147,12 +157,25 @@ def _wav(seconds: float, rng: random.Random) -> str:
 
 
 def _folder_images(folder: str) -> list[Image]:
+    """The folder's PNG and JPEG files (by suffix), read whole: UserError, one line, for a folder or
+    file that cannot be read (a symlink loop, no permission), is not an image, or is above the bounds."""
     path = Path(folder)
-    if not path.is_dir():
-        raise UserError(f"image folder not found: {folder}")
+    try:
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+    except FileNotFoundError:
+        raise UserError(f"image folder not found: {folder}") from None
+    except OSError as e:
+        raise UserError(f"cannot read --image-dir {folder}: {e.strerror or e}") from None
     images = []
-    for file in sorted(p for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES):
-        data = file.read_bytes()
+    total = 0
+    for file in files:
+        data = _read_image(file)
+        total += len(data)
+        if total > MAX_IMAGE_DIR_BYTES:
+            raise UserError(
+                f"--image-dir {folder}: its images pass the bound of {MAX_IMAGE_DIR_BYTES >> 20} MiB in all "
+                f"(every load-generator process holds them; {DOCS})"
+            )
         size = _image_size(data)
         if size is None:
             raise UserError(f"{file}: not a PNG or JPEG image")
@@ -161,6 +184,18 @@ def _folder_images(folder: str) -> list[Image]:
     if not images:
         raise UserError(f"image folder {folder} holds no .png or .jpg file")
     return images
+
+
+def _read_image(file: Path) -> bytes:
+    """A file's bytes, at most MAX_IMAGE_FILE_BYTES (UserError, one line, when larger or unreadable)."""
+    try:
+        with file.open("rb") as f:
+            data = f.read(MAX_IMAGE_FILE_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"cannot read image {file}: {e.strerror or e}") from None
+    if len(data) > MAX_IMAGE_FILE_BYTES:
+        raise UserError(f"image {file} is larger than the bound of {MAX_IMAGE_FILE_BYTES >> 20} MiB ({DOCS})")
+    return data
 
 
 def _image_size(data: bytes) -> tuple[int, int] | None:

@@ -35,6 +35,7 @@ from loadlab.workload import WORKLOADS
 from loadlab.workload.arrivals import KINDS as ARRIVALS
 from loadlab.workload.base import APIS, POOLING_APIS, TOKEN_COUNTS
 from loadlab.workload.distributions import parse_length, parse_seconds
+from loadlab.workload.limits import MAX_RATE_PER_PROCESS, MAX_USERS_PER_PROCESS, check_bounds
 from loadlab.workload.media import check_media
 from loadlab.workload.trace import parse_columns, parse_window
 
@@ -85,12 +86,6 @@ def apply_overrides(cfg: RunConfig, **flags: Any) -> RunConfig:
     return cfg
 
 
-# Beyond these one process cannot keep its promise (judgement, from bench/results/client.md: ~20 µs
-# of CPU per token, one socket per user): refuse rather than start a run that can never keep up.
-MAX_USERS_PER_PROCESS = 20_000
-MAX_RATE_PER_PROCESS = 5_000
-
-
 def check(cfg: RunConfig, complete: bool = True) -> None:
     """Cross-field checks; with `complete`, also that the config is ready to run (url, load shape)."""
     if cfg.api not in APIS:
@@ -133,6 +128,7 @@ def check(cfg: RunConfig, complete: bool = True) -> None:
     check_media(cfg.workload)
     if cfg.workload.items < 1:
         raise UserError("workload.items must be >= 1")
+    check_bounds(cfg)
     # A pooling request draws its items as prompts, one after another: only kinds whose prompts are
     # independent draws can (a trace's are on its clock, a session's follow its history).
     if cfg.api in POOLING_APIS and cfg.workload.kind in ("multiturn", "tools", "trace"):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from loadlab.config import WorkloadConfig
 from loadlab.errors import UserError
-from loadlab.workload.base import Workload, single_turn
-from loadlab.workload.distributions import sample_length
+from loadlab.workload.base import POOLING_APIS, Workload, single_turn
+from loadlab.workload.distributions import draw_range, sample_length
+from loadlab.workload.limits import DOCS, MAX_DATASET_BYTES
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import token_count
 
@@ -31,6 +32,12 @@ def load_sharegpt(path: str | Path) -> list[PromptPair]:
     path = Path(path)
     if not str(path) or not path.is_file():
         raise UserError(f"dataset file not found: {str(path) or '(workload.dataset is empty)'}")
+    size = path.stat().st_size
+    if size > MAX_DATASET_BYTES:
+        raise UserError(
+            f"dataset {path} is {size >> 20:,} MiB: more than the bound of {MAX_DATASET_BYTES >> 20:,} MiB "
+            f"(it is parsed whole; {DOCS})"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -70,6 +77,15 @@ class ShareGPTWorkload(Workload):
         super().__init__(cfg, api, stream)
         self.pairs = load_sharegpt(cfg.dataset)
         self._order: list[int] = []
+
+    def token_range(self) -> tuple[int, int]:
+        """The data set's fewest and most tokens, question and answer (or output_len's), in one request."""
+        prompts = [token_count(p.prompt) for p in self.pairs]
+        if self.cfg.output_from_dataset and self.api not in POOLING_APIS:
+            totals = [n + p.answer_tokens for n, p in zip(prompts, self.pairs, strict=True)]
+            return min(totals), max(totals)
+        least, most = draw_range(self.cfg.output_len) if self.api not in POOLING_APIS else (0, 0)
+        return min(prompts) + int(least), max(prompts) + int(most)
 
     def _next(self) -> RequestSpec:
         if not self._order:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import itertools
 import json
 import math
 import random
@@ -23,12 +24,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from loadlab.config import RunConfig, WorkloadConfig
 from loadlab.errors import UserError
 from loadlab.workload.base import Workload, single_turn
-from loadlab.workload.distributions import sample_length
+from loadlab.workload.distributions import draw_range, sample_length
+from loadlab.workload.limits import DOCS, MAX_SECONDS, MAX_TOKENS, MAX_TRACE_LINE_BYTES, MAX_TRACE_REQUESTS
 from loadlab.workload.spec import RequestSpec
 from loadlab.workload.text import TextSource
 
@@ -60,8 +64,8 @@ class Trace:
 
     layout: str  # azure | burstgpt | mooncake | columns
     times: array  # float seconds, ascending, the first 0
-    inputs: array  # prompt tokens (at least 1)
-    outputs: array  # output tokens (at least 1)
+    inputs: array  # prompt tokens (at least 1, at most MAX_TOKENS: 32-bit)
+    outputs: array  # output tokens (the same)
     blocks: tuple[tuple[int, ...], ...]  # hash ids per request; () where the layout has none
 
     def __len__(self) -> int:
@@ -104,12 +108,11 @@ def parse_window(text: str) -> tuple[float, float]:
 @functools.lru_cache(maxsize=2)
 def _load(path: str, columns: str, mtime: float) -> Trace:
     # Cached: the conductor and the load-generator users of one process read the same file.
-    lines = _lines(Path(path))
-    first = next((line for line in lines if line.strip()), "")
-    rows = _jsonl(path, lines) if first.lstrip().startswith("{") else _csv(path, lines)
-    if not rows:
+    rows = _rows(Path(path))
+    first = next(rows, None)
+    if first is None:
         raise UserError(f"trace {path} holds no request")
-    keys = set(rows[0][1])
+    keys = set(first[1])
     if columns:
         layout, cols = "columns", parse_columns(columns)
         absent = [c for c in (cols.time, cols.input, cols.output, cols.hash_ids) if c and c not in keys]
@@ -117,12 +120,13 @@ def _load(path: str, columns: str, mtime: float) -> Trace:
             raise UserError(f"trace {path}: no column {absent[0]!r} (columns: {', '.join(sorted(keys))})")
     else:
         layout, cols = _detect(path, keys)
-    return _build(path, layout, cols, rows)
+    return _build(path, layout, cols, itertools.chain([first], rows))
 
 
 def load_trace(path: str | Path, columns: str = "") -> Trace:
-    """Read a trace in a known layout (or through `columns`, see parse_columns); UserError naming
-    the file and line on any mistake."""
+    """Read a trace in a known layout (or through `columns`, see parse_columns), a line at a time
+    (bounded: MAX_TRACE_LINE_BYTES a line, MAX_TRACE_REQUESTS in all, MAX_TOKENS a length); UserError
+    naming the file and line on any mistake."""
     path = Path(path)
     try:
         mtime = path.stat().st_mtime
@@ -131,16 +135,41 @@ def load_trace(path: str | Path, columns: str = "") -> Trace:
     return _load(str(path), columns, mtime)
 
 
-def _lines(path: Path) -> list[str]:
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The file's requests as (line number, fields): JSON lines, or CSV rows under a header."""
     try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read trace {path}: {e}") from None
+        file = path.open(encoding="utf-8-sig", newline="")
+    except OSError as e:
+        raise UserError(f"cannot read trace {path}: {e.strerror or e}") from None
+    with file:
+        lines = _lines(path, file)
+        first = next((line for line in lines if line[1].strip()), None)
+        if first is None:
+            return
+        rest = itertools.chain([first], lines)
+        yield from _jsonl(path, rest) if first[1].lstrip().startswith("{") else _csv(path, rest)
 
 
-def _jsonl(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for number, line in enumerate(lines, 1):
+def _lines(path: Path, file: IO[str]) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line, none longer than MAX_TRACE_LINE_BYTES (a line is one request)."""
+    number = 0
+    while True:
+        number += 1
+        try:
+            line = file.readline(MAX_TRACE_LINE_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read trace {path} near line {number}: {e}") from None
+        if not line:
+            return
+        if len(line) > MAX_TRACE_LINE_BYTES:
+            raise UserError(
+                f"trace {path} line {number} is longer than the bound of {MAX_TRACE_LINE_BYTES >> 20} MiB ({DOCS})"
+            )
+        yield number, line
+
+
+def _jsonl(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in lines:
         if not line.strip():
             continue
         try:
@@ -149,16 +178,24 @@ def _jsonl(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
             raise UserError(f"trace {path} line {number}: not a JSON object") from None
         if not isinstance(row, dict):
             raise UserError(f"trace {path} line {number}: not a JSON object")
-        rows.append((number, row))
-    return rows
+        yield number, row
 
 
-def _csv(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(lines)
-    header = [name.strip() for name in reader.fieldnames or []]
-    reader.fieldnames = header
-    # (a row's line number: the header is line 1; blank lines are skipped by the reader)
-    return [(reader.line_num, row) for row in reader]
+def _csv(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    numbers = [0]  # the line the reader took last (the header is line 1; blank lines are skipped)
+
+    def text() -> Iterator[str]:
+        for number, line in lines:
+            numbers[0] = number
+            yield line
+
+    reader = csv.DictReader(text())
+    try:
+        reader.fieldnames = [name.strip() for name in reader.fieldnames or []]
+        for row in reader:
+            yield numbers[0], row
+    except csv.Error as e:  # e.g. a field longer than the csv module's limit (128 KiB)
+        raise UserError(f"trace {path} line {numbers[0]}: {e}") from None
 
 
 def _detect(path: str, keys: set[str]) -> tuple[str, Columns]:
@@ -172,28 +209,29 @@ def _detect(path: str, keys: set[str]) -> tuple[str, Columns]:
     )
 
 
-def _build(path: str, layout: str, cols: Columns, rows: list[tuple[int, dict[str, Any]]]) -> Trace:
+def _build(path: str, layout: str, cols: Columns, rows: Iterator[tuple[int, dict[str, Any]]]) -> Trace:
     scale = _UNITS[cols.unit]
-    parsed = []
+    times, inputs, outputs = array("d"), array("i"), array("i")
+    blocks: list[tuple[int, ...]] = []
     for number, row in rows:
         where = f"trace {path} line {number}"
-        blocks = _hash_ids(row.get(cols.hash_ids), where) if cols.hash_ids else ()
-        parsed.append(
-            (
-                _time(row.get(cols.time), scale, where),
-                _length(row.get(cols.input), where, cols.input),
-                _length(row.get(cols.output), where, cols.output),
-                blocks,
+        if len(times) == MAX_TRACE_REQUESTS:
+            raise UserError(
+                f"trace {path} holds more than the bound of {MAX_TRACE_REQUESTS:,} requests ({DOCS}): cut it into parts"
             )
-        )
-    parsed.sort(key=lambda r: r[0])  # stable: requests recorded at one instant keep their order
-    origin = parsed[0][0]
+        times.append(_time(row.get(cols.time), scale, where))
+        inputs.append(_length(row.get(cols.input), where, cols.input))
+        outputs.append(_length(row.get(cols.output), where, cols.output))
+        if cols.hash_ids:
+            blocks.append(_hash_ids(row.get(cols.hash_ids), where))
+    seconds = np.frombuffer(times, dtype=np.float64)
+    order = np.argsort(seconds, kind="stable")  # stable: requests recorded at one instant keep their order
     return Trace(
         layout=layout,
-        times=array("d", (r[0] - origin for r in parsed)),
-        inputs=array("q", (r[1] for r in parsed)),
-        outputs=array("q", (r[2] for r in parsed)),
-        blocks=tuple(r[3] for r in parsed) if cols.hash_ids else (),
+        times=array("d", (seconds[order] - seconds[order[0]]).tobytes()),
+        inputs=array("i", np.frombuffer(inputs, dtype=np.int32)[order].tobytes()),
+        outputs=array("i", np.frombuffer(outputs, dtype=np.int32)[order].tobytes()),
+        blocks=tuple(blocks[i] for i in order) if blocks else (),
     )
 
 
@@ -222,6 +260,8 @@ def _length(value: Any, where: str, column: str) -> int:
         raise UserError(f"{where}: {column} {value!r} is not a token count") from None
     if not (math.isfinite(number) and number >= 0 and number == int(number)):
         raise UserError(f"{where}: {column} {value!r} is not a token count")
+    if number > MAX_TOKENS:
+        raise UserError(f"{where}: {column} {value!r} is more than the bound of {MAX_TOKENS:,} tokens ({DOCS})")
     # BurstGPT records failed requests with 0 response tokens: replayed as 1 so the arrival stays.
     return max(1, int(number))
 
@@ -244,6 +284,19 @@ def replays_trace(cfg: RunConfig) -> bool:
     return cfg.workload.kind == "trace" and not cfg.concurrency and not cfg.rate
 
 
+def check_replay(cfg: RunConfig) -> None:
+    """UserError when a trace replayed on its own clock, with no --duration to end it, would take
+    longer than MAX_SECONDS (a trace spanning years idles after its first request)."""
+    if not replays_trace(cfg) or cfg.duration:
+        return
+    span = TraceWorkload(cfg.workload, cfg.api).span
+    if span > MAX_SECONDS:
+        raise UserError(
+            f"--trace {cfg.workload.dataset} takes {span:,.0f} s to replay (x{cfg.workload.trace_speed:g}): more than "
+            f"the bound of {MAX_SECONDS:,.0f} s ({DOCS}); pass --duration, --trace-window or --trace-speed"
+        )
+
+
 class TraceWorkload(Workload):
     """The requests of a trace (`dataset`), windowed and sped up as configured.
 
@@ -258,14 +311,16 @@ class TraceWorkload(Workload):
         trace = load_trace(cfg.dataset, cfg.trace_columns)
         lo, hi = parse_window(cfg.trace_window) if cfg.trace_window else (0.0, math.inf)
         self.trace = trace
-        self.indices = [i for i, t in enumerate(trace.times) if lo <= t < hi]
-        if not self.indices:
+        times = np.frombuffer(trace.times, dtype=np.float64)
+        window = np.flatnonzero((times >= lo) & (times < hi))
+        if not len(window):
             raise UserError(f"trace {cfg.dataset}: the window {cfg.trace_window} holds no request")
+        self.indices = array("i", window.astype(np.int32).tobytes())
         # Offsets from the window's start, on the sped-up clock.
-        self.offsets = [(trace.times[i] - lo) / cfg.trace_speed for i in self.indices]
+        self.offsets = array("d", ((times[window] - lo) / cfg.trace_speed).tobytes())
         # One word pool for every process (seeded by the seed alone), large enough never to grow,
         # so a hash id's block reads the same in every process.
-        longest = max(max(trace.inputs[i] for i in self.indices), BLOCK_TOKENS)
+        longest = max(int(np.frombuffer(trace.inputs, dtype=np.int32)[window].max()), BLOCK_TOKENS)
         self._text = TextSource(random.Random(cfg.seed), pool_chars=max(1 << 16, 2 * longest + 64))
         self._cursor = 0
 
@@ -299,6 +354,16 @@ class TraceWorkload(Workload):
         else:
             max_tokens = sample_length(self.cfg.output_len, rng)
         return single_turn(text, max_tokens, length)
+
+    def token_range(self) -> tuple[int, int]:
+        """The window's fewest and most tokens, prompt and output (or output_len's), in one request."""
+        window = np.frombuffer(self.indices, dtype=np.int32)
+        tokens = np.frombuffer(self.trace.inputs, dtype=np.int32)[window].astype(np.int64)
+        if self.cfg.output_from_dataset:
+            tokens += np.frombuffer(self.trace.outputs, dtype=np.int32)[window]
+            return int(tokens.min()), int(tokens.max())
+        least, most = draw_range(self.cfg.output_len)
+        return int(tokens.min() + least), int(tokens.max() + most)
 
     def _block(self, hash_id: int) -> str:
         return self._text.text(BLOCK_TOKENS, random.Random(f"{self.cfg.seed}/block/{hash_id}"))

@@ -50,6 +50,13 @@ try:
             print("swallowed", flush=True)
         print("interrupted():", interrupted(), flush=True)
         sys.exit(0)
+    elif "{where}" == "held":  # as a conductor is built and closed
+        with held():
+            signal_here()  # in the main greenlet
+            gevent.spawn(signal_here).join()  # in another: its throw into this one is dropped
+            gevent.sleep(0.1)
+        print("held, interrupted():", interrupted(), flush=True)
+        sys.exit(0)
     gevent.sleep(10)
 except KeyboardInterrupt:
     print("main interrupted", flush=True)
@@ -57,7 +64,8 @@ except KeyboardInterrupt:
 print("the run went on", flush=True)
 """
 DELIVER = (
-    "from loadlab.conductor.interrupts import deliver_interrupts_to_main, interrupted\ndeliver_interrupts_to_main()"
+    "from loadlab.conductor.interrupts import deliver_interrupts_to_main, held, interrupted\n"
+    "deliver_interrupts_to_main()"
 )
 PYTHONS_OWN = "signal.signal(signal.SIGTERM, signal.default_int_handler)"
 
@@ -88,6 +96,13 @@ def test_a_signal_that_finds_the_main_greenlet_running_interrupts_it_there():
 def test_a_signal_swallowed_by_code_the_main_greenlet_called_is_still_known():
     result = run(DELIVER, "SIGTERM", "main, swallowed")
     assert result.stdout.splitlines() == ["swallowed", "interrupted(): True"], result.stderr
+
+
+def test_a_signal_while_held_raises_nothing_and_is_known():
+    """While a conductor is built or closed: a signal there, from any greenlet, raises nothing (a
+    half-built or half-closed run folder would stay `running`); the run loop asks after."""
+    result = run(DELIVER, "SIGTERM", "held")
+    assert result.returncode == 0 and result.stdout.splitlines() == ["held, interrupted(): True"], result.stderr
 
 
 def test_pythons_own_handler_loses_the_signal_in_a_swallowing_greenlet():

@@ -49,7 +49,7 @@ def test_mooncake_requests_that_share_a_hash_id_share_that_blocks_text(tmp_path)
         ],
     )
     w = trace_workload(path)
-    assert w.trace.layout == "mooncake" and w.offsets == [0.0, 0.25, 1.5]
+    assert w.trace.layout == "mooncake" and list(w.offsets) == [0.0, 0.25, 1.5]
     a, b, c = (w.request(n).prompt for n in range(3))
     assert [len(a), len(b), len(c)] == [3 * BLOCK_TOKENS - 100, 3 * BLOCK_TOKENS, BLOCK_TOKENS + 10]
     shared = 2 * BLOCK_TOKENS
@@ -89,7 +89,7 @@ def test_a_column_mapping_reads_any_csv_or_jsonl(tmp_path):
 def test_window_and_speed_pick_and_compress_the_requests(tmp_path):
     path = write_azure(tmp_path / "a.csv", ROWS)
     w = trace_workload(path, trace_window="0.5:3", trace_speed=2.0)
-    assert len(w) == 3 and w.offsets == pytest.approx([0.0, 0.875, 0.875])
+    assert len(w) == 3 and list(w.offsets) == pytest.approx([0.0, 0.875, 0.875])
     assert [w.request(n).input_tokens for n in range(3)] == [30, 64, 5]
     assert w.span == pytest.approx(0.875)
 
