@@ -89,6 +89,7 @@ def test_the_simulated_folder_is_a_run_folder_marked_simulated(simulated: Path) 
             "warnings": [],
             "cause": "",
             "advice": [],
+            "untrusted": [],
         }
     overall = summary_of(simulated)["overall"]
     assert not math.isnan(overall["itl"]["p50"]) and overall["succeeded"] == int((~requests["warmup"]).sum())

@@ -11,7 +11,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from reference_server.model import PRESETS
+from reference_server.shapes import PRESETS
 from tests.support.reference_server import MODEL, chunks, start_server
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
