@@ -21,6 +21,7 @@ from loadlab.metrics.verdicts import (
 )
 
 VLLM, SGLANG, TGI, TRTLLM, REFERENCE, UNKNOWN_SERVER = "vLLM", "SGLang", "TGI", "TensorRT-LLM", "reference server", ""
+LLAMA_CPP = "llama.cpp"  # named by its command (`llama-server`): its /metrics has no prefix of its own
 RAW_PREFIXES = {"vllm:": VLLM, "sglang:": SGLANG, "tgi_": TGI, "trtllm_": TRTLLM, "trtllm:": TRTLLM}
 
 # constraint -> server kind -> advice lines. UNKNOWN_SERVER holds the advice for any server.

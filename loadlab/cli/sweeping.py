@@ -38,6 +38,25 @@ def start_sweep(
     return run_sweep(cfg, folder, console, limits, spec)
 
 
+def check_sweep_flags(flags: SweepFlags, *groups: ConfigFlags) -> None:
+    """A closed-loop sweep's flags checked as `start_sweep` checks them (UserError, one line),
+    before anything is started: `loadlab tune` starts its servers only for flags that will run."""
+    from loadlab.cli.running import import_load_generator
+
+    import_load_generator()
+    from loadlab.conductor.sweep import sweep_config, sweep_limits
+    from loadlab.config import RunConfig
+    from loadlab.metrics.slo import read_slo
+    from loadlab.workload.scenario import check
+
+    limits = sweep_limits("closed", 1.0, flags.max_load, flags.max_steps, flags.step_duration)
+    spec = read_slo(flags.slo) if flags.slo is not None else None
+    url = "http://127.0.0.1:1"  # the servers' own, once started
+    check(
+        sweep_config(configure(RunConfig(), *groups, url=url, slo=spec.text if spec else None), limits), complete=True
+    )
+
+
 def goodput_note(spec: SloSpec | None) -> str:
     """What to add when the SLO's per-request objectives would otherwise judge nothing ("" if fine)."""
     if spec is None or spec.per_request is None or any(o.metric == "goodput" for o in spec.objectives):
