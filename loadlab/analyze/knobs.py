@@ -35,9 +35,9 @@ class Knob:
     what: str  # what the step changes, in words
 
     def turned(self, value: int) -> int:
-        """The value one step this knob's way (at least 1, and never the same value)."""
+        """The value one step this knob's way: at least 1, so a knob down at 1 stays there."""
         new = max(1, round(value * self.factor))
-        return new if new != value else value + (1 if self.factor > 1 else -1)
+        return new if new != value or self.factor < 1 else value + 1
 
 
 ADMISSION, KV_POOL, PREFILL = "the admission cap x4", "the KV pool x2", "a smaller prefill chunk (/2)"

@@ -71,7 +71,7 @@ def tune(
     if grid and grid_file:
         raise UserError("give the grid as --grid or as --grid-file, not both")
     check_sweep_flags(limits, workload, client, collectors)  # imports Locust first, as the conductor needs
-    from loadlab.conductor import tune as tuning
+    from loadlab.conductor import grid as grids, tune as tuning
     from loadlab.report.html.tune import write_tune_report
     from loadlab.store.run_folder import check_out_folder
 
@@ -79,10 +79,10 @@ def tune(
     if not resume:
         check_out_folder(folder)
     if verify is None:
-        values = tuning.read_grid_file(grid_file) if grid_file else tuning.cartesian(tuning.parse_grid(grid))
-        configs = tuning.configurations(serve, values, max_configs)
+        values = grids.read_grid_file(grid_file) if grid_file else grids.cartesian(grids.parse_grid(grid))
+        configs = grids.configurations(serve, values, max_configs)
     else:
-        tuning.check_command(serve, {})
+        grids.check_command(serve, {})
     folder.mkdir(parents=True, exist_ok=True)
 
     def sweep_at(url: str, run: Path, pid: int) -> tuning.SweepOutcome:

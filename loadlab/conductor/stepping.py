@@ -39,6 +39,8 @@ from loadlab.metrics.verdicts import (
 from loadlab.numbers import format_value
 from loadlab.store.schema import Mode
 
+SWEEP_JSON = "sweep.json"  # beside the run folder's files: how each step was judged, why the sweep stopped
+
 MAX_ERROR_RATE = 0.01  # a step whose requests fail more often than this is bad
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
 # ... or, for the knee, within the load growth the saturation rule needs to call a step flat:

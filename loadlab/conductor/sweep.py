@@ -18,6 +18,7 @@ from loadlab.analyze.summary_types import StepSummary
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
+    SWEEP_JSON,
     Decision,
     StepResult,
     SweepLimits,
@@ -34,8 +35,6 @@ from loadlab.store.meta import write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
 from loadlab.workload.scenario import apply_overrides
-
-SWEEP_JSON = "sweep.json"
 
 
 @dataclass

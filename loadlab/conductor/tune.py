@@ -2,29 +2,26 @@
 command, wait for its health, run a sweep against it, end it by its PID; then a summary of what
 each configuration measured (tune.json). Also the verify mode's one turned knob (knobs.py).
 
-A configuration's values go into the command where `{name}` stands, else they are appended as
-`--name value` (the engines' parsers take the last of a repeated flag). The tune folder holds one
-folder per configuration: `server.log` and the sweep's run folder `run/`.
+The configurations and their commands: grid.py. The tune folder holds one folder per
+configuration: `server.log` and the sweep's run folder `run/`; and tune.json.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import re
 import shlex
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadlab.analyze.analysis import analyze_run, read_analysis
 from loadlab.analyze.knobs import engine_of, knob_for
 from loadlab.analyze.measures import RunValues, measure
 from loadlab.analyze.verify import REFUTED, Figures, Measured, Verification, figures_of, verify
-from loadlab.conductor.sweep import SWEEP_JSON, SweepOutcome
+from loadlab.conductor.grid import Configuration, flag_value, render_command
+from loadlab.conductor.stepping import SWEEP_JSON
 from loadlab.errors import UserError
 from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
 from loadlab.store.meta import json_safe, write_json_atomic
@@ -32,28 +29,16 @@ from loadlab.store.reader import load_run
 from loadlab.store.run_folder import INNER_RUN
 from loadlab.terminal import say
 
+if TYPE_CHECKING:  # the sweep itself imports Locust: the caller's to import first
+    from loadlab.conductor.sweep import SweepOutcome
+
 TUNE_JSON = "tune.json"
 SERVER_LOG = "server.log"
-DEFAULT_MAX_CONFIGS = 16
 STARTUP_TIMEOUT = 300.0  # vLLM on CPU takes 1-2 minutes to start here
-PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
 
 # Runs a sweep against the URL into the run folder (the CLI's `loadlab sweep`, with its flags);
 # the PID is the server's, for its CPU samples.
-Measure = Callable[[str, Path, int], SweepOutcome]
-
-
-@dataclass(frozen=True)
-class Configuration:
-    """The server's flags set by one configuration: flag name (no dashes) -> value."""
-
-    values: dict[str, str]
-
-    @property
-    def name(self) -> str:
-        """Its folder's name, e.g. `max-num-seqs=8_max-num-batched-tokens=1024` (`default`: none set)."""
-        text = "_".join(f"{k}={v}" for k, v in self.values.items()) or "default"
-        return re.sub(r"[^A-Za-z0-9=._,+-]", "-", text)
+Measure = Callable[[str, Path, int], "SweepOutcome"]
 
 
 @dataclass
@@ -65,122 +50,6 @@ class TuneOutcome:
     interrupted: bool = False
 
 
-def parse_grid(items: list[str]) -> dict[str, list[str]]:
-    """`--grid name=v1,v2` (repeatable) as name -> values; UserError (one line) for a bad one."""
-    grid: dict[str, list[str]] = {}
-    for item in items:
-        name, eq, values = item.partition("=")
-        name = name.strip().removeprefix("--")
-        listed = [v.strip() for v in values.split(",")]
-        if not eq or not name or not all(listed):
-            raise UserError(f"bad --grid {item!r}: write name=value,value (e.g. max-num-seqs=2,8,32)")
-        if name in grid:
-            raise UserError(f"--grid names {name} twice: give its values in one --grid")
-        grid[name] = listed
-    return grid
-
-
-def read_grid_file(path: Path) -> list[dict[str, str]]:
-    """A grid file (JSON or TOML): a table of name -> values (Cartesian), or a list of tables
-    (`[{...}, ...]` in JSON, `[[config]]` in TOML: the configurations as listed)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        data: Any = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except OSError as e:
-        raise UserError(f"cannot read --grid-file {path}: {e.strerror or e}") from None
-    except ValueError as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise UserError(f"--grid-file {path} is not valid {path.suffix.lstrip('.') or 'TOML'}: {e}") from None
-    if isinstance(data, dict) and list(data) == ["config"]:
-        data = data["config"]
-    if isinstance(data, list):
-        if not data or not all(isinstance(c, dict) and c for c in data):
-            raise UserError(f"--grid-file {path}: a list of configurations must hold tables of flag = value")
-        return [{_name(k): _value(v, path) for k, v in c.items()} for c in data]
-    if not isinstance(data, dict) or not data:
-        raise UserError(f"--grid-file {path}: expected a table of flag = [values] or a list of configurations")
-    grid = {_name(k): [_value(v, path) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in data.items()}
-    return cartesian(grid)
-
-
-def _name(key: str) -> str:
-    return str(key).strip().removeprefix("--")
-
-
-def _value(value: Any, path: Path) -> str:
-    if isinstance(value, (dict, list)) or value == "":
-        raise UserError(f"--grid-file {path}: a flag's value must be a number or a word, got {value!r}")
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def cartesian(grid: dict[str, list[str]]) -> list[dict[str, str]]:
-    """Every combination of the grid's values, the first name varying slowest."""
-    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
-
-
-def configurations(
-    template: str, grid: list[dict[str, str]], max_configs: int = DEFAULT_MAX_CONFIGS
-) -> list[Configuration]:
-    """The configurations to run, checked against the serve command before anything starts:
-    at most `max_configs`, none twice, every `{name}` of the command given a value."""
-    configs = [Configuration(values) for values in grid] or [Configuration({})]
-    if len(configs) > max_configs:
-        raise UserError(
-            f"the grid has {len(configs)} configurations, more than --max-configs {max_configs}: "
-            "narrow it or raise --max-configs"
-        )
-    names = [c.name for c in configs]
-    if len(set(names)) < len(names):
-        raise UserError("the grid lists a configuration twice")
-    for config in configs:
-        check_command(template, config.values)
-    return configs
-
-
-def check_command(template: str, values: dict[str, str]) -> list[str]:
-    """The serve command's words, or UserError: it must hold `{port}`, and every other `{name}`
-    must have a value."""
-    try:
-        words = shlex.split(template)
-    except ValueError as e:
-        raise UserError(f"bad --serve command ({e})") from None
-    if not words:
-        raise UserError("--serve needs a command that starts the server")
-    if not any("{port}" in w for w in words):
-        raise UserError("--serve must put {port} where the server takes its port (e.g. --port {port})")
-    missing = sorted({m for w in words for m in PLACEHOLDER.findall(w)} - set(values) - {"port"})
-    if missing:
-        raise UserError(f"--serve has {{{missing[0]}}} but no value for it: give --grid {missing[0]}=...")
-    return words
-
-
-def render_command(template: str, values: dict[str, str], port: int) -> list[str]:
-    """The command that starts the server: each value where `{name}` stands, else appended as
-    `--name value`; the port where `{port}` stands."""
-    words = check_command(template, values)
-    placed = {name for name in values if any(f"{{{name}}}" in w for w in words)}
-    args = []
-    for word in words:
-        for name, value in [*values.items(), ("port", str(port))]:
-            word = word.replace(f"{{{name}}}", value)
-        args.append(word)
-    for name, value in values.items():
-        if name not in placed:
-            args += [f"--{name}", value]
-    return args
-
-
-def flag_value(template: str, flag: str) -> str | None:
-    """The value the serve command gives `flag` (its last `--flag V` or `--flag=V`; None: not set)."""
-    words = shlex.split(template)
-    found = None
-    for i, word in enumerate(words):
-        if word == flag and i + 1 < len(words):
-            found = words[i + 1]
-        elif word.startswith(flag + "="):
-            found = word.partition("=")[2]
-    return found
-
-
 def run_tune(
     template: str, configs: list[Configuration], out: Path, run_sweep: Measure, resume: bool = False
 ) -> TuneOutcome:
@@ -190,9 +59,9 @@ def run_tune(
     for config in configs:
         result = run_configuration(template, config, out, run_sweep, resume)
         outcome.results.append(result)
+        outcome.interrupted = result.status == "interrupted"
         write_tune_json(out, template, outcome)
-        if result.status == "interrupted":
-            outcome.interrupted = True
+        if outcome.interrupted:
             break
     return outcome
 
@@ -204,7 +73,7 @@ def run_configuration(
     Ctrl-C and on a failed start, whose log stays, with one line saying why)."""
     folder = out / config.name
     run = folder / INNER_RUN
-    if resume and (run / SWEEP_JSON).is_file():
+    if resume and (run / SWEEP_JSON).is_file():  # the sweep wrote it: the configuration was measured
         say("note", f"{config.name}: measured before ({run}), not run again (--resume)")
         return _measured(config, run, "resumed")
     if folder.exists():  # a configuration cut off before: kept beside, never overwritten
@@ -284,6 +153,8 @@ def knob_turn(constraint: str, engine: str, template: str) -> Turn | str:
         value = int(float(current))
     except ValueError:
         return f"{knob.flag} {current!r} in --serve is not a number to turn"
+    if knob.turned(value) == value:
+        return f"{knob.flag} {value} cannot be turned further ({knob.what})"
     return Turn(constraint, knob.flag, value, knob.turned(value))
 
 
