@@ -99,9 +99,8 @@ def _table(results: list[Measured], serve: str) -> str:
         )
     headers = ["configuration", "status", "knee (users)", "peak tok/s", "goodput req/s", "verdict", "run folder"]
     note = (
-        f"Started with <code>{esc(serve)}</code>, each configuration's flags set in it. "
-        "<code>loadlab report FOLDER</code> gives a configuration's full report; "
-        "<code>loadlab compare A B</code> sets two side by side."
+        f"Started with: {serve} (each configuration's flags set in it). loadlab report FOLDER gives a "
+        "configuration's full report; loadlab compare A B sets two side by side."
     )
     return html_table(headers, rows, "numbers") + html_note(note)
 
