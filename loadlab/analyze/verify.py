@@ -1,12 +1,18 @@
 """A verdict put to the test: the run before and after its knob was turned (knobs.py), read for
-the two figures every class predicts will grow, the knee (the load where throughput stops
-growing with it) and the peak output tokens/s (with an interval: compare.py's bootstrap).
+the two figures every class predicts will grow: where the throughput levels off (the lowest load
+that reaches LEVEL of the run's peak output tokens/s) and that peak (with an interval:
+compare.py's bootstrap).
 
-- verified: the knee moved to a higher load and the peak throughput improved beyond the noise;
-- refuted: the knee did not move up, and the peak throughput neither improved beyond the noise
-  nor gained MIN_GAIN as measured (or it fell): both figures say the knob was not what bound;
-- undecided: anything between: the knee moved and the throughput's change is inside the noise,
-  or the throughput gained as measured but not beyond its interval.
+Where the throughput levels off, not the analyzer's knee: the knee is the first step that scales
+less than the load by the saturation rule, which on a busy host can fall anywhere along a flat
+plateau (each step within the rule's thresholds of the one below); where the plateau begins is
+what a raised cap moves. Both are in the figures and the tune table.
+
+- verified: the throughput levels off at a higher load and the peak improved beyond the noise;
+- refuted: it levels off no higher, and the peak neither improved beyond the noise nor gained
+  MIN_GAIN as measured (or it fell): both figures say the knob was not what bound;
+- undecided: anything between: the plateau moved up and the peak's change is inside the noise,
+  or the peak gained as measured but not beyond its interval.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ VERIFIED: Outcome = "verified"
 REFUTED: Outcome = "refuted"
 UNDECIDED: Outcome = "undecided"
 MIN_GAIN = 0.10  # below this much more throughput, as measured, the knob bought nothing
-KNEE_MOVE = 1.2  # a knee "moved" when its load grew beyond a bisection's resolution (10 %)
+LEVEL = 0.9  # the throughput has levelled off at the first load reaching this share of the peak
+MOVED = 1.2  # it "moved" when that load grew beyond a bisection's resolution (10 %)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,19 @@ class Figures:
     server: str  # the server kind the analyzer saw
     headline: str
     points: tuple[Point, ...] = ()  # every step, in load order
+
+    def levels_off(self) -> Point | None:
+        """The first step, in load order, whose output tokens/s reaches LEVEL of the peak."""
+        return next((p for p in self.points if p.output_tps >= LEVEL * self.peak_tps), None)
+
+    def levels_text(self) -> str:
+        """Where the throughput levels off, in users; ">= N" when only the top load reaches it
+        (it may still grow beyond)."""
+        point = self.levels_off()
+        if point is None:
+            return "–"
+        top = point is self.points[-1] and len(self.points) > 1
+        return (">= " if top else "") + format_number(point.load)
 
     def knee_text(self) -> str:
         """The knee as the table prints it: its load, or "none (>= N)"."""
@@ -126,24 +146,24 @@ def verify(
     after: tuple[RunValues, Figures],
     seed: int = 0,
 ) -> Verification:
-    """Judge whether turning `flag` from values[0] to values[1] moved the knee and the peak
+    """Judge whether turning `flag` from values[0] to values[1] moved the plateau and the peak
     throughput as `constraint` predicts (the module's rules)."""
     (base_values, base), (new_values, new) = before, after
     b, n = _step(base_values, base.peak), _step(new_values, new.peak)
     change = step_change(b, n, "output_tps", seed=seed) if b and n else None
-    knee_up = new.knee_load > base.knee_load * KNEE_MOVE and (bool(base.knee) or not new.knee)
-    knee_down = new.knee_load * KNEE_MOVE < base.knee_load
+    level_b, level_n = base.levels_off(), new.levels_off()
+    up = bool(level_b and level_n and level_n.load > level_b.load * MOVED)
+    down = bool(level_b and level_n and level_n.load * MOVED < level_b.load)
     call = change.call if change else ""
     small = change is not None and math.isfinite(change.change) and change.change < MIN_GAIN
-    if knee_up and call == IMPROVEMENT:
+    if up and call == IMPROVEMENT:
         outcome = VERIFIED
-    elif not knee_up and (call == REGRESSION or (call == NO_CHANGE and small)):
+    elif not up and (call == REGRESSION or (call == NO_CHANGE and small)):
         outcome = REFUTED
     else:
         outcome = UNDECIDED
-    knee = f"knee {base.knee_text()} -> {new.knee_text()} users" + (
-        " (moved up)" if knee_up else " (moved down)" if knee_down else " (did not move up)"
-    )
+    moved = " (moved up)" if up else " (moved down)" if down else " (did not move up)"
+    level = f"throughput levels off at {base.levels_text()} -> {new.levels_text()} users{moved}"
     if change is None:
         tps = "no peak throughput to compare"
     else:
@@ -153,7 +173,8 @@ def verify(
             f"to {format_change(change.high, change.unit)}, noise {format_change(change.noise, change.unit, '')}: "
             f"{change.call})"
         )
-    return Verification(constraint, flag, values[0], values[1], base, new, change, outcome, f"{knee}; {tps}")
+    knee = f"the analyzer's knee {base.knee_text()} -> {new.knee_text()}"
+    return Verification(constraint, flag, values[0], values[1], base, new, change, outcome, f"{level}; {tps}; {knee}")
 
 
 def _peak_step(values: RunValues) -> StepValues | None:

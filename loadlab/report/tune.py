@@ -1,5 +1,6 @@
-"""`loadlab tune` in the terminal: a row per configuration (knee, peak and per-user tokens/s,
-goodput, the verdict), each verification's outcome with its figures, and the knob table."""
+"""`loadlab tune` in the terminal: a row per configuration (the analyzer's knee, where the
+throughput levels off, peak and per-user tokens/s, goodput, the verdict), each verification's
+outcome with its figures, and the knob table."""
 
 from __future__ import annotations
 
@@ -16,19 +17,21 @@ from loadlab.numbers import format_number
 def print_configurations(results: list[Measured], console: Console) -> None:
     """The tune table: one row per configuration, in the order run."""
     table = Table(title="tune", title_justify="left")
-    for name in ("configuration", "status", "knee (users)", "peak tok/s", "user tok/s p50 at peak", "goodput req/s"):
+    columns = ("knee (users)", "levels off (users)", "peak tok/s", "user tok/s p50 at peak", "goodput req/s")
+    for name in ("configuration", "status", *columns):
         table.add_column(name, justify="left" if name in ("configuration", "status") else "right")
     table.add_column("verdict", justify="left")
     for r in results:
         f = r.figures
         if f is None:
-            table.add_row(r.name, r.status, "–", "–", "–", "–", r.why)
+            table.add_row(r.name, r.status, "–", "–", "–", "–", "–", r.why)
             continue
         peak = next((p for p in f.points if p.label == f.peak), None)
         table.add_row(
             r.name,
             r.status,
             f.knee_text(),
+            f.levels_text(),
             format_number(f.peak_tps),
             format_number(peak.user_tps) if peak else "–",
             format_number(f.goodput) if math.isfinite(f.goodput) else "–",

@@ -91,13 +91,23 @@ def _table(results: list[Measured], serve: str) -> str:
                 esc(r.name),
                 esc(r.status),
                 esc(f.knee_text()) if f else "–",
+                esc(f.levels_text()) if f else "–",
                 format_number(f.peak_tps) if f else "–",
                 format_number(f.goodput) if f and math.isfinite(f.goodput) else "–",
                 esc(f"{f.constraint}: {f.headline}" if f else r.why),
                 f"<code>{esc(r.folder)}</code>",
             ]
         )
-    headers = ["configuration", "status", "knee (users)", "peak tok/s", "goodput req/s", "verdict", "run folder"]
+    headers = [
+        "configuration",
+        "status",
+        "knee (users)",
+        "levels off (users)",
+        "peak tok/s",
+        "goodput req/s",
+        "verdict",
+        "run folder",
+    ]
     note = (
         f"Started with: {serve} (each configuration's flags set in it). loadlab report FOLDER gives a "
         "configuration's full report; loadlab compare A B sets two side by side."
