@@ -84,6 +84,9 @@ def tune(
     else:
         grids.check_command(serve, {})
     folder.mkdir(parents=True, exist_ok=True)
+    from loadlab.conductor.interrupts import deliver_interrupts_to_main
+
+    deliver_interrupts_to_main()  # SIGTERM too ends the server that runs, by its PID
 
     def sweep_at(url: str, run: Path, pid: int) -> tuning.SweepOutcome:
         own = replace(collectors, server_pid=collectors.server_pid or pid)

@@ -9,6 +9,7 @@ configuration: `server.log` and the sweep's run folder `run/`; and tune.json.
 from __future__ import annotations
 
 import itertools
+import json
 import shlex
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from loadlab.conductor.grid import Configuration, flag_value, render_command
 from loadlab.conductor.stepping import SWEEP_JSON
 from loadlab.errors import UserError
 from loadlab.lab.processes import NotReady, end_child, free_port, start_child, wait_healthy
+from loadlab.metrics.verdicts import INTERRUPTED
 from loadlab.store.meta import json_safe, write_json_atomic
 from loadlab.store.reader import load_run
 from loadlab.store.run_folder import INNER_RUN
@@ -73,7 +75,7 @@ def run_configuration(
     Ctrl-C and on a failed start, whose log stays, with one line saying why)."""
     folder = out / config.name
     run = folder / INNER_RUN
-    if resume and (run / SWEEP_JSON).is_file():  # the sweep wrote it: the configuration was measured
+    if resume and _swept(run):
         say("note", f"{config.name}: measured before ({run}), not run again (--resume)")
         return _measured(config, run, "resumed")
     if folder.exists():  # a configuration cut off before: kept beside, never overwritten
@@ -102,6 +104,14 @@ def run_configuration(
     if swept.run.status == "interrupted":
         return Measured(config.name, config.values, str(run), "interrupted", "interrupted (Ctrl-C)")
     return _measured(config, run, "measured")
+
+
+def _swept(run: Path) -> bool:
+    """Whether the run folder holds a sweep that ended by its own rules (not interrupted)."""
+    try:
+        return json.loads((run / SWEEP_JSON).read_text(encoding="utf-8")).get("stop") != INTERRUPTED
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _aside(folder: Path) -> Path:

@@ -4,13 +4,17 @@ table, and (serial) the verdict of an admission-capped reference server put to t
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import loadlab
+from tests.support.procs import BIN, loadlab, sigint_default
 
 
 def marking_server(marker: Path) -> str:
@@ -63,3 +67,55 @@ def test_a_server_that_does_not_start_is_one_line_and_exit_1(tmp_path: Path) -> 
     summary = json.loads((out / "tune.json").read_text())
     assert summary["configurations"][0]["status"] == "failed"
     assert (out / "a=1" / "server.log").is_file() and (out / "tune.html").is_file()
+
+
+def test_ctrl_c_while_a_server_starts_ends_it_by_its_pid(tmp_path: Path) -> None:
+    pid_file, out = tmp_path / "server.pid", tmp_path / "out"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    serve = f"{sys.executable} -c {shlex.quote(code)} {{port}}"  # starts, never answers /health
+    args = [str(BIN / "loadlab"), "tune", "--serve", serve, "--grid", "a=1,2", "--out", str(out), "--no-gpu"]
+    with subprocess.Popen(args, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default) as tune:
+        deadline = time.monotonic() + 60
+        while not pid_file.is_file() or not pid_file.read_text():
+            assert time.monotonic() < deadline and tune.poll() is None
+            time.sleep(0.1)
+        tune.send_signal(signal.SIGINT)
+        _, err = tune.communicate(timeout=60)
+    assert tune.returncode == 130, err
+    server = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["interrupted"] and [c["status"] for c in summary["configurations"]] == ["interrupted"]
+
+
+# The GPU twin (H100 timing of Llama-3-8B) behind an admission cap of 2: its decode step barely
+# grows with the batch, so throughput grows with the users up to the cap and not beyond.
+CAPPED = f"{sys.executable} -m reference_server --preset tiny --device cpu --max-model-len 256 "
+CAPPED += "--twin h100:llama-3-8b --max-num-seqs 2 --port {port}"
+SWEEP = ("--max", "8", "--max-steps", "6", "--step-duration", "8", "--input-len", "32", "--output-len", "64")
+# the busy test host may strain the client; this test is about the server's cap
+SWEEP += ("--slo", "client_limited=any", "--no-gpu")
+
+
+@pytest.mark.serial  # the twin keeps its modelled pace only with the host's cores to spare
+def test_verify_confirms_scheduling_when_the_cap_is_raised(tmp_path: Path) -> None:
+    base = loadlab("tune", "--serve", CAPPED, *SWEEP, "--out", str(tmp_path / "base"), timeout=600)
+    assert base.returncode == 0, base.stderr[-3000:]
+    measured = json.loads((tmp_path / "base" / "tune.json").read_text())["configurations"][0]
+    assert measured["figures"]["constraint"] == "scheduling", base.stdout[-3000:]
+
+    out = tmp_path / "verify"
+    run = tmp_path / "base" / "default" / "run"
+    result = loadlab("tune", "--verify", str(run), "--serve", CAPPED, *SWEEP, "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join(result.stdout.split())  # (the console wraps long lines)
+    assert "verified: scheduling (--max-num-seqs 2 -> 8): throughput levels off at" in said, result.stdout[-3000:]
+    (verification,) = json.loads((out / "tune.json").read_text())["verifications"]
+    assert verification["outcome"] == "verified"
+    assert verification["throughput"]["low"] > verification["throughput"]["noise"]  # beyond the noise
+    assert "--max-num-seqs 8" in (out / "max-num-seqs=8" / "server.log").read_text().splitlines()[0]
+    # The two configurations compare step by step, by their folders.
+    compared = loadlab("compare", str(tmp_path / "base" / "default"), str(out / "max-num-seqs=8"), timeout=300)
+    assert compared.returncode == 0, compared.stderr
+    assert "concurrency=8" in compared.stdout

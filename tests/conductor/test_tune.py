@@ -61,7 +61,7 @@ class Sweeps:
 def write_run(run: Path) -> None:
     write_drawn_run(run, seed=1, targets=(1, 2))
     write_analysis(run, LABELS)
-    (run / "sweep.json").write_text("{}")
+    (run / "sweep.json").write_text(json.dumps({"stop": "knee"}))
 
 
 def test_each_configuration_gets_its_server_and_its_folder(tmp_path: Path) -> None:
@@ -99,11 +99,15 @@ def test_ctrl_c_ends_the_server_and_the_tune(tmp_path: Path) -> None:
 def test_resume_skips_what_was_measured_and_keeps_what_was_cut_off(tmp_path: Path) -> None:
     write_run(tmp_path / "a=1" / "run")  # measured before
     (tmp_path / "a=2" / "run").mkdir(parents=True)  # cut off before its sweep ended
+    write_run(tmp_path / "a=3" / "run")
+    (tmp_path / "a=3" / "run" / "sweep.json").write_text(json.dumps({"stop": "interrupted"}))
     sweeps = Sweeps()
-    outcome = run_tune(SERVE, [Configuration({"a": "1"}), Configuration({"a": "2"})], tmp_path, sweeps, resume=True)
-    assert [r.status for r in outcome.results] == ["resumed", "measured"]
-    assert len(sweeps.pids) == 1
+    configs = [Configuration({"a": "1"}), Configuration({"a": "2"}), Configuration({"a": "3"})]
+    outcome = run_tune(SERVE, configs, tmp_path, sweeps, resume=True)
+    assert [r.status for r in outcome.results] == ["resumed", "measured", "measured"]
+    assert len(sweeps.pids) == 2
     assert (tmp_path / "a=2.incomplete-1" / "run").is_dir()
+    assert (tmp_path / "a=3.incomplete-1" / "run" / "sweep.json").is_file()  # what was measured stays
 
 
 def test_verify_turns_the_verdicts_knob_then_the_runner_ups_when_refuted(tmp_path: Path) -> None:
