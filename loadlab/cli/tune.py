@@ -44,6 +44,9 @@ def tune(
     max_configs: int = typer.Option(16, "--max-configs", help="Refuse a grid of more configurations than this."),
     resume: bool = typer.Option(False, "--resume", help="Skip the configurations already measured in --out."),
     knobs: bool = typer.Option(False, "--knobs", help="Print the knob each verdict turns, per engine, and exit."),
+    start_timeout: float = typer.Option(
+        300.0, "--start-timeout", help="Seconds a server may take to answer /health before it counts as failed."
+    ),
     out: Path | None = typer.Option(None, "--out", help="Tune folder (default runs/<timestamp>-tune)."),
     report_file: Path | None = typer.Option(None, "--report", help="HTML page to write (default <out>/tune.html)."),
     *,
@@ -68,6 +71,8 @@ def tune(
         raise UserError("tune needs --serve CMD: the command that starts the server, with {port}")
     if verify is not None and (grid or grid_file):
         raise UserError("--verify turns the verdict's knob itself: leave out --grid and --grid-file")
+    if not start_timeout > 0:
+        raise UserError(f"--start-timeout must be a number of seconds > 0, got {start_timeout:g}")
     if grid and grid_file:
         raise UserError("give the grid as --grid or as --grid-file, not both")
     check_sweep_flags(limits, workload, client, collectors)  # imports Locust first, as the conductor needs
@@ -96,9 +101,9 @@ def tune(
         return outcome
 
     if verify is None:
-        outcome = tuning.run_tune(serve, configs, folder, sweep_at, resume)
+        outcome = tuning.run_tune(serve, configs, folder, sweep_at, resume, start_timeout)
     else:
-        outcome = tuning.verify_run(verify, serve, folder, sweep_at)
+        outcome = tuning.verify_run(verify, serve, folder, sweep_at, start_timeout)
     print_configurations(outcome.results, console)
     print_verifications(outcome.verifications, console)
     try:

@@ -53,13 +53,18 @@ class TuneOutcome:
 
 
 def run_tune(
-    template: str, configs: list[Configuration], out: Path, run_sweep: Measure, resume: bool = False
+    template: str,
+    configs: list[Configuration],
+    out: Path,
+    run_sweep: Measure,
+    resume: bool = False,
+    start_timeout: float = STARTUP_TIMEOUT,
 ) -> TuneOutcome:
     """Run every configuration in turn (those measured before skipped with `resume`), writing
     tune.json after each; stops at Ctrl-C, after ending the server that runs."""
     outcome = TuneOutcome()
     for config in configs:
-        result = run_configuration(template, config, out, run_sweep, resume)
+        result = run_configuration(template, config, out, run_sweep, resume, start_timeout)
         outcome.results.append(result)
         outcome.interrupted = result.status == "interrupted"
         write_tune_json(out, template, outcome)
@@ -69,7 +74,12 @@ def run_tune(
 
 
 def run_configuration(
-    template: str, config: Configuration, out: Path, run_sweep: Measure, resume: bool = False
+    template: str,
+    config: Configuration,
+    out: Path,
+    run_sweep: Measure,
+    resume: bool = False,
+    start_timeout: float = STARTUP_TIMEOUT,
 ) -> Measured:
     """Start the server with the configuration's flags, sweep it, end it by its PID (also on
     Ctrl-C and on a failed start, whose log stays, with one line saying why)."""
@@ -90,7 +100,7 @@ def run_configuration(
         server = start_child(args, log, own_group=True)
         try:
             try:
-                wait_healthy(f"http://127.0.0.1:{port}/health", server, STARTUP_TIMEOUT)
+                wait_healthy(f"http://127.0.0.1:{port}/health", server, start_timeout)
             except NotReady as e:
                 why = f"{config.name}: the server did not start ({e}); its log: {log_path}"
                 say("warning", why)
@@ -168,7 +178,9 @@ def knob_turn(constraint: str, engine: str, template: str) -> Turn | str:
     return Turn(constraint, knob.flag, value, knob.turned(value))
 
 
-def verify_run(base: Path, template: str, out: Path, run_sweep: Measure, seed: int = 0) -> TuneOutcome:
+def verify_run(
+    base: Path, template: str, out: Path, run_sweep: Measure, start_timeout: float = STARTUP_TIMEOUT, seed: int = 0
+) -> TuneOutcome:
     """Put the verdict of run folder `base` to the test: turn its class's knob one step, sweep
     again, judge (verify.py); when refuted, the runner-up's knob the same way. UserError before
     anything starts when the verdict names no knob that can be turned."""
@@ -182,7 +194,11 @@ def verify_run(base: Path, template: str, out: Path, run_sweep: Measure, seed: i
     while isinstance(turn, Turn):
         say("note", f"testing {turn.constraint}: {turn.flag} {turn.before} -> {turn.after}")
         result = run_configuration(
-            template, Configuration({turn.flag.removeprefix("--"): str(turn.after)}), out, run_sweep
+            template,
+            Configuration({turn.flag.removeprefix("--"): str(turn.after)}),
+            out,
+            run_sweep,
+            start_timeout=start_timeout,
         )
         outcome.results.append(result)
         if result.status != "measured":
