@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 
 from loadlab.cli.options import ClientFlags, CollectorFlags, SweepFlags, WorkloadFlags, takes_flags
+from loadlab.conductor.grid import DEFAULT_MAX_CONFIGS
 
 
 @takes_flags
@@ -41,7 +42,9 @@ def tune(
         help="A run folder: turn the knob its verdict names one step, sweep again and say whether the "
         "verdict holds (verified, refuted, undecided).",
     ),
-    max_configs: int = typer.Option(16, "--max-configs", help="Refuse a grid of more configurations than this."),
+    max_configs: int = typer.Option(
+        DEFAULT_MAX_CONFIGS, "--max-configs", help="Refuse a grid of more configurations than this."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Skip the configurations already measured in --out."),
     knobs: bool = typer.Option(False, "--knobs", help="Print the knob each verdict turns, per engine, and exit."),
     start_timeout: float = typer.Option(
