@@ -112,7 +112,8 @@ def figures_of(values: RunValues, analysis: Analysis) -> Figures:
 @dataclass
 class Measured:
     """One configuration of `loadlab tune`: its flags, run folder and status (measured, resumed:
-    measured by an earlier tune, failed, interrupted), why, and its figures when measured."""
+    measured by an earlier tune, failed, interrupted; base: the run a verification tests), why, and
+    its figures when measured."""
 
     name: str
     values: dict[str, str]

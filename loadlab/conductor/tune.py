@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the sweep itself imports Locust: the caller's to import fir
 
 TUNE_JSON = "tune.json"
 SERVER_LOG = "server.log"
+MEASURED = "measured"  # a configuration's status once its sweep ended (else resumed, failed, interrupted; base)
 STARTUP_TIMEOUT = 300.0  # vLLM on CPU takes 1-2 minutes to start here
 
 # Runs a sweep against the URL into the run folder (the CLI's `loadlab sweep`, with its flags);
@@ -113,7 +114,7 @@ def run_configuration(
             end_child(server)
     if swept.run.status == "interrupted":
         return Measured(config.name, config.values, str(run), "interrupted", "interrupted (Ctrl-C)")
-    return _measured(config, run, "measured")
+    return _measured(config, run, MEASURED)
 
 
 def _swept(run: Path) -> bool:
@@ -189,7 +190,8 @@ def verify_run(
     first = knob_turn(before.constraint, engine, template)
     if isinstance(first, str):
         raise UserError(f"the verdict of {base} is {before.constraint}: {first}")
-    outcome = TuneOutcome()
+    # The run under test heads the table and the chart: its curve is what the turned knob should move.
+    outcome = TuneOutcome([Measured("the verdict's run", {}, str(base), "base", figures=before)])
     turn: Turn | str = first
     while isinstance(turn, Turn):
         say("note", f"testing {turn.constraint}: {turn.flag} {turn.before} -> {turn.after}")
@@ -201,7 +203,7 @@ def verify_run(
             start_timeout=start_timeout,
         )
         outcome.results.append(result)
-        if result.status != "measured":
+        if result.status != MEASURED:
             outcome.interrupted = result.status == "interrupted"
             break
         verification = verify(

@@ -122,7 +122,12 @@ def test_verify_turns_the_verdicts_knob_then_the_runner_ups_when_refuted(tmp_pat
         ("compute", "--max-num-batched-tokens", 2048, 1024, "refuted"),  # the reference server's default, halved
     ]
     assert len(sweeps.pids) == 2 and all(gone(pid) for pid in sweeps.pids)
-    assert [r.name for r in outcome.results] == ["num-kv-blocks=128", "max-num-batched-tokens=1024"]
+    names = [(r.name, r.status) for r in outcome.results]
+    assert names == [
+        ("the verdict's run", "base"),
+        ("num-kv-blocks=128", "measured"),
+        ("max-num-batched-tokens=1024", "measured"),
+    ]
 
 
 def test_verify_refuses_before_anything_starts_without_a_value_to_turn(tmp_path: Path) -> None:
