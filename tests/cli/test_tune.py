@@ -89,33 +89,48 @@ def test_ctrl_c_while_a_server_starts_ends_it_by_its_pid(tmp_path: Path) -> None
     assert summary["interrupted"] and [c["status"] for c in summary["configurations"]] == ["interrupted"]
 
 
-# The GPU twin (H100 timing of Llama-3-8B) behind an admission cap of 2: its decode step barely
-# grows with the batch, so throughput grows with the users up to the cap and not beyond.
-CAPPED = f"{sys.executable} -m reference_server --preset tiny --device cpu --max-model-len 256 "
-CAPPED += "--twin h100:llama-3-8b --max-num-seqs 2 --port {port}"
-SWEEP = ("--max", "8", "--max-steps", "6", "--step-duration", "8", "--input-len", "32", "--output-len", "64")
-# the busy test host may strain the client; this test is about the server's cap
-SWEEP += ("--slo", "client_limited=any", "--no-gpu")
+# The GPU twin (H100 timing of Llama-3-8B): its decode step barely grows with the batch, so
+# throughput grows with the users up to what the server admits (a cap, or what its KV pool holds)
+# and not beyond.
+TWIN = f"{sys.executable} -m reference_server --preset tiny --device cpu --max-model-len 256 --twin h100:llama-3-8b"
+STEPS = ("--max", "8", "--max-steps", "6", "--step-duration", "8", "--no-gpu")
+STEPS += ("--slo", "client_limited=any")  # the busy test host may strain the client: this is about the server
+CASES = {
+    # --max-num-seqs 2: two sequences at once, the rest queue
+    "scheduling": ("--max-num-seqs 2", ("--input-len", "32", "--output-len", "64"), "--max-num-seqs 2 -> 8"),
+    # 16 blocks of 16 tokens hold two 120-token requests at once (8 blocks each)
+    "kv_capacity": (
+        "--num-kv-blocks 16",
+        ("--api", "completions", "--input-len", "100", "--output-len", "20"),
+        "--num-kv-blocks 16 -> 32",
+    ),
+}
 
 
 @pytest.mark.serial  # the twin keeps its modelled pace only with the host's cores to spare
-def test_verify_confirms_scheduling_when_the_cap_is_raised(tmp_path: Path) -> None:
-    base = loadlab("tune", "--serve", CAPPED, *SWEEP, "--out", str(tmp_path / "base"), timeout=600)
+@pytest.mark.parametrize("constraint", list(CASES))
+def test_verify_confirms_the_class_when_its_knob_is_turned(tmp_path: Path, constraint: str) -> None:
+    flags, workload, turned = CASES[constraint]
+    serve = f"{TWIN} {flags} --port {{port}}"
+    base = loadlab("tune", "--serve", serve, *STEPS, *workload, "--out", str(tmp_path / "base"), timeout=600)
     assert base.returncode == 0, base.stderr[-3000:]
     measured = json.loads((tmp_path / "base" / "tune.json").read_text())["configurations"][0]
-    assert measured["figures"]["constraint"] == "scheduling", base.stdout[-3000:]
+    assert measured["figures"]["constraint"] == constraint, base.stdout[-3000:]
 
     out = tmp_path / "verify"
     run = tmp_path / "base" / "default" / "run"
-    result = loadlab("tune", "--verify", str(run), "--serve", CAPPED, *SWEEP, "--out", str(out), timeout=600)
+    result = loadlab("tune", "--verify", str(run), "--serve", serve, *STEPS, *workload, "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     said = " ".join(result.stdout.split())  # (the console wraps long lines)
-    assert "verified: scheduling (--max-num-seqs 2 -> 8): throughput levels off at" in said, result.stdout[-3000:]
-    (verification,) = json.loads((out / "tune.json").read_text())["verifications"]
+    assert f"verified: {constraint} ({turned}): throughput levels off at" in said, result.stdout[-3000:]
+    summary = json.loads((out / "tune.json").read_text())
+    (verification,) = summary["verifications"]
     assert verification["outcome"] == "verified"
     assert verification["throughput"]["low"] > verification["throughput"]["noise"]  # beyond the noise
-    assert "--max-num-seqs 8" in (out / "max-num-seqs=8" / "server.log").read_text().splitlines()[0]
-    # The two configurations compare step by step, by their folders.
-    compared = loadlab("compare", str(tmp_path / "base" / "default"), str(out / "max-num-seqs=8"), timeout=300)
+    folder = summary["configurations"][1]["folder"]  # after the run under test
+    flag, after = turned.split()[0], turned.split()[-1]  # appended after the command's own: the last wins
+    assert (Path(folder).parent / "server.log").read_text().splitlines()[0].endswith(f"{flag} {after}")
+    # The run under test and the turned configuration compare step by step, by their folders.
+    compared = loadlab("compare", str(tmp_path / "base" / "default"), str(Path(folder).parent), timeout=300)
     assert compared.returncode == 0, compared.stderr
-    assert "concurrency=8" in compared.stdout
+    assert "concurrency=2" in compared.stdout
