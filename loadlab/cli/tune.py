@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -60,8 +59,8 @@ def tune(
 ) -> None:
     """Run a sweep per configuration of the server's flags, each on a server it starts and ends
     itself; with --verify RUN, put RUN's verdict to the test by turning the knob it names."""
-    from loadlab.cli.running import EXIT_INTERRUPTED, analyze_folder
-    from loadlab.cli.sweeping import check_sweep_flags, print_sweep, start_sweep
+    from loadlab.cli.running import EXIT_INTERRUPTED
+    from loadlab.cli.sweeping import check_sweep_flags, sweep_on_server
     from loadlab.errors import UserError
     from loadlab.report.console import table_console
     from loadlab.report.tune import print_configurations, print_knobs, print_verifications
@@ -96,13 +95,7 @@ def tune(
 
     deliver_interrupts_to_main()  # SIGTERM too ends the server that runs, by its PID
 
-    def sweep_at(url: str, run: Path, pid: int) -> tuning.SweepOutcome:
-        own = replace(collectors, server_pid=collectors.server_pid or pid)
-        outcome = start_sweep(url, "closed", 1.0, limits, run, "tune", workload, client, own)
-        print_sweep(outcome)
-        analyze_folder(run)
-        return outcome
-
+    sweep_at = sweep_on_server(limits, "tune", workload, client, collectors)
     if verify is None:
         outcome = tuning.run_tune(serve, configs, folder, sweep_at, resume, start_timeout)
     else:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from loadlab.analyze.saturation import MIN_SUCCEEDED
-from tests.support.procs import loadlab
+from tests.support.procs import BIN, loadlab
 from tests.support.reference_server import start_server
 
 CAP = 2  # --max-num-seqs: at most 2 sequences run at once; more users wait in the queue
@@ -127,3 +128,36 @@ def test_every_place_names_the_same_knee_and_the_same_throughput(tmp_path):
         if step["succeeded"] >= MIN_SUCCEEDED:
             planned[f"{step['target']:g}"] = figure
     assert planned and {k: row[1] for k, row in plan_rows.items()} == {k: f"{v:.0f}" for k, v in planned.items()}
+
+
+def test_diagnose_serve_starts_the_server_diagnoses_it_and_ends_it(tmp_path):
+    out = tmp_path / "out"
+    serve = f"{BIN / 'loadlab'} mock --ttft 0.05 --itl 0.01 --output-len 16 --port {{port}}"
+    result = loadlab(
+        "diagnose", "--serve", serve, "--max", "2", "--step-duration", "3", "--no-gpu",
+        "--slo", "client_limited=any", "--out", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = out / "default" / "run"
+    assert (run / "analysis.json").is_file() and (out / "diagnose.html").is_file()
+    log = (out / "default" / "server.log").read_text()
+    assert log.splitlines()[0].startswith("$ ") and "mock" in log.splitlines()[0]
+    assert "verdict: " in result.stdout and f"report: {out / 'diagnose.html'}" in result.stdout
+    pid = int(re.search(r"server PID (\d+)", result.stderr).group(1))
+    with pytest.raises(ProcessLookupError):  # ended by its PID
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["http://127.0.0.1:1", "--serve", "x {port}"], "the endpoint's URL or --serve CMD"),
+        ([], "the endpoint's URL or --serve CMD"),
+        (["http://127.0.0.1:1", "--verify"], "--verify needs --serve CMD"),
+        (["--serve", "x --port 1"], "--serve must put {port}"),
+    ],
+)
+def test_diagnose_bad_input_is_one_line(tmp_path, args, message):
+    result = loadlab("diagnose", *args, "--out", str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
