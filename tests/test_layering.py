@@ -68,7 +68,8 @@ ALLOWED: dict[str, set[str]] = {
     "analyze": {"helpers", "store", "metrics", "signals"},
     "report": {"helpers", "store", "metrics", "analyze"},
     "gate": {"helpers", "store", "metrics", "analyze"},
-    "conductor": BELOW_CLIENT | {"client", "analyze", "report", "gate"},
+    # lab/processes.py: `loadlab tune` starts and ends servers as the lab does
+    "conductor": BELOW_CLIENT | {"client", "analyze", "report", "gate", "lab"},
     "lab": BELOW_CLIENT | {"analyze", "report"},
     "cli": BELOW_CLIENT | {"client", "analyze", "report", "gate", "conductor", "mock", "lab"},
     "mock": {"helpers"},

@@ -110,6 +110,12 @@ def compare_runs(base: RunValues, new: RunValues, max_regression: float = 0.0, s
     return Comparison(base.summary.path, new.summary.path, changes, differences)
 
 
+def step_change(base: StepValues, new: StepValues, metric: str, stat: str = "", seed: int = 0) -> Change:
+    """One metric of two steps of any labels (a turned knob's peak against the run before it),
+    judged by the rule of `compare_runs`; seeded."""
+    return _change(base, new, metric, stat, 0.0, np.random.default_rng(seed))
+
+
 def _step_changes(base: StepValues, new: StepValues, max_regression: float, rng: np.random.Generator) -> list[Change]:
     """The COMPARED changes of one step; all but the error rate flagged when the error rates differ."""
     errors, *rest = [_change(base, new, metric, stat, max_regression, rng) for metric, stat in COMPARED]

@@ -44,12 +44,14 @@ def _register_commands() -> None:
         summary,
         sweep,
         timeline,
+        tune,
     )
 
     for module in (
         run,
         simulate,
         sweep,
+        tune,
         summary,
         analyze,
         plan,

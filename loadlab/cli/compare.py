@@ -12,7 +12,8 @@ import typer
 def compare(
     folders: list[Path] = typer.Argument(
         ...,
-        help="Run folders: the first is the baseline, each other is compared with it.",
+        help="Run folders (or `loadlab tune`'s configuration folders): the first is the baseline, each other "
+        "is compared with it.",
     ),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the same seed gives the same intervals)."),
     as_json: bool = typer.Option(
@@ -29,10 +30,11 @@ def compare(
     from loadlab.report.compare import print_comparison
     from loadlab.report.console import table_console
     from loadlab.store.meta import json_safe
+    from loadlab.store.run_folder import run_folder_in
 
     if len(folders) < 2:
         raise UserError("compare needs at least two run folders: BASELINE RUN [RUN ...]")
-    runs = [measure(read_run(f, named=True)) for f in folders]
+    runs = [measure(read_run(run_folder_in(f), named=True)) for f in folders]
     comparisons = [compare_runs(runs[0], other, seed=seed) for other in runs[1:]]
     if as_json:
         print(json.dumps(json_safe([asdict(c) for c in comparisons]), indent=2))

@@ -1,10 +1,12 @@
-"""`loadlab diagnose URL`: the first thing to run against an unknown endpoint: a sweep to the knee
-with every collector that answers, the analysis, the HTML report; prints the verdict and the
-report's path."""
+"""`loadlab diagnose [URL]`: the first thing to run against an unknown endpoint (without a URL, the
+one on this host's usual ports): a sweep to the knee with every collector that answers, the
+analysis, the HTML report; ends with the answer in plain words. `--serve CMD` starts the server
+itself (and ends it); `--verify` then puts the verdict to the test (loadlab/conductor/tune.py)."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +15,7 @@ import typer
 from loadlab.cli.options import ClientFlags, CollectorFlags, SweepFlags, WorkloadFlags, takes_flags
 
 if TYPE_CHECKING:
+    from loadlab.conductor.sweep import SweepOutcome
     from loadlab.store.reader import RunData
 
 
@@ -20,14 +23,27 @@ if TYPE_CHECKING:
 def diagnose(
     url: str | None = typer.Argument(
         None,
-        help="Endpoint base URL, e.g. http://127.0.0.1:8000; without it, the one server listening on this host's "
-        "usual ports (vLLM 8000, SGLang 30000, llama.cpp/TGI 8080, Ollama 11434, LM Studio 1234, TGI 3000).",
+        help="Endpoint base URL, e.g. http://127.0.0.1:8000; without it (and without --serve), the one server "
+        "listening on this host's usual ports (vLLM 8000, SGLang 30000, llama.cpp/TGI 8080, Ollama 11434, "
+        "LM Studio 1234, TGI 3000).",
     ),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<timestamp>)."),
     report_file: Path | None = typer.Option(
         None,
         "--report",
         help="HTML report to write (default reports/<run name>.html).",
+    ),
+    serve: str | None = typer.Option(
+        None,
+        "--serve",
+        help="Instead of a URL: start the server with this command ({port} where its port goes), diagnose "
+        "it and end it by its PID; --out is then a tune folder (docs/tune.md).",
+    ),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="With --serve: then turn the knob the verdict names one step, sweep again and say whether the "
+        "verdict holds (verified, refuted, undecided), as `loadlab tune --verify`.",
     ),
     *,
     limits: SweepFlags,
@@ -40,8 +56,32 @@ def diagnose(
     its report, say where it is and end with the answer in plain words: one user's speed, the
     users held within the SLO (--slo, else ttft_p99=2s,tps_user_p50=10), what limits it and
     the change to try. The workload flags are `loadlab run`'s (a trace gives its lengths only)."""
+    from loadlab.cli.running import exit_on_outcome
+    from loadlab.errors import UserError
+
+    if url is not None and serve is not None:
+        raise UserError("diagnose takes the endpoint's URL or --serve CMD to start it, not both")
+    if verify and serve is None:
+        raise UserError("--verify needs --serve CMD: it starts the server again with the verdict's knob turned")
+    if serve is None:
+        url = url or _server_here(client)
+        exit_on_outcome(_diagnose(url, out, report_file, limits, workload, client, collectors).run)
+        return
+    _diagnose_served(serve, verify, out, report_file, limits, workload, client, collectors)
+
+
+def _diagnose(
+    url: str,
+    out: Path | None,
+    report_file: Path | None,
+    limits: SweepFlags,
+    workload: WorkloadFlags,
+    client: ClientFlags,
+    collectors: CollectorFlags,
+) -> SweepOutcome:
+    """The diagnosis of the endpoint at `url`: sweep, analysis, report, and the answer; printed."""
     from loadlab.analyze.answer import build_answer
-    from loadlab.cli.running import analyze_folder, exit_on_outcome, print_final_summary
+    from loadlab.cli.running import analyze_folder, print_final_summary
     from loadlab.cli.sweeping import print_sweep, start_sweep
     from loadlab.conductor.placement import place_beside_server
     from loadlab.report.answer import print_answer
@@ -50,7 +90,6 @@ def diagnose(
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
-    url = url or _server_here(client)
     placement = place_beside_server(url, collectors.server_pid or 0)
     for line in placement.lines:
         print(line, flush=True)
@@ -73,7 +112,54 @@ def diagnose(
     answer = build_answer(run, analysis)
     if answer is not None:
         print_answer(answer, sys.stdout)
-    exit_on_outcome(outcome.run)
+    return outcome
+
+
+def _diagnose_served(
+    serve: str,
+    verify: bool,
+    out: Path | None,
+    report_file: Path | None,
+    limits: SweepFlags,
+    workload: WorkloadFlags,
+    client: ClientFlags,
+    collectors: CollectorFlags,
+) -> None:
+    """Start the server from `serve`, diagnose it, end it by its PID (loadlab/conductor/tune.py);
+    with `verify`, then put the verdict to the test. Exit 1 when the server did not start, 130
+    when interrupted."""
+    import time
+
+    from loadlab.cli.running import EXIT_INTERRUPTED
+    from loadlab.cli.sweeping import check_sweep_flags, sweep_on_server
+    from loadlab.report.console import table_console
+    from loadlab.report.tune import print_verifications
+    from loadlab.store.run_folder import check_out_folder
+
+    check_sweep_flags(limits, workload, client, collectors)  # imports Locust first, as the conductor needs
+    from loadlab.conductor import grid, tune as tuning
+    from loadlab.conductor.interrupts import deliver_interrupts_to_main
+
+    grid.check_command(serve, {})
+    folder = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S-diagnose")
+    check_out_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    deliver_interrupts_to_main()  # SIGTERM too ends the server that runs, by its PID
+
+    def diagnose_at(url: str, run: Path, pid: int) -> SweepOutcome:
+        own = replace(collectors, server_pid=collectors.server_pid or pid)
+        return _diagnose(url, run, report_file or folder / "diagnose.html", limits, workload, client, own)
+
+    result = tuning.run_configuration(serve, grid.Configuration({}), folder, diagnose_at)
+    if result.status != tuning.MEASURED:
+        sys.exit(EXIT_INTERRUPTED if result.status == "interrupted" else 1)
+    if verify:
+        sweep_at = sweep_on_server(limits, "diagnose --verify", workload, client, collectors)
+        outcome = tuning.verify_run(Path(result.folder), serve, folder, sweep_at)
+        print_verifications(outcome.verifications, table_console())
+        print(f"verification: {folder / tuning.TUNE_JSON}", file=sys.stderr)
+        if outcome.interrupted:
+            sys.exit(EXIT_INTERRUPTED)
 
 
 def _server_here(client: ClientFlags) -> str:

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadlab.cli.options import ConfigFlags, SweepFlags, configure
+from loadlab.cli.options import CollectorFlags, ConfigFlags, SweepFlags, configure
 
 if TYPE_CHECKING:
-    from loadlab.conductor.stepping import Judgement
+    from loadlab.conductor.stepping import Judgement, SweepLimits
     from loadlab.conductor.sweep import SweepOutcome
+    from loadlab.config import RunConfig
     from loadlab.metrics.slo import SloSpec
     from loadlab.store.schema import Mode
 
@@ -20,22 +23,60 @@ def start_sweep(
     url: str, mode: Mode, start: float, flags: SweepFlags, out: Path | None, command: str, *groups: ConfigFlags
 ) -> SweepOutcome:
     """Check the flags (UserError, one line) and run the sweep; shared with `loadlab diagnose`."""
-    from loadlab.cli.running import import_load_generator, prepare_run
+    from loadlab.cli.running import prepare_run
+    from loadlab.conductor.sweep import run_sweep
     from loadlab.terminal import say
 
+    limits, spec, cfg = sweep_setup(url, mode, start, flags, *groups)
+    note = goodput_note(spec)
+    if note:
+        say("note", note)
+    folder, console = prepare_run(cfg, out, int(limits.max_load) if mode == "closed" else 0, command)
+    return run_sweep(cfg, folder, console, limits, spec)
+
+
+def sweep_on_server(
+    flags: SweepFlags, command: str, workload: ConfigFlags, client: ConfigFlags, collectors: CollectorFlags
+) -> Callable[[str, Path, int], SweepOutcome]:
+    """What `loadlab tune` runs against each server it starts (URL, run folder, the server's PID,
+    whose CPU is sampled unless --server-pid names another): the sweep, its table and analysis.json."""
+
+    def sweep_at(url: str, run: Path, pid: int) -> SweepOutcome:
+        from loadlab.cli.running import analyze_folder
+
+        own = replace(collectors, server_pid=collectors.server_pid or pid)
+        outcome = start_sweep(url, "closed", 1.0, flags, run, command, workload, client, own)
+        print_sweep(outcome)
+        analyze_folder(run)
+        return outcome
+
+    return sweep_at
+
+
+def check_sweep_flags(flags: SweepFlags, *groups: ConfigFlags) -> None:
+    """A closed-loop sweep's flags checked as `start_sweep` checks them (UserError, one line),
+    before anything is started: `loadlab tune` starts its servers only for flags that will run."""
+    from loadlab.workload.scenario import check
+
+    _, _, cfg = sweep_setup("http://127.0.0.1:1", "closed", 1.0, flags, *groups)  # (the servers' URLs come later)
+    check(cfg, complete=True)
+
+
+def sweep_setup(
+    url: str, mode: Mode, start: float, flags: SweepFlags, *groups: ConfigFlags
+) -> tuple[SweepLimits, SloSpec | None, RunConfig]:
+    """The sweep's limits, SLO and first config from its flags (UserError, one line, for a bad
+    one); imports Locust first, as the conductor needs."""
+    from loadlab.cli.running import import_load_generator
+
     import_load_generator()
-    from loadlab.conductor.sweep import run_sweep, sweep_config, sweep_limits
+    from loadlab.conductor.sweep import sweep_config, sweep_limits
     from loadlab.config import RunConfig
     from loadlab.metrics.slo import read_slo
 
     limits = sweep_limits(mode, start, flags.max_load, flags.max_steps, flags.step_duration)
     spec = read_slo(flags.slo) if flags.slo is not None else None
-    note = goodput_note(spec)
-    if note:
-        say("note", note)
-    cfg = sweep_config(configure(RunConfig(), *groups, url=url, slo=spec.text if spec else None), limits)
-    folder, console = prepare_run(cfg, out, int(limits.max_load) if mode == "closed" else 0, command)
-    return run_sweep(cfg, folder, console, limits, spec)
+    return limits, spec, sweep_config(configure(RunConfig(), *groups, url=url, slo=spec.text if spec else None), limits)
 
 
 def goodput_note(spec: SloSpec | None) -> str:

@@ -39,6 +39,7 @@ from loadlab.metrics.verdicts import (
 from loadlab.numbers import format_value
 from loadlab.store.schema import Mode
 
+SWEEP_JSON = "sweep.json"  # beside the run folder's files: how each step was judged, why the sweep stopped
 BISECT_RESOLUTION = 0.1  # bisect until the first bad load is within 10 % of the last good one
 # ... or, for the knee, within the load growth the saturation rule needs to call a step flat:
 # a step closer to the last good one could never be judged past the knee.

@@ -19,6 +19,7 @@ from loadlab.conductor.interrupts import held
 from loadlab.conductor.runloop import Conductor, RunOutcome, StepPlan
 from loadlab.conductor.stepping import (
     DEFAULT_MAX_STEPS,
+    SWEEP_JSON,
     Decision,
     StepResult,
     SweepLimits,
@@ -36,8 +37,6 @@ from loadlab.store.reader import load_run
 from loadlab.store.schema import Mode
 from loadlab.workload.limits import MAX_STEPS, too_big
 from loadlab.workload.scenario import apply_overrides
-
-SWEEP_JSON = "sweep.json"
 
 
 @dataclass

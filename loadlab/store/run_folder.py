@@ -299,6 +299,16 @@ class RunWriter:
                 self._fail(e)
 
 
+INNER_RUN = "run"  # the run folder inside a folder that also holds its server's log (`tune`, `lab`)
+
+
+def run_folder_in(folder: Path) -> Path:
+    """The run folder a folder holds as `run/` (`loadlab tune`'s configuration folders, the lab's
+    scenario folders), else the folder itself: `loadlab compare` takes either."""
+    inner = folder / INNER_RUN
+    return inner if (inner / RUN_JSON).is_file() else folder
+
+
 def check_out_folder(folder: Path) -> None:
     """UserError unless `folder` is new or an empty folder: a run never mixes with other files."""
     if not folder.exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from loadlab.analyze.saturation import MIN_SUCCEEDED
 from loadlab.client.discovery import PORTS_ENV
 from loadlab.numbers import format_number, format_value
 from tests.support.mock_load import mock_server
-from tests.support.procs import free_port, loadlab
+from tests.support.procs import BIN, free_port, loadlab
 from tests.support.reference_server import MODEL, start_server
 
 CAP = 2  # --max-num-seqs: at most 2 sequences run at once; more users wait in the queue
@@ -197,3 +198,35 @@ def test_without_a_url_none_or_several_servers_are_one_line_asking_for_one(tmp_p
     assert several.returncode == 2 and several.stderr.count("\n") == 1, several.stderr
     assert several.stderr.startswith("error: no URL given and 2 servers answered") and one in several.stderr
     assert not (tmp_path / "run").exists()  # nothing was run
+
+
+def test_diagnose_serve_starts_the_server_diagnoses_it_and_ends_it(tmp_path):
+    out = tmp_path / "out"
+    serve = f"{BIN / 'loadlab'} mock --ttft 0.05 --itl 0.01 --output-len 16 --port {{port}}"
+    result = loadlab(
+        "diagnose", "--serve", serve, "--max", "2", "--step-duration", "3", "--no-gpu",
+        "--slo", "client_limited=any", "--out", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = out / "default" / "run"
+    assert (run / "analysis.json").is_file() and (out / "diagnose.html").is_file()
+    log = (out / "default" / "server.log").read_text()
+    assert log.splitlines()[0].startswith("$ ") and "mock" in log.splitlines()[0]
+    assert "verdict: " in result.stdout and f"report: {out / 'diagnose.html'}" in result.stdout
+    pid = int(re.search(r"server PID (\d+)", result.stderr).group(1))
+    with pytest.raises(ProcessLookupError):  # ended by its PID
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["http://127.0.0.1:1", "--serve", "x {port}"], "the endpoint's URL or --serve CMD to start it, not both"),
+        (["http://127.0.0.1:1", "--verify"], "--verify needs --serve CMD"),
+        (["--serve", "x --port 1"], "--serve must put {port}"),
+    ],
+)
+def test_diagnose_bad_input_is_one_line(tmp_path, args, message):
+    result = loadlab("diagnose", *args, "--out", str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()

@@ -240,3 +240,13 @@ def test_kill_9_mid_run_keeps_everything_older_than_the_flush_interval(tmp_path:
     older = run.requests["end_time"].max()
     assert older >= killed_at - 2.5, "records older than the flush interval (+ margin) were lost"
     assert not (folder / "summary.json").exists()
+
+
+def test_a_folder_holding_its_run_as_run_stands_for_it(tmp_path: Path) -> None:
+    from loadlab.store.run_folder import run_folder_in
+
+    (tmp_path / "config" / "run").mkdir(parents=True)
+    assert run_folder_in(tmp_path / "config") == tmp_path / "config"  # no run.json inside: itself
+    (tmp_path / "config" / "run" / "run.json").write_text("{}")
+    assert run_folder_in(tmp_path / "config") == tmp_path / "config" / "run"
+    assert run_folder_in(tmp_path / "config" / "run") == tmp_path / "config" / "run"
