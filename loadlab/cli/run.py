@@ -138,6 +138,12 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
     cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
+    if cfg.token_count == "auto":
+        from loadlab.collect.slots import slot_cap
+
+        # llama.cpp merges a token that ends inside a UTF-8 character into the next chunk; asked,
+        # its every chunk says how many tokens it has generated (its own field: sent to it alone).
+        cfg.token_count = "timings" if slot_cap(cfg.parsed_url()) else "chunks"
     streams = streams or OPEN_LOOP_MAX_IN_FLIGHT * cfg.processes
     warning = descriptor_warning(-(-streams // cfg.processes), raise_open_file_limit())
     if warning:
