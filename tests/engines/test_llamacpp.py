@@ -193,3 +193,27 @@ def test_the_slot_cap_and_each_slots_state_are_sampled(llama, tmp_path):
     analysis = json.loads((out / "analysis.json").read_text())
     at_cap = analysis["steps"][-1]["derived"]["running_at_cap"]
     assert f"of the configured cap, {SLOTS}" in at_cap["note"]
+
+
+def test_a_context_too_small_for_its_slots_cuts_answers_short_and_refuses_long_prompts(tmp_path):
+    # --parallel 4 of --ctx-size 512: 128 tokens a slot. llama.cpp neither pages nor preempts: a
+    # request never waits for KV; an answer stops where its slot is full, a prompt that does not fit
+    # is refused (docs/diagnosis.md: not kv_capacity; the token check and the errors name it).
+    with llama_server(tmp_path / "server.log", "--metrics", "--parallel", "4", "--ctx-size", "512") as small:
+        short = run(small, tmp_path / "short", "--api", "completions", "--input-len", "100", "--output-len", "64")
+        step = short["steps"][0]
+        assert step["failed"] == 0 and step["succeeded"] > 0
+        assert step["tokens"]["under_max_tokens"] == step["succeeded"]  # every answer cut short
+        records = load_run(tmp_path / "short").requests
+        ok = records[records["error"] == ""]
+        assert (ok["prompt_tokens"] + ok["completion_tokens"] <= 128).all() and set(ok["finish_reason"]) == {"length"}
+        done = loadlab(
+            "run",
+            *("--url", small.url, "--api", "completions", "--input-len", "200", "--output-len", "8"),
+            *("--requests", "4", "--concurrency", "1", "--no-gpu", "--out", str(tmp_path / "long")),
+            timeout=120,
+        )
+        assert done.returncode == 3, done.stderr[-2000:]  # every request failed: the error budget
+        records = load_run(tmp_path / "long").requests
+        assert set(records["error"]) == {"http_4xx"}
+        assert records["error_detail"].str.contains("exceeds the available context size").all()
