@@ -218,6 +218,10 @@ def _timings(d: StepData, ok: pd.DataFrame) -> None:
     columns = ["server_prefill_time", "server_decode_time", "completion_tokens"]
     d.put("server_prefill_p50", percentile(said["server_prefill"].to_numpy(float), 50), "s", columns[:1], TIMINGS)
     d.put("ttft_waiting_p50", percentile(said["ttft_waiting"].to_numpy(float), 50), "s", columns[:1], TIMINGS)
+    # The share of TTFT before the server's prefill: a queue's, where no queue-time histogram says
+    # it (the server's own, read after this, takes its place).
+    ttft = said["ttft"].mean()
+    d.put("queue_share", said["ttft_waiting"].mean() / ttft if ttft > 0 else math.nan, "fraction", columns[:1], TIMINGS)
     tokens = said["completion_tokens"].where(said["completion_tokens"] > 0)  # as llama.cpp's predicted_per_token_ms
     tpot = (said["server_decode_time"] / tokens).to_numpy(float)
     d.put("server_tpot_p50", percentile(tpot, 50), "s", columns, TIMINGS)
