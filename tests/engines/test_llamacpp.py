@@ -154,11 +154,12 @@ def test_each_request_carries_the_servers_own_timings_and_its_prompt_cache_hits(
     assert len(ok) >= 3
     assert (ok["server_prefill_time"] > 0).all() and (ok["server_decode_time"] > 0).all()
     assert (ok["server_prefill_time"] < ok["first_token_time"] - ok["send_time"]).all()  # within TTFT
+    # Cached + computed = the prompt, on every request; the first computed nearly all of it (the
+    # slot may have kept a prefix as short as the BOS token), later ones nearly none.
+    assert (ok["cached_tokens"] + ok["server_prompt_tokens"] == ok["prompt_tokens"]).all()
     first, later = ok.iloc[0], ok.iloc[1:]
-    assert first["server_prompt_tokens"] == first["prompt_tokens"] and first["cached_tokens"] == 0
-    # Later ones: most of the prompt from the cache, the rest computed (cached + computed = prompt).
+    assert first["server_prompt_tokens"] > 0.8 * first["prompt_tokens"]
     assert (later["cached_tokens"] > 0.8 * later["prompt_tokens"]).all()
-    assert (later["cached_tokens"] + later["server_prompt_tokens"] == later["prompt_tokens"]).all()
     step = summary["steps"][0]
     assert step["server_prefill"]["count"] == step["succeeded"] == step["ttft_waiting"]["count"]
     assert step["cache_hits"] >= step["succeeded"] - 1  # all but (perhaps) the first
