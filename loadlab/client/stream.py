@@ -27,7 +27,7 @@ from typing import Any
 import gevent
 from gevent import GreenletExit
 from geventhttpclient.client import HTTPClient
-from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
 from loadlab.client.reader import body_reader
 from loadlab.client.sse import (
@@ -205,7 +205,7 @@ def stream_request(
     send = end = time.perf_counter()  # the send, unless the request gets as far as a connection
     try:
         timer.start()
-        resp = http.request("POST", endpoint.path, body=body, headers=headers)
+        resp = _post(http, clock, endpoint.path, body, headers)
         rec.status = resp.status_code
         server_id = resp.get("x-request-id")
         rec.server_request_id = server_id[:200] if isinstance(server_id, str) else ""
@@ -251,6 +251,20 @@ def stream_request(
     return StreamResult(rec, nbytes, text, aborted)
 
 
+def _post(http: HTTPClient, clock: SendClock, path: str, body: bytes, headers: dict[str, str]) -> HTTPSocketResponse:
+    """POST the request; once more, on a fresh connection, where a kept-alive connection taken from
+    the pool turns out closed before any response came. The server closed it before it read the
+    request (llama.cpp's server closes a connection after each stream without saying so, and a
+    closed-loop user can send its next request before the close arrives), so it never saw it.
+    geventhttpclient retries no POST itself (RFC 9110: not idempotent)."""
+    try:
+        return http.request("POST", path, body=body, headers=headers)
+    except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
+        if not clock.reused():
+            raise
+        return http.request("POST", path, body=body, headers=headers)
+
+
 class SendClock:
     """When a request starts to go out: perf_counter() as geventhttpclient asks its pool for the
     connection, after building the request's head (~0.1 ms of the client's own Python that the
@@ -261,18 +275,25 @@ class SendClock:
 
     def __init__(self, http: HTTPClient) -> None:
         self._at: dict[object, float] = {}
+        self._kept: dict[object, bool] = {}  # the greenlet's last connection came from the pool's idle ones
         pool = http._connection_pool  # (geventhttpclient names no hook before the send)
         take = pool.get_socket
 
         def timed_take() -> Any:
             self._at[gevent.getcurrent()] = time.perf_counter()
+            self._kept[gevent.getcurrent()] = not pool._socket_queue.empty()
             return take()
 
         pool.get_socket = timed_take  # type: ignore[method-assign]
 
     def pop(self, default: float) -> float:
         """The calling greenlet's last send, `default` when it asked for no connection."""
+        self._kept.pop(gevent.getcurrent(), None)
         return self._at.pop(gevent.getcurrent(), default)
+
+    def reused(self) -> bool:
+        """Whether the calling greenlet's last connection was a kept-alive one from the pool."""
+        return self._kept.get(gevent.getcurrent(), False)
 
 
 def send_clock(http: HTTPClient) -> SendClock:
