@@ -186,7 +186,7 @@ def test_the_slot_cap_and_each_slots_state_are_sampled(llama, tmp_path):
     props = llama.get("/props").json()
     assert props["total_slots"] == SLOTS
     out = tmp_path / "slots"
-    run(llama, out, "--concurrency", "4", "--input-len", "16", "--output-len", "32", seconds=4)
+    run(llama, out, "--concurrency", "4", "--input-len", "16", "--output-len", "32", seconds=8)
     samples = load_run(out).samples
     slots = samples[samples["source"] == "slots"]
     assert set(slots[slots["signal"] == RUNNING_CAP]["value"]) == {SLOTS}
