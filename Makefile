@@ -28,6 +28,37 @@ $(VLLM_VENV)/installed:
 
 vllm: $(VLLM_VENV)/installed
 
+# A real llama.cpp server for the tests about llama.cpp (tests/engines/test_llamacpp.py, `loadlab lab
+# --engine llamacpp`): llama-server compiled from the llama.cpp tree that the PyPI source distribution
+# of llama-cpp-python carries (nothing else is fetched), CPU only. The build takes ~20 min on 2 busy
+# cores, so it is made once per machine in a cache outside the clone, keyed by the version, and a
+# fresh clone only links it. Static libraries: the binary stands alone. Portable code (no -march=native)
+# so that a cache shared between machines of one kind stays valid.
+LLAMACPP_VERSION := 0.3.36
+LLAMACPP_CACHE ?= $(HOME)/.cache/loadlab/llamacpp-$(LLAMACPP_VERSION)
+LLAMACPP_SDIST := $(LLAMACPP_CACHE)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
+LLAMACPP_BUILT := $(LLAMACPP_CACHE)/build/bin/llama-server
+LLAMACPP_JOBS ?= 2
+
+$(LLAMACPP_SDIST):
+	mkdir -p $(LLAMACPP_CACHE)
+	$(PY) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMACPP_VERSION) -d $(LLAMACPP_CACHE)
+
+$(LLAMACPP_BUILT): $(LLAMACPP_SDIST)
+	rm -rf $(LLAMACPP_CACHE)/src && mkdir -p $(LLAMACPP_CACHE)/src
+	tar -xzf $< -C $(LLAMACPP_CACHE)/src --strip-components=1
+	cmake -S $(LLAMACPP_CACHE)/src/vendor/llama.cpp -B $(LLAMACPP_CACHE)/build -DCMAKE_BUILD_TYPE=Release \
+	  -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \
+	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+	nice -n 19 cmake --build $(LLAMACPP_CACHE)/build --target llama-server -j$(LLAMACPP_JOBS)
+	touch $@
+
+.llamacpp/bin/llama-server: $(LLAMACPP_BUILT)
+	mkdir -p .llamacpp/bin
+	ln -sf $< $@
+
+llamacpp: .llamacpp/bin/llama-server
+
 # Debian packages the tests start for real: a Prometheus server and headless Chromium.
 system-deps:
 	@command -v prometheus >/dev/null && command -v chromium >/dev/null || \
@@ -55,9 +86,9 @@ check: venv
 # themselves; then the rest side by side in TEST_WORKERS processes (pytest-xdist), a test file per
 # process so that a module's server starts once. Both tiers run; either failing fails the target.
 TEST_WORKERS ?= 3
-test: venv vllm system-deps check
+test: venv vllm llamacpp system-deps check
 	@$(BIN)/python -m pytest -q -m serial --durations=10; serial=$$?; \
 	$(BIN)/python -m pytest -q -m 'not serial' -n $(TEST_WORKERS) --dist loadfile --durations=15; rest=$$?; \
 	test $$serial -eq 0 && test $$rest -eq 0
 
-.PHONY: venv vllm system-deps demo report check test
+.PHONY: venv vllm llamacpp system-deps demo report check test

@@ -68,9 +68,12 @@ class RunConfig:
     url: str = ""  # may hold user:password@ (sent as Basic auth)
     model: str = ""
     api: str = "chat"  # chat | completions | embeddings | rerank
-    # How tokens are counted: "chunks" (the stream's token chunks, as they come) or "logprobs" (ask
-    # for each token's logprob and count those: exact where a server merges or skips chunks).
-    token_count: str = "chunks"
+    # How tokens are counted: "chunks" (the stream's token chunks, as they come), "logprobs" (ask
+    # for each token's logprob and count those: exact where a server merges or skips chunks),
+    # "timings" (ask llama.cpp for its timings in every chunk: its own count of the tokens
+    # generated), or "auto": timings where the server is llama.cpp's, else chunks (decided before
+    # the run, loadlab.collect.slots.slot_cap; run.json's config keeps what was decided).
+    token_count: str = "auto"
     api_key: str = field(default="", repr=False)  # never written to disk
     concurrency: list[int] = field(default_factory=list)  # closed loop: one step per value
     rate: list[float] = field(default_factory=list)  # open loop (req/s): one step per value

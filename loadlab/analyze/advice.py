@@ -62,6 +62,7 @@ ADVICE: dict[str, dict[str, list[str]]] = {
             "FP8 KV cache (kv_cache_config.dtype)",
         ],
         REFERENCE: ["raise --num-kv-blocks (or --kv-memory-gb)", "lower --max-num-seqs"],
+        LLAMACPP: ["raise --ctx-size with --parallel (each slot gets ctx-size / parallel)", "--cache-type-k/-v q8_0"],
         UNKNOWN_SERVER: ["give the KV cache more memory, or admit fewer sequences at once"],
     },
     MEMORY_BANDWIDTH: {
@@ -78,6 +79,7 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         TGI: ["bigger batches (--max-batch-size)", "--quantize fp8/awq", "speculative decoding (--speculate)"],
         TRTLLM: ["bigger max_batch_size", "FP8 weights and KV cache", "speculative decoding"],
         REFERENCE: ["bigger batches (--max-num-seqs)", "a smaller --dtype (bfloat16)"],
+        LLAMACPP: ["more slots (--parallel, --ctx-size with it)", "a quantized GGUF (Q4_K_M, Q8_0)", "--model-draft"],
         UNKNOWN_SERVER: ["bigger batches, weight/KV quantization, speculative decoding"],
     },
     COMPUTE: {
@@ -91,6 +93,7 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         TGI: ["more shards or replicas", "--quantize fp8", "lower --max-batch-prefill-tokens"],
         TRTLLM: ["more GPUs or replicas", "FP8", "tune max_num_tokens"],
         REFERENCE: ["--device cuda", "lower --max-num-batched-tokens or set --long-prefill-token-threshold"],
+        LLAMACPP: ["offload layers to a GPU (--n-gpu-layers)", "more --threads-batch", "tune --ubatch-size"],
         UNKNOWN_SERVER: ["more replicas or GPUs, lower precision, smaller prefill chunks"],
     },
     SCHEDULING: {
@@ -103,6 +106,7 @@ ADVICE: dict[str, dict[str, list[str]]] = {
         TGI: ["raise --max-concurrent-requests and --max-batch-size"],
         TRTLLM: ["raise max_batch_size", "scheduler_config capacity_scheduler_policy MAX_UTILIZATION"],
         REFERENCE: ["raise --max-num-seqs", "raise --max-num-batched-tokens"],
+        LLAMACPP: ["raise --parallel (slots), and --ctx-size with it: each slot gets ctx-size / parallel"],
         UNKNOWN_SERVER: ["raise the cap on running sequences; check the server's admission policy"],
     },
     NETWORK: {

@@ -79,6 +79,11 @@ REQUEST_COLUMNS = (
     "out_tokens",
     "input_tokens",
     "prompt_tokens",
+    "completion_tokens",
+    # the server's per-request timings (llama.cpp), NaN where it gave none (derive.py's _timings)
+    "server_prefill",
+    "ttft_waiting",
+    "server_decode_time",
 )
 CLOCK_SLOWDOWN_SHARE = 0.1  # GPU clock-event bits set in more samples than this: power/thermal sub-flag (notes)
 STRAIN_CONFIDENCE = 0.8  # a client under strain (CPU, loop lag) without an effect: confidence x this (judgement)

@@ -15,6 +15,12 @@ set against the lowest load of the same mode:
 - prefill cost: at the lowest load, TTFT grows with the prompt's length: prefill work binds
   the first token (compute-bound on a GPU).
 
+Where the server's responses carry its own per-request timings (llama.cpp's `timings`: not server
+metrics, the server's word on each request), they are used and the verdict says so: TTFT less
+the server's prefill is the time a request waited (for a slot, on the network), so a queue shows
+as that wait growing while the prefill stays; and the server's decode time per token growing says
+the engine itself slowed, not the network or the client's reading.
+
 The network needs the server's own timing to set TTFT's floor against: a server TTFT histogram
 is a server metric, and with one the analyzer's own network rule applies; without, it is named
 among what would decide.
@@ -33,7 +39,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.derive import StepData
+from loadlab.analyze.derive import TIMINGS, StepData
 from loadlab.analyze.rules import Evidence
 from loadlab.metrics.verdicts import (
     BATCH_CONTENTION,
@@ -81,6 +87,7 @@ NO_PATTERN_DECIDE = (
     "or GPU counters"
 )
 CONFIDENCE_CAP = 0.5  # a black-box verdict is never surer than this (judgement)
+TIMED = "the server's per-request timings (in its responses, not server metrics)"
 MIN_REQUESTS = 5  # successful requests a step needs for its curve point (as the analyzer's MIN_OK_REQUESTS)
 
 
@@ -127,6 +134,7 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
         return _none("the lowest load: the step the others are set against (one step alone has no curve)", evidence)
     ttft = _ttft_growth(d, base, evidence)
     tpot = _tpot_growth(d, base, evidence)
+    said = _timed(d, base, evidence)
     against = base.step.label
     if math.isnan(ttft) or math.isnan(tpot):
         return _none(f"TTFT or TPOT not measured here or at {against}", evidence)
@@ -136,7 +144,8 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
             QUEUEING,
             f"{NAMES[QUEUEING]}: TTFT x{format_number(ttft)} since {against} "
             f"while TPOT x{format_number(tpot)}: requests wait to "
-            + ("start, then run as fast as before" if tpot <= TPOT_FLAT else "start far more than they slow down"),
+            + ("start, then run as fast as before" if tpot <= TPOT_FLAT else "start far more than they slow down")
+            + said.get(QUEUEING, ""),
             strength,
             against,
             evidence,
@@ -146,7 +155,7 @@ def judge(d: StepData, base: StepData | None) -> BlackBox:
         return _found(
             BATCH_CONTENTION,
             f"{NAMES[BATCH_CONTENTION]}: TPOT x{format_number(tpot)} since {against} (TTFT x{format_number(ttft)}): "
-            "each engine step carries more sequences and takes longer",
+            "each engine step carries more sequences and takes longer" + said.get(BATCH_CONTENTION, ""),
             strength,
             against,
             evidence,
@@ -177,6 +186,27 @@ def _tpot_growth(d: StepData, base: StepData, evidence: list[Evidence]) -> float
     if math.isfinite(ratio):
         evidence.append(_row(BATCH_CONTENTION, "tpot_p50_growth", ratio, "ratio", TPOT_GROWTH, "TPOT p50 growth"))
     return ratio
+
+
+def _timed(d: StepData, base: StepData, evidence: list[Evidence]) -> dict[str, str]:
+    """What the server's per-request timings add to each pattern's headline (nothing where its
+    responses carried none): the wait before the prefill against the prefill, for queueing; the
+    server's own decode time per token, for batch contention. Their growths are evidence rows."""
+    growth = {name: _value(d, name) / _value(base, name) for name in ("ttft_waiting_p50", "server_prefill_p50")}
+    tpot = _value(d, "server_tpot_p50") / _value(base, "server_tpot_p50")
+    said = {}
+    wait, prefill = growth["ttft_waiting_p50"], growth["server_prefill_p50"]
+    if math.isfinite(wait) and math.isfinite(prefill):
+        what = f"{TIMED}: the wait before the prefill, p50 growth"
+        evidence.append(_row(QUEUEING, "ttft_waiting_growth", wait, "ratio", TTFT_GROWTH, what, TIMINGS))
+        said[QUEUEING] = (
+            f"; {TIMED}: the wait before the prefill x{format_number(wait)}, the prefill x{format_number(prefill)}"
+        )
+    if math.isfinite(tpot):
+        what = f"{TIMED}: decode time per token, p50 growth"
+        evidence.append(_row(BATCH_CONTENTION, "server_tpot_growth", tpot, "ratio", TPOT_GROWTH, what, TIMINGS))
+        said[BATCH_CONTENTION] = f"; {TIMED}: its decode time per token x{format_number(tpot)}"
+    return said
 
 
 def _prefill(d: StepData, evidence: list[Evidence]) -> BlackBox | None:
@@ -219,7 +249,9 @@ def _none(why: str, evidence: list[Evidence]) -> BlackBox:
     return BlackBox("", [], f"no server metrics: {why}", 0.0, NO_PATTERN_DECIDE, "", evidence)
 
 
-def _row(pattern: BlackBoxPattern, name: str, value: float, unit: str, threshold: float, what: str) -> Evidence:
+def _row(
+    pattern: BlackBoxPattern, name: str, value: float, unit: str, threshold: float, what: str, source: str = "client"
+) -> Evidence:
     """An evidence row FOR the pattern when `value` reaches `threshold`."""
     for_it = value >= threshold
     return Evidence(
@@ -230,7 +262,7 @@ def _row(pattern: BlackBoxPattern, name: str, value: float, unit: str, threshold
         threshold=threshold,
         direction="for" if for_it else "against",
         weight=1.0,
-        source="client",
-        signals=["client"],
+        source=source,
+        signals=[source],
         text=f"{what} {format_number(value)} ({'≥' if for_it else '<'} {format_number(threshold)})",
     )

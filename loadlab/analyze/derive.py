@@ -32,6 +32,8 @@ WAITING_BY_REASON, CAPACITY = sig.REQUESTS_WAITING_BY_REASON, "capacity"
 WAITING_BY_REASON_RAW = "vllm:num_requests_waiting_by_reason"
 # Which collector a signal family comes from, for the evidence rows.
 CLIENT, SERVER, GPU, HOST, NCCL = "client", "server_metrics", "gpu", "host", "nccl"
+# The server's own per-request timings in its responses (llama.cpp's `timings`): not server metrics.
+TIMINGS = "server_timings"
 # Every quantity a step's derivation can record (here, the client self-check's figures, and the
 # analysis's roofline terms): `put` refuses any other name, so the rules table can be checked
 # against this list and a misspelt term cannot silently count as never measured.
@@ -48,6 +50,10 @@ QUANTITIES = frozenset(
         "decode_share",
         "tokens_per_s_per_user_p50",
         "refused_share",
+        # the server's per-request timings in its responses (llama.cpp)
+        "server_prefill_p50",
+        "ttft_waiting_p50",
+        "server_tpot_p50",
         # the client self-check (loadlab.analyze.clientcheck's ClientCheck.values)
         "client_cpu_p90",
         "client_run_wait_ratio",
@@ -183,6 +189,7 @@ def _client_side(d: StepData) -> None:
             requests,
             CLIENT,
         )
+    _timings(d, ok)
     # Per-user speed is the summary's, over all the step's successful requests (docs/metrics.md),
     # not the window's: summary, plan, gate, report and sweep then show one number per step.
     d.put("tokens_per_s_per_user_p50", d.summary.user_tokens_per_s.p50, "tokens/s", requests, CLIENT)
@@ -204,6 +211,24 @@ def _client_side(d: StepData) -> None:
             ["client." + name],
             CLIENT,
         )
+
+
+def _timings(d: StepData, ok: pd.DataFrame) -> None:
+    """What the server's per-request timings say, where its responses carried them: its prefill,
+    TTFT less it (waiting for a slot, the network, the client) and its decode time per token."""
+    said = ok[ok["server_prefill"].notna()] if "server_prefill" in ok else ok.iloc[0:0]
+    if not len(said):
+        return
+    columns = ["server_prefill_time", "server_decode_time", "completion_tokens"]
+    d.put("server_prefill_p50", percentile(said["server_prefill"].to_numpy(float), 50), "s", columns[:1], TIMINGS)
+    d.put("ttft_waiting_p50", percentile(said["ttft_waiting"].to_numpy(float), 50), "s", columns[:1], TIMINGS)
+    # The share of TTFT before the server's prefill: a queue's, where no queue-time histogram says
+    # it (the server's own, read after this, takes its place).
+    ttft = said["ttft"].mean()
+    d.put("queue_share", said["ttft_waiting"].mean() / ttft if ttft > 0 else math.nan, "fraction", columns[:1], TIMINGS)
+    tokens = said["completion_tokens"].where(said["completion_tokens"] > 0)  # as llama.cpp's predicted_per_token_ms
+    tpot = (said["server_decode_time"] / tokens).to_numpy(float)
+    d.put("server_tpot_p50", percentile(tpot, 50), "s", columns, TIMINGS)
 
 
 def _server_side(d: StepData) -> None:

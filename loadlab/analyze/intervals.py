@@ -14,7 +14,7 @@ from loadlab.collect import signals as sig
 from loadlab.store.reader import labels_of
 
 # Which sources to trust for a signal, best first: a direct scrape beats a Prometheus pull.
-SERVER_SOURCES = ("server", "prometheus")
+SERVER_SOURCES = ("server", "prometheus", "slots")  # slots: llama.cpp's cap and slots (collect/slots.py)
 # GPU signals: NVML, then DCGM through Prometheus, then a `loadlab gpu-exporter` (or the GPU twin)
 # scraped as the server's metrics.
 GPU_SOURCES = ("gpu", "prometheus", "server")

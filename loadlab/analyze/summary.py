@@ -210,8 +210,9 @@ def steps_of(run: RunData) -> list[StepInfo]:
 
 def per_request(requests: pd.DataFrame, mode_of: dict[int, Mode]) -> pd.DataFrame:
     """The requests table plus each request's metrics (docs/metrics.md; seconds, NaN where
-    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot and
-    user_tokens_per_s.
+    undefined): ok, start, ttft, ttft_from_send, e2e, start_delay, out_tokens, tpot,
+    user_tokens_per_s, and where the server timed its prefill (llama.cpp's per-request timings)
+    server_prefill and ttft_waiting, TTFT less it: waiting for a slot, the network and the client.
 
     Its index is the row's position, as in `TokenTimes.of(requests["token_times"])`, which holds
     the token times and inter-token gaps; they are left out here (a large run's bulk, copied by
@@ -228,6 +229,9 @@ def per_request(requests: pd.DataFrame, mode_of: dict[int, Mode]) -> pd.DataFram
     df["out_tokens"] = output_tokens(df["completion_tokens"], df["client_tokens"])
     df["tpot"] = time_per_output_token(df["first_token_time"], df["end_time"], df["out_tokens"])
     df["user_tokens_per_s"] = user_tokens_per_s(df["first_token_time"], df["end_time"], df["out_tokens"])
+    # (folders from before format 5 have no such column: not said)
+    df["server_prefill"] = df["server_prefill_time"] if "server_prefill_time" in df else math.nan
+    df["ttft_waiting"] = df["ttft"] - df["server_prefill"]
     return df
 
 
@@ -314,6 +318,9 @@ def _summarize(
         e2e=Distribution.of(ok["e2e"].to_numpy(), "s"),
         user_tokens_per_s=Distribution.of(ok["user_tokens_per_s"].to_numpy(), "tok/s"),
         start_delay=Distribution.of(measured["start_delay"].to_numpy(), "s"),
+        server_prefill=Distribution.of(ok["server_prefill"].dropna().to_numpy(), "s"),
+        ttft_waiting=Distribution.of(ok["ttft_waiting"].dropna().to_numpy(), "s"),
+        cache_hits=int((ok["cached_tokens"].fillna(-1) > 0).sum()) if "cached_tokens" in ok else 0,
         achieved=achieved_load,
         achieved_ratio=achieved_load / target if target and target > 0 else math.nan,
         tokens=token_check(ok),

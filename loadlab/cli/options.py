@@ -256,8 +256,9 @@ class ClientFlags(ConfigFlags):
         str | None,
         typer.Option(
             "--token-count",
-            help="chunks (default: the stream's token chunks) | logprobs (ask for each token's logprob and count "
-            "those: exact where a server merges or skips chunks, at a little cost to the server).",
+            help="auto (default: timings on a llama.cpp server, else chunks) | chunks (the stream's token chunks) | "
+            "logprobs (ask for each token's logprob and count those: exact where a server merges or skips chunks, "
+            "at a little cost to the server) | timings (ask llama.cpp for its count of the tokens in every chunk).",
         ),
     ] = None
     processes: Annotated[

@@ -16,6 +16,12 @@ empty chunks stood for tokens, is checked per request against usage.completion_t
 A server writes the token events of one stream alike but for their text: given the stream's
 TokenShape, a line made of the same bytes around a text without a quote is recognised without
 the scans (see TokenShape for why that is exact).
+
+llama.cpp's server adds its own `timings` to a stream's last chunk (to every chunk when asked
+with `timings_per_token`): the tokens it has generated so far (`predicted_n`), the prompt tokens
+it computed and served from its cache, and the milliseconds it spent on each phase. They are read
+as `Timings`: per chunk they say how many tokens it carried (llama.cpp sends nothing for a token
+that ends inside a UTF-8 character and merges it into the next chunk).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ _ROLE = b'"role":'
 _ID = re.compile(rb'"id": ?"([^"\\]{1,200})"')
 # An event that may end the stream or carry counts: decoded in full. ("usage": null rides on
 # every chunk of some servers: only an object is worth decoding.)
-_DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"|"logprobs": ?\{')
+_DECODE = re.compile(rb'"usage": ?\{|"error":|"finish_reason": ?"|"logprobs": ?\{|"timings": ?\{')
 
 
 class MalformedEvent(ValueError):
@@ -44,6 +50,20 @@ class MalformedEvent(ValueError):
 
 class StreamErrorEvent(Exception):
     """The server sent `{"error": ...}` inside the stream."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """llama.cpp's per-request `timings` as of one chunk (-1 and NaN: not said)."""
+
+    generated: int = -1  # predicted_n: tokens generated so far
+    prompt_tokens: int = -1  # prompt_n: prompt tokens the server computed (its cache hits excluded)
+    prompt_ms: float = float("nan")  # prompt_ms: time on them
+    decode_ms: float = float("nan")  # predicted_ms: time generating
+    cached_tokens: int = -1  # cache_n: prompt tokens served from its cache
+
+
+NO_TIMINGS = Timings()
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,7 @@ class Event:
     completion_tokens: int = -1
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens
     logprobs: int = 0  # tokens the chunk's logprobs name (one entry per token; 0: none sent)
+    timings: Timings = NO_TIMINGS  # the server's timings the chunk carried (llama.cpp)
 
 
 TOKEN_EVENT = Event(token=True)  # the common result, shared: a caller may test `is`
@@ -184,6 +205,20 @@ def _decode(payload: bytes) -> Event:
         completion_tokens=_int(usage.get("completion_tokens")),
         cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else -1,
         logprobs=logprobs,
+        timings=_timings(obj.get("timings")),
+    )
+
+
+def _timings(timings: object) -> Timings:
+    """llama.cpp's `timings` object as Timings (NO_TIMINGS when absent or not an object)."""
+    if not isinstance(timings, dict):
+        return NO_TIMINGS
+    return Timings(
+        generated=_int(timings.get("predicted_n")),
+        prompt_tokens=_int(timings.get("prompt_n")),
+        prompt_ms=_float(timings.get("prompt_ms")),
+        decode_ms=_float(timings.get("predicted_ms")),
+        cached_tokens=_int(timings.get("cache_n")),
     )
 
 
@@ -225,7 +260,13 @@ def _call_arguments(delta: dict[str, object]) -> str | None:
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) else -1
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def _float(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return float("nan")
 
 
 def _short(payload: bytes) -> str:

@@ -8,8 +8,9 @@ exactly one ErrorCategory.
 
 Tokens are counted as the engine made them: every chunk that stands for a token (sse.py), its
 text empty or not, unless the server's usage shows that the empty ones were not tokens; or, with
---token-count logprobs, the per-token logprobs the chunks carry (RequestRecord.token_events says
-which held).
+--token-count logprobs, the per-token logprobs the chunks carry; or, where every token chunk
+carries llama.cpp's `timings` (--token-count timings, asked with `timings_per_token`), the growth
+of the server's own count of the tokens generated (RequestRecord.token_events says which held).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 import gevent
 from gevent import GreenletExit
 from geventhttpclient.client import HTTPClient
-from geventhttpclient.response import HTTPParseError, HTTPSocketResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 
 from loadlab.client.reader import body_reader
 from loadlab.client.sse import (
+    NO_TIMINGS,
     TOKEN_EVENT as _TOKEN_EVENT,
     Event,
     MalformedEvent,
@@ -47,6 +49,7 @@ from loadlab.store.schema import (
     TOKEN_EVENTS_CHUNKS,
     TOKEN_EVENTS_LOGPROBS,
     TOKEN_EVENTS_TEXT,
+    TOKEN_EVENTS_TIMINGS,
     ErrorCategory,
     RequestRecord,
 )
@@ -74,6 +77,7 @@ class Endpoint:
     timeout: float
     authorization: str = field(default="", repr=False)  # the header's value, "" = none
     logprobs: bool = False  # ask for each token's logprob, to count tokens by them (--token-count)
+    timings: bool = False  # ask llama.cpp for its timings in every chunk, to count tokens by them
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Endpoint:
@@ -89,6 +93,7 @@ class Endpoint:
             timeout=config.timeout,
             authorization=authorization,
             logprobs=config.token_count == "logprobs",
+            timings=config.token_count == "timings",
         )
 
     def headers(self, request_id: str) -> dict[str, str]:
@@ -128,6 +133,8 @@ def build_body(spec: RequestSpec, endpoint: Endpoint) -> bytes:
         body["ignore_eos"] = True
     if endpoint.logprobs:  # the sampled token's own logprob only: one entry per token, no alternatives
         body.update({"logprobs": True, "top_logprobs": 0} if endpoint.api == "chat" else {"logprobs": 0})
+    if endpoint.timings:  # llama.cpp's own field: its count of the tokens generated, in every chunk
+        body["timings_per_token"] = True
     body.update(spec.extra_body)
     return json.dumps(body).encode()
 
@@ -198,7 +205,7 @@ def stream_request(
     send = end = time.perf_counter()  # the send, unless the request gets as far as a connection
     try:
         timer.start()
-        resp = http.request("POST", endpoint.path, body=body, headers=headers)
+        resp = _post(http, clock, endpoint.path, body, headers)
         rec.status = resp.status_code
         server_id = resp.get("x-request-id")
         rec.server_request_id = server_id[:200] if isinstance(server_id, str) else ""
@@ -244,6 +251,20 @@ def stream_request(
     return StreamResult(rec, nbytes, text, aborted)
 
 
+def _post(http: HTTPClient, clock: SendClock, path: str, body: bytes, headers: dict[str, str]) -> HTTPSocketResponse:
+    """POST the request; once more, on a fresh connection, where a kept-alive connection taken from
+    the pool turns out closed before any response came. The server closed it before it read the
+    request (llama.cpp's server closes a connection after each stream without saying so, and a
+    closed-loop user can send its next request before the close arrives), so it never saw it.
+    geventhttpclient retries no POST itself (RFC 9110: not idempotent)."""
+    try:
+        return http.request("POST", path, body=body, headers=headers)
+    except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
+        if not clock.reused():
+            raise
+        return http.request("POST", path, body=body, headers=headers)
+
+
 class SendClock:
     """When a request starts to go out: perf_counter() as geventhttpclient asks its pool for the
     connection, after building the request's head (~0.1 ms of the client's own Python that the
@@ -254,18 +275,25 @@ class SendClock:
 
     def __init__(self, http: HTTPClient) -> None:
         self._at: dict[object, float] = {}
+        self._kept: dict[object, bool] = {}  # the greenlet's last connection came from the pool's idle ones
         pool = http._connection_pool  # (geventhttpclient names no hook before the send)
         take = pool.get_socket
 
         def timed_take() -> Any:
             self._at[gevent.getcurrent()] = time.perf_counter()
+            self._kept[gevent.getcurrent()] = not pool._socket_queue.empty()
             return take()
 
         pool.get_socket = timed_take  # type: ignore[method-assign]
 
     def pop(self, default: float) -> float:
         """The calling greenlet's last send, `default` when it asked for no connection."""
+        self._kept.pop(gevent.getcurrent(), None)
         return self._at.pop(gevent.getcurrent(), default)
+
+    def reused(self) -> bool:
+        """Whether the calling greenlet's last connection was a kept-alive one from the pool."""
+        return self._kept.get(gevent.getcurrent(), False)
 
 
 def send_clock(http: HTTPClient) -> SendClock:
@@ -310,6 +338,9 @@ class _EventReader:
         self.empty_at: list[int] = []  # the positions in perf_times of the events with empty text
         self.role_at: list[int] = []  # ... of the role events (sse.Event.role): tokens where usage says so
         self.logprob_times: list[float] = []  # one per token a chunk's logprobs named (sse.Event.logprobs)
+        self.timed_times: list[float] = []  # one per token by the growth of the chunks' timings (sse.Timings)
+        self.generated = 0  # the server's count of tokens generated, as the last chunk's timings said
+        self.untimed = 0  # token events that carried no timings
         self.content_lines: list[bytes] = []
         self.keep_text = keep_text
         self.shape = TokenShape()  # how this stream's token events are written (sse.py)
@@ -337,11 +368,14 @@ class _EventReader:
                 except StreamErrorEvent as e:
                     raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
                 if event is _TOKEN_EVENT:  # the common case: a token with text, nothing else
+                    self.untimed += 1
                     times.append(t)
                     if self.keep_text:
                         self.content_lines.append(line)
                     continue
                 if event.token:
+                    if event.timings.generated < 0:
+                        self.untimed += 1
                     if event.empty:
                         self.empty_at.append(len(times))
                     elif self.keep_text:
@@ -378,8 +412,23 @@ class _EventReader:
             rec.completion_tokens = event.completion_tokens
             rec.prompt_tokens = event.prompt_tokens
             rec.cached_tokens = event.cached_tokens
+        if event.timings is not NO_TIMINGS:
+            self._timed(event, t)
         if event.done:
             self.done = True
+
+    def _timed(self, event: Event, t: float) -> None:
+        """A chunk with the server's timings: the tokens it carried (the growth of the count of
+        tokens generated), and the request's server-side figures as of this chunk (the last say)."""
+        rec, timings = self.rec, event.timings
+        if timings.generated > self.generated:
+            self.timed_times += [t] * (timings.generated - self.generated)
+            self.generated = timings.generated
+        rec.server_prompt_tokens = timings.prompt_tokens
+        rec.server_prefill_time = timings.prompt_ms / 1000
+        rec.server_decode_time = timings.decode_ms / 1000
+        if rec.cached_tokens < 0:
+            rec.cached_tokens = timings.cached_tokens
 
     def finish(self) -> None:
         """The body has ended: check that it was an event stream that ended properly."""
@@ -391,11 +440,16 @@ class _EventReader:
 
     def counted(self) -> list[float]:
         """The arrival times of the events that count as tokens, and the record told how they
-        were counted: every token event, empty text included, but no role event; a role event
-        too where usage.completion_tokens counts it (a server that sends the role with the first
-        token); only the events with text where usage equals their number (the empty chunks were
-        no tokens)."""
+        were counted: by the server's timings where every token event carried them; else by their
+        logprobs where they carried those; else every token event, empty text included, but no
+        role event; a role event too where usage.completion_tokens counts it (a server that sends
+        the role with the first token); only the events with text where usage equals their
+        number (the empty chunks were no tokens)."""
         rec, times, empty, roles = self.rec, self.perf_times, self.empty_at, self.role_at
+        if self.timed_times and not self.untimed:  # the server said how many tokens each chunk carried
+            rec.empty_chunks = len(empty)
+            rec.token_events = TOKEN_EVENTS_TIMINGS
+            return self.timed_times
         if self.logprob_times:  # the server said how many tokens each chunk carried
             rec.empty_chunks = len(empty)
             rec.token_events = TOKEN_EVENTS_LOGPROBS

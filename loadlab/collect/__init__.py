@@ -28,6 +28,15 @@ def server_metrics_urls(config: RunConfig) -> list[str]:
     return [config.server_metrics]
 
 
+def _llamacpp_slots(config: RunConfig) -> list[Collector]:
+    """The slots collector where the server is llama.cpp's (GET /props answers its slot count)."""
+    from loadlab.collect.slots import SlotsCollector, slot_cap
+
+    url = config.parsed_url()
+    cap = slot_cap(url)
+    return [SlotsCollector(url, cap, config.metrics_interval)] if cap else []
+
+
 def build_collectors(config: RunConfig) -> list[Collector]:
     """The collectors `config` enables, not yet started. Raises UserError on a bad URL or selector."""
     collectors: list[Collector] = []
@@ -36,6 +45,7 @@ def build_collectors(config: RunConfig) -> list[Collector]:
         from loadlab.collect.server_metrics import ServerMetricsCollector
 
         collectors.append(ServerMetricsCollector(urls[0], config.metrics_interval, fallback_urls=tuple(urls[1:])))
+        collectors += _llamacpp_slots(config)
     if config.prometheus:
         from loadlab.collect.prometheus_server import PrometheusCollector
 

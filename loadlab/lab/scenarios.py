@@ -1,7 +1,8 @@
 """The lab's scenarios: server settings and a load, each built to make one constraint bind.
 
 One row per scenario, one table per engine (`SCENARIOS` for the reference server, `VLLM_SCENARIOS`
-for a real vLLM); `loadlab lab` runs them and sets the analyzer's verdict against `expect`.
+for a real vLLM, `LLAMACPP_SCENARIOS` for llama.cpp's server); `loadlab lab` runs them and sets
+the analyzer's verdict against `expect`.
 A scenario's `server` flags go to the engine's server (`python -m reference_server`, or vLLM's
 OpenAI API server) and its `load` flags to `loadlab run` (the lab adds the URL, the step
 duration and the run folder). Consecutive scenarios whose servers start alike share one server
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadlab.lab.engines import REFERENCE, VLLM
+from loadlab.lab.engines import LLAMACPP, REFERENCE, VLLM
 from loadlab.metrics.verdicts import (
     AT_KNEE,
+    BATCH_CONTENTION,
     CLIENT,
     COMPUTE,
     ENGINE_OVERHEAD,
@@ -185,7 +187,7 @@ VLLM_DEFAULT = ("--max-model-len", "2048", "--enable-mfu-metrics")
 VLLM_CORE, CLIENT_CORE = 0, 1  # places among the host's cores, freest first (lab/processes.freest_cores)
 
 
-def _vllm(
+def _pinned(
     name: str,
     expect: Constraint | None,
     why: str,
@@ -195,8 +197,8 @@ def _vllm(
     client_nice: int = -5,
     client_rival: bool = False,
 ) -> Scenario:
-    """A vLLM scenario: vLLM on VLLM_CORE at the default priority, the load generator on
-    CLIENT_CORE (with a rival there where the scenario starves it on purpose)."""
+    """A scenario of a real engine: the server on VLLM_CORE at the default priority, the load
+    generator on CLIENT_CORE (with a rival there where the scenario starves it on purpose)."""
     return Scenario(
         name,
         expect,
@@ -213,7 +215,7 @@ def _vllm(
 
 
 VLLM_SCENARIOS: tuple[Scenario, ...] = (
-    _vllm(
+    _pinned(
         "kv_capacity",
         KV_CAPACITY,
         "--num-gpu-blocks-override 8 (128-token blocks), 32 users of 140 tokens (2 blocks each): ~4 run, 28 wait",
@@ -221,7 +223,7 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
         load=("--concurrency", "32", "--api", "completions", "--input-len", "100", "--output-len", "40"),
         expect_saturation=SATURATED,
     ),
-    _vllm(
+    _pinned(
         "scheduling",
         SCHEDULING,
         "--max-num-seqs 2 under 16 users: running pinned at 2, 14 wait while the KV pool is nearly empty",
@@ -229,14 +231,14 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
         load=("--concurrency", "16", "--input-len", "32", "--output-len", "32"),
         expect_saturation=SATURATED,
     ),
-    _vllm(
+    _pinned(
         "compute",
         COMPUTE,
         "900-token prompts, 2-token answers: prefill-heavy steps whose time grows with their prompt tokens",
         server=VLLM_DEFAULT,
         load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2"),
     ),
-    _vllm(
+    _pinned(
         "engine_overhead",
         ENGINE_OVERHEAD,
         "8-token prompts, 64-token answers at 1 then 2 users: decode steps of one or two sequences that read "
@@ -244,7 +246,7 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
         server=VLLM_DEFAULT,
         load=("--concurrency", "1,2", "--api", "completions", "--input-len", "8", "--output-len", "64"),
     ),
-    _vllm(
+    _pinned(
         "under_loaded",
         None,
         "1 then 2 users who think 1 s between requests: the server idles, throughput doubles",
@@ -258,7 +260,7 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
     # quiet host the client sent 40 requests/s on time. Open loop: what a starved client cannot do
     # is send on time. 20/s, well within what vLLM serves on its core (36/s), so that vLLM is not
     # past its knee: there the server's verdict would rightly stand beside the client's shortfall.
-    _vllm(
+    _pinned(
         "client",
         CLIENT,
         "the load generator at nice 19 beside a process that holds its core in bursts: requests leave late",
@@ -268,6 +270,74 @@ VLLM_SCENARIOS: tuple[Scenario, ...] = (
         client_rival=True,
     ),
 )
+
+# llama.cpp's llama-server serving the tiny Llama as GGUF (loadlab/lab/gguf_model.py), on one core
+# (one thread) as vLLM is, provoked with its own flags: slots (--parallel) sharing one context
+# (--ctx-size). --metrics for the white-box scenarios; the black-box ones start it as most users
+# do, without, and loadlab reads its per-request timings from the responses.
+LLAMACPP_BASE = ("--threads", "1", "--threads-batch", "1", "--ctx-size", "8192")
+LLAMACPP_DEFAULT = (*LLAMACPP_BASE, "--metrics", "--parallel", "4")
+SLOT_CAP = (*LLAMACPP_BASE, "--parallel", "2")
+DECODE_HEAVY = ("--api", "completions", "--input-len", "8", "--output-len", "64")
+
+LLAMACPP_SCENARIOS: tuple[Scenario, ...] = (
+    _pinned(
+        "scheduling",
+        SCHEDULING,
+        "--parallel 2 under 16 users: both slots busy, 14 requests deferred (the cap from /props)",
+        server=(*SLOT_CAP, "--metrics"),
+        load=("--concurrency", "16", "--input-len", "32", "--output-len", "32"),
+        expect_saturation=SATURATED,
+    ),
+    _pinned(
+        "compute",
+        COMPUTE,
+        "900-token prompts, 2-token answers: the prompt's prefill is the request",
+        server=LLAMACPP_DEFAULT,
+        load=("--concurrency", "1,2", "--api", "completions", "--input-len", "900", "--output-len", "2"),
+    ),
+    _pinned(
+        "memory_bandwidth",
+        MEMORY_BANDWIDTH,
+        "8-token prompts, 64-token answers at 1 then 2 users: decode steps of one or two sequences",
+        server=LLAMACPP_DEFAULT,
+        load=("--concurrency", "1,2", *DECODE_HEAVY),
+    ),
+    _pinned(
+        "under_loaded",
+        None,
+        "1 then 2 users who think 1 s between requests: the server idles, throughput doubles",
+        server=LLAMACPP_DEFAULT,
+        load=("--concurrency", "1,2", "--think-time", "1", "--input-len", "32", "--output-len", "32"),
+        expect_saturation=(UNDER_LOADED,),
+    ),
+    _pinned(
+        "client",
+        CLIENT,
+        "the load generator at nice 19 beside a process that holds its core in bursts: requests leave late",
+        server=LLAMACPP_DEFAULT,
+        load=("--rate", "20", "--input-len", "16", "--output-len", "16"),
+        client_nice=19,
+        client_rival=True,
+    ),
+    # Without --metrics, as most users start it: the client's curves from one user up, and the
+    # server's per-request timings in its responses (not server metrics; the verdict says so).
+    _pinned(
+        "scheduling-blackbox",
+        QUEUEING,
+        "no --metrics; --parallel 2 under 1 then 16 users: TTFT grows (the wait before the prefill), TPOT stays",
+        server=SLOT_CAP,
+        load=("--concurrency", "1,16", "--input-len", "32", "--output-len", "32"),
+    ),
+    _pinned(
+        "memory_bandwidth-blackbox",
+        BATCH_CONTENTION,
+        "no --metrics; 1 then 4 users of 64-token answers on 4 slots: every decode step carries more sequences",
+        server=(*LLAMACPP_BASE, "--parallel", "4"),
+        load=("--concurrency", "1,4", *DECODE_HEAVY),
+    ),
+)
+
 
 # vLLM as users start it: not pinned, at the default priority, beside the load generator on the
 # same cores (vLLM binds its engine's threads by itself, `auto`), with settings the pinned lab
@@ -330,7 +400,7 @@ VLLM_SHARED_SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
-TABLES = {REFERENCE: SCENARIOS, VLLM: VLLM_SCENARIOS}
+TABLES = {REFERENCE: SCENARIOS, VLLM: VLLM_SCENARIOS, LLAMACPP: LLAMACPP_SCENARIOS}
 SHARED_TABLES = {VLLM: VLLM_SHARED_SCENARIOS}
 
 

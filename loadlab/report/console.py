@@ -162,6 +162,15 @@ def _notes(summary: RunSummary) -> list[Text]:
                 f"(the table's TTFT counts from the scheduled time)"
             )
         )
+    for step in (s for s in summary.steps if s.server_prefill.count):
+        where = f"{step.label}: " if len(summary.steps) > 1 else ""
+        hits = f"; {step.cache_hits} of {step.succeeded} prompts partly from its cache" if step.cache_hits else ""
+        notes.append(
+            Text(
+                f"{where}TTFT = the server's prefill {_ms(step.server_prefill)} ms + waiting and network "
+                f"{_ms(step.ttft_waiting)} ms (p50/p90/p99; the server's per-request timings{hits})"
+            )
+        )
     if o.aborted:
         why = "in flight when the run stopped or its step's grace ran out"
         notes.append(Text(f"aborted ({why}; not counted as failed): {o.aborted}"))

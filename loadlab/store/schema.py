@@ -15,13 +15,14 @@ from typing import Literal
 # open, requests sent at a rate whatever the server does.
 Mode = Literal["closed", "open"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 FORMAT = f"loadlab-run/{FORMAT_VERSION}"  # run.json's `format`
 
 # RequestRecord.token_events: how a request's tokens were counted (docs/run-folder.md).
 TOKEN_EVENTS_CHUNKS = "chunks"  # every chunk that stands for a token, its text empty or not
 TOKEN_EVENTS_TEXT = "text_chunks"  # only chunks with text: usage showed the empty ones were no tokens
 TOKEN_EVENTS_LOGPROBS = "logprobs"  # the per-token logprobs each chunk carried (--token-count logprobs)
+TOKEN_EVENTS_TIMINGS = "timings"  # the tokens generated so far that each chunk's timings said (llama.cpp)
 
 
 class ErrorCategory(str, Enum):  # noqa: UP042  (a StrEnum would change what str() and f-strings print)
@@ -84,6 +85,11 @@ class RequestRecord:
     image_pixels: int = 0  # their pixels, all images together
     audio_seconds: float = 0.0  # audio sent with it (input_audio parts)
     items: int = 0  # embeddings: inputs sent; rerank: documents sent (0: a generation request)
+    # The server's own account of the request where its response carries one (llama.cpp's `timings`):
+    # TTFT less the server's prefill is the time waiting and on the network.
+    server_prompt_tokens: int = -1  # prompt tokens it computed, its cache hits excluded (-1: not said)
+    server_prefill_time: float = float("nan")  # seconds it spent on them (NaN: not said)
+    server_decode_time: float = float("nan")  # seconds it spent generating
 
     @property
     def ok(self) -> bool:

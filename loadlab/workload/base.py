@@ -14,7 +14,7 @@ from loadlab.workload.spec import RequestSpec
 
 POOLING_APIS = ("embeddings", "rerank")  # answered whole, no stream and no output tokens
 APIS = ("chat", "completions", *POOLING_APIS)
-TOKEN_COUNTS = ("chunks", "logprobs")  # RunConfig.token_count
+TOKEN_COUNTS = ("auto", "chunks", "logprobs", "timings")  # RunConfig.token_count
 
 
 class Workload(ABC):

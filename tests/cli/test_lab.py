@@ -23,8 +23,9 @@ from tests.support.procs import BIN, loadlab, sigint_default
         (["--device", "tpu"], "--device 'tpu': choose auto, cpu or cuda"),
         (["--step-seconds", "0.5"], "--step-seconds 0.5: choose 2 to 3600"),
         (["--step-seconds", "nan"], "--step-seconds nan: choose 2 to 3600"),
-        (["--engine", "tgi"], "--engine 'tgi': choose reference or vllm"),
-        (["--engine", "vllm", "--device", "cuda"], "--device cuda: the lab's vLLM is the CPU build"),
+        (["--engine", "tgi"], "--engine 'tgi': choose reference, vllm, llamacpp"),
+        (["--engine", "vllm", "--device", "cuda"], "--device cuda: the lab's vllm is a CPU build"),
+        (["--engine", "llamacpp", "--llama-server", "/nonexistent/llama-server"], "no llama-server at /nonexistent"),
         (["--engine", "vllm", "--only", "network"], "unknown scenario network; choose from kv_capacity,"),
         (["--engine", "vllm", "--vllm-python", "/nonexistent/python"], "no vLLM environment at /nonexistent/python"),
     ],
@@ -59,6 +60,15 @@ def test_list_of_the_vllm_lab_names_its_scenarios():
     assert ["kv_capacity", "kv_capacity"] in rows and ["scheduling", "scheduling"] in rows
     assert ["compute", "compute"] in rows and ["under_loaded", "under_loaded"] in rows
     assert "--num-gpu-blocks-override" in result.stdout and "--max-num-seqs" in result.stdout
+
+
+def test_list_of_the_llamacpp_lab_names_its_scenarios_with_and_without_metrics():
+    result = loadlab("lab", "--engine", "llamacpp", "--list", timeout=60)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[:2] for line in result.stdout.splitlines()]
+    assert ["scheduling", "scheduling"] in rows and ["scheduling-blackbox", "queueing"] in rows
+    assert ["memory_bandwidth-blackbox", "batch_contention"] in rows and ["client", "client"] in rows
+    assert "--parallel 2 under 16 users" in result.stdout
 
 
 def test_an_interrupted_lab_writes_what_it_finished_and_leaves_no_server_behind(tmp_path):

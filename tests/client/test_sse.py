@@ -2,14 +2,17 @@
 A chunk with a text string stands for a token even when the string is empty. A token written
 like its stream's last one needs no scan, and reads the same."""
 
+import math
 import random
 
 import pytest
 
 from loadlab.client.sse import (
+    NO_TIMINGS,
     Event,
     MalformedEvent,
     StreamErrorEvent,
+    Timings,
     TokenShape,
     event_id,
     event_text,
@@ -133,6 +136,19 @@ def test_the_tokens_a_chunks_logprobs_name_are_counted():
     completions = b'data: {"choices":[{"text":"","logprobs":{"tokens":["x"],"token_logprobs":[-1.0]}}]}'
     assert parse_data(chat).logprobs == 2 and parse_data(completions).logprobs == 1
     assert parse_data(b'data: {"choices":[{"delta":{"content":"a"},"logprobs":null}]}').logprobs == 0
+
+
+def test_llamacpps_timings_are_read_from_any_chunk_that_carries_them():
+    line = (
+        b'data: {"choices":[{"text":"x","index":0,"finish_reason":null}],"timings":{"cache_n":2,"prompt_n":6,'
+        b'"prompt_ms":3.5,"prompt_per_token_ms":0.6,"predicted_n":4,"predicted_ms":8.25}}'
+    )
+    event = parse_data(line)
+    assert event.token and not event.empty
+    assert event.timings == Timings(generated=4, prompt_tokens=6, prompt_ms=3.5, decode_ms=8.25, cached_tokens=2)
+    odd = parse_data(b'data: {"choices":[{"text":"x"}],"timings":{"predicted_n":true,"prompt_ms":"7"}}').timings
+    assert odd.generated == -1 and math.isnan(odd.prompt_ms)  # wrong types read as not said
+    assert parse_data(b'data: {"choices":[{"text":"x"}],"timings":null}').timings == NO_TIMINGS
 
 
 VLLM_HEAD = b'data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'

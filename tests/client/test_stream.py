@@ -249,6 +249,61 @@ def test_tokens_a_chunks_logprobs_name_are_counted_even_when_chunks_merge_or_are
     assert rec.token_times[3] - rec.token_times[2] >= 0.05
 
 
+def test_counting_by_timings_asks_llamacpp_for_them_in_every_chunk():
+    endpoint = Endpoint.from_config(RunConfig(url="http://h:1", model="m", token_count="timings"))
+    assert json.loads(build_body(spec(7), endpoint))["timings_per_token"] is True
+    for count in ("auto", "chunks", "logprobs"):  # its own field: sent to llama.cpp alone
+        other = Endpoint.from_config(RunConfig(url="http://h:1", model="m", token_count=count))
+        assert "timings_per_token" not in json.loads(build_body(spec(7), other))
+
+
+def llamacpp_chunk(text: str, generated: int, finish: str = "") -> bytes:
+    """A completions chunk as llama.cpp writes it with timings_per_token: its count of the tokens
+    generated so far in `timings.predicted_n`."""
+    timings = {"cache_n": 3, "prompt_n": 5, "prompt_ms": 12.5, "predicted_n": generated, "predicted_ms": 40.0}
+    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish or None}
+    chunk = {"choices": [choice], "id": "cmpl-ll", "object": "text_completion", "timings": timings}
+    if finish:
+        chunk["usage"] = {
+            "completion_tokens": generated,
+            "prompt_tokens": 8,
+            "prompt_tokens_details": {"cached_tokens": 3},
+        }
+    return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+
+
+def test_tokens_llamacpp_merges_into_one_chunk_are_counted_by_its_timings():
+    """llama.cpp sends nothing for a token that ends inside a UTF-8 character: "你" (3 byte tokens)
+    comes as one chunk whose timings say 3 more tokens; its last chunk, empty, says none."""
+    writes = [
+        0.1,
+        llamacpp_chunk("a", 1),
+        0.05,
+        llamacpp_chunk("你", 4),
+        llamacpp_chunk("b", 5),
+        llamacpp_chunk("", 5, "length") + b"data: [DONE]\n\n",
+    ]
+    rec = serve_once(writes, "llamacpp")
+    assert rec.ok, rec.error_detail
+    assert rec.client_tokens == rec.completion_tokens == len(rec.token_times) == 5
+    assert rec.token_events == "timings"
+    assert rec.token_times[1] == rec.token_times[2] == rec.token_times[3]  # one chunk: bunched
+    assert rec.token_times[1] - rec.token_times[0] >= 0.05
+    # The server's account of the request, from the last chunk's timings.
+    assert (rec.server_prompt_tokens, rec.cached_tokens) == (5, 3)
+    assert rec.server_prefill_time == pytest.approx(0.0125) and rec.server_decode_time == pytest.approx(0.04)
+
+
+def test_timings_in_the_last_chunk_alone_do_not_count_tokens_but_are_recorded():
+    """llama.cpp not asked for timings_per_token: only its last chunk carries them."""
+    plain = lambda text: b'data: {"choices":[{"text":"%s","index":0,"finish_reason":null}]}\n\n' % text  # noqa: E731
+    writes = [plain(b"a"), plain(b"b"), llamacpp_chunk("", 2, "stop") + b"data: [DONE]\n\n"]
+    rec = serve_once(writes, "last-timings")
+    assert rec.ok, rec.error_detail
+    assert rec.client_tokens == rec.completion_tokens == 2 and rec.token_events == "text_chunks"
+    assert rec.server_prefill_time == pytest.approx(0.0125)
+
+
 @pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://x", "http://", "http://h:port", "http://[::1"])
 def test_bad_urls_are_user_errors(bad):
     with pytest.raises(UserError):

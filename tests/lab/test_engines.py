@@ -1,6 +1,7 @@
 """The lab's engines: the command line and environment each server starts with, and what is said
-when vLLM cannot be started. (A real vLLM starts in tests/engines/test_vllm.py and
-tests/lab/test_lab_vllm.py.)"""
+when vLLM or llama.cpp cannot be started. (A real vLLM starts in tests/engines/test_vllm.py and
+tests/lab/test_lab_vllm.py, a real llama-server in tests/engines/test_llamacpp.py and
+tests/lab/test_lab_llamacpp.py.)"""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from loadlab.lab.engines import (
+    LLAMACPP_SERVER_ENV,
     VLLM_PYTHON_ENV,
     EngineUnavailable,
+    llamacpp_engine,
+    llamacpp_server,
     make_tiny_llama,
     reference_engine,
     vllm_engine,
@@ -73,3 +77,26 @@ def test_a_model_that_cannot_be_made_is_one_line_and_leaves_nothing_half_made(tm
     with pytest.raises(EngineUnavailable, match="could not write the weights for the tiny Llama"):
         make_tiny_llama(tmp_path / "no-python", tmp_path / "model")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_llamacpp_serves_the_gguf_model_on_loopback_under_a_name_with_the_scenarios_flags_last(tmp_path):
+    program = tmp_path / "llama-server"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    engine = llamacpp_engine(program, tmp_path / "tiny.gguf")
+    command = engine.command(("--parallel", "2"), 8125, "cpu")
+    assert command[0] == str(program)
+    flags = dict(zip(command[1:7:2], command[2:7:2], strict=True))
+    assert flags == {"--model": str(tmp_path / "tiny.gguf"), "--alias": "tiny-llama", "--host": "127.0.0.1"}
+    assert command[7:9] == ["--port", "8125"] and command[-2:] == ["--parallel", "2"]
+    assert "--metrics" not in command  # a scenario's flag: without it the server is a black box
+
+
+def test_without_a_llama_server_the_engine_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(LLAMACPP_SERVER_ENV, str(tmp_path / "nowhere"))
+    assert llamacpp_server() == tmp_path / "nowhere" and llamacpp_server("/given") == Path("/given")
+    with pytest.raises(EngineUnavailable, match=f"`make llamacpp` builds it, or set {LLAMACPP_SERVER_ENV}"):
+        llamacpp_engine(llamacpp_server(), tmp_path / "tiny.gguf")
+    (tmp_path / "nowhere").write_text("not executable")
+    with pytest.raises(EngineUnavailable, match="no llama-server at"):
+        llamacpp_engine(llamacpp_server(), tmp_path / "tiny.gguf")
