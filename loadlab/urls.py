@@ -87,3 +87,9 @@ def parse_http_url(url: str, what: str = "URL") -> HttpUrl:
 def without_credentials(text: str) -> str:
     """`text` with the `user:password@` of any URL in it removed (also in malformed URLs)."""
     return _USERINFO.sub("", text)
+
+
+def is_loopback(url: str) -> bool:
+    """True when `url` names this host: a loopback address, localhost or 0.0.0.0."""
+    host = (urlsplit(url if "://" in url else f"http://{url}").hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")

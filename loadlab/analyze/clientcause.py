@@ -20,12 +20,12 @@ from loadlab.metrics.limits import CLIENT_CPU_P90_MAX, HOST_BUSY_MIN, LOOP_LAG_P
 from loadlab.metrics.verdicts import OWN_WORK, STARVED, UNEXPLAINED, ClientCause
 from loadlab.numbers import format_number, format_value
 from loadlab.store.reader import labels_of
+from loadlab.urls import is_loopback
 
 # Samples of the host's busy cores: each load-generator process's (label `cores`), and the host
 # collector's (loadlab.collect.host, label `cores` since it carries one).
 HOST_SIGNALS = ("client_host_cpu", "host_cpu")
 SERVER_ROLE = "server"
-LOOPBACK = ("localhost", "127.", "::1", "[::1]", "0.0.0.0")
 
 
 @dataclass
@@ -52,8 +52,7 @@ def server_is_local(url: str, samples: pd.DataFrame) -> bool | None:
     host = samples[(samples["source"] == "host") & (samples["signal"] == "process_cpu")]
     if len(host) and any(labels_of(t).get("role") == SERVER_ROLE for t in host["labels"].unique()):
         return True
-    netloc = url.split("://", 1)[-1].split("/", 1)[0]
-    return True if any(netloc.startswith(prefix) for prefix in LOOPBACK) else None
+    return True if is_loopback(url) else None
 
 
 def host_load(samples: pd.DataFrame, server_local: bool | None, cores_known: int = 0) -> HostLoad | None:

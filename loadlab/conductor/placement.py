@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from loadlab.urls import is_loopback
+
 RAISED_NICE = -5  # the load generator's priority when it may raise it: above a server at 0 (judgement)
 
 
@@ -28,12 +30,6 @@ class Placement:
     client_cores: list[int] = field(default_factory=list)  # the cores given to the load generator
     nice: int | None = None  # the priority it now runs at (None: unchanged)
     lines: list[str] = field(default_factory=list)  # what to tell the user
-
-
-def is_local(url: str) -> bool:
-    """True when `url` names this host (a loopback address)."""
-    host = urlsplit(url).hostname or ""
-    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def server_processes(url: str, pid: int = 0) -> list[psutil.Process]:
@@ -80,7 +76,7 @@ def place_beside_server(url: str, server_pid: int = 0) -> Placement:
     """Move this process to the cores a local server uses least and raise its priority where it
     may; an empty Placement (nothing said) for a server on another host."""
     placement = Placement()
-    if not (server_pid or is_local(url)):
+    if not (server_pid or is_loopback(url)):
         return placement
     processes = server_processes(url, server_pid)
     cores = sorted(os.sched_getaffinity(0))

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from loadlab.conductor.placement import is_local
+from loadlab.urls import is_loopback
 from tests.support.procs import free_port, wait_http
 
 # A stand-in server: an HTTP listener whose process, bound to one core, has spent CPU there.
@@ -62,4 +62,5 @@ def test_a_server_on_another_host_is_left_alone_and_an_unfound_one_is_said():
     assert place("http://10.1.2.3:8000") == {"server_pids": [], "client_cores": [], "nice": None, "lines": []}
     unfound = place(f"http://127.0.0.1:{free_port()}")
     assert unfound["client_cores"] == [] and "its process was not found: pass --server-pid" in unfound["lines"][0]
-    assert is_local("http://localhost:8000") and is_local("http://[::1]:8000") and not is_local("http://10.0.0.1")
+    assert is_loopback("http://localhost:8000") and is_loopback("http://[::1]:8000")
+    assert is_loopback("127.0.0.1:8000") and not is_loopback("http://10.0.0.1")
