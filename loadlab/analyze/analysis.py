@@ -36,6 +36,7 @@ from loadlab.analyze.saturation import (
     Saturation,
     StepLoad,
     held_at_admission,
+    held_by_kv,
     saturated_at_delivered_load,
     saturation,
     too_few,
@@ -405,6 +406,8 @@ def _verdict(
         eligible = [s for s in eligible if s.constraint in rules.PER_TOKEN]
     elif held_at_admission(d.derived):  # a queue before free KV at the cap: what binds is admission
         eligible = [s for s in eligible if s.constraint == SCHEDULING] or eligible
+    elif held_by_kv(d.derived):  # a queue before a full KV pool: what binds is its capacity
+        eligible = [s for s in eligible if s.constraint == KV_CAPACITY] or eligible
     if client.limited and client.untrusted:
         limited = verdict(
             CLIENT,

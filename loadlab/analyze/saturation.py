@@ -239,6 +239,12 @@ def held_at_admission(derived: dict[str, Derived]) -> bool:
     return _derived(derived, "running_at_cap") >= AT_CAP or _derived(derived, "capacity_wait_share") >= CAPACITY_WAIT
 
 
+def held_by_kv(derived: dict[str, Derived]) -> bool:
+    """Requests wait while the KV pool is full: KV capacity binds, whatever sets the time of each
+    step (an engine whose steps are mostly its own overhead still admits no more than its pool holds)."""
+    return _derived(derived, "waiting_mean") >= QUEUE_WAITING and _derived(derived, "kv_usage_p90") >= KV_FULL
+
+
 def _derived(derived: dict[str, Derived], name: str) -> float:
     d = derived.get(name)
     return d.value if d is not None else math.nan

@@ -66,6 +66,12 @@ def prepare_run(cfg: RunConfig, out: Path | None, streams: int, command: str) ->
         cfg.api_key = cfg.api_key or api_key_from_env()
     if not cfg.model:
         cfg.model = discover_model(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0))
+    if cfg.token_count == "auto":
+        from loadlab.collect.slots import slot_cap
+
+        # llama.cpp merges a token that ends inside a UTF-8 character into the next chunk; asked,
+        # its every chunk says how many tokens it has generated (its own field: sent to it alone).
+        cfg.token_count = "timings" if slot_cap(cfg.parsed_url()) else "chunks"
     context = advertised_context(cfg.parsed_url(), cfg.api_key, min(cfg.timeout, 10.0), cfg.model)
     too_long = context_warning(workload.token_range(), context) if context else ""
     if too_long:
