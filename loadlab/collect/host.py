@@ -6,6 +6,7 @@ uses `ProcessCpu` on its own PID, and `HostCollector` records the server's and t
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -168,3 +169,31 @@ def _allowed(pid: int) -> dict[str, str]:
         return {"cores": str(len(psutil.Process(pid).cpu_affinity()))}
     except (AttributeError, psutil.Error):  # no cpu_affinity on macOS
         return {}
+
+
+def core_use(processes: list[psutil.Process], cores: list[int]) -> dict[int, float]:
+    """CPU seconds the processes' threads have spent, spread over the cores each thread may run
+    on: a thread bound to one core (vLLM binds its engine's) counts there alone."""
+    use = dict.fromkeys(cores, 0.0)
+    for process in processes:
+        try:
+            threads = process.threads()
+        except (psutil.Error, OSError):
+            continue
+        for thread in threads:
+            try:
+                allowed = [c for c in os.sched_getaffinity(thread.id) if c in use]
+            except OSError:  # the thread ended meanwhile
+                continue
+            seconds = thread.user_time + thread.system_time
+            for core in allowed:
+                use[core] += seconds / len(allowed)
+    return use
+
+
+def least_used_cores(processes: list[psutil.Process], cores: list[int]) -> list[int]:
+    """For a load generator beside a server on one host: the quarter of `cores` (at least one; the
+    server keeps the rest) that the server's `processes` have used least (core_use)."""
+    use = core_use(processes, cores)
+    take = max(1, len(cores) // 4)
+    return sorted(sorted(cores, key=lambda c: (use[c], -c))[:take])

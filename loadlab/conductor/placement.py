@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from loadlab.collect.host import least_used_cores
 from loadlab.urls import is_loopback
 
 RAISED_NICE = -5  # the load generator's priority when it may raise it: above a server at 0 (judgement)
@@ -52,26 +53,6 @@ def server_processes(url: str, pid: int = 0) -> list[psutil.Process]:
         return []
 
 
-def core_use(processes: list[psutil.Process], cores: list[int]) -> dict[int, float]:
-    """CPU seconds the processes' threads have spent, spread over the cores each thread may run
-    on: a thread bound to one core (vLLM binds its engine's) counts there alone."""
-    use = dict.fromkeys(cores, 0.0)
-    for process in processes:
-        try:
-            threads = process.threads()
-        except (psutil.Error, OSError):
-            continue
-        for thread in threads:
-            try:
-                allowed = [c for c in os.sched_getaffinity(thread.id) if c in use]
-            except OSError:  # the thread ended meanwhile
-                continue
-            seconds = thread.user_time + thread.system_time
-            for core in allowed:
-                use[core] += seconds / len(allowed)
-    return use
-
-
 def place_beside_server(url: str, server_pid: int = 0) -> Placement:
     """Move this process to the cores a local server uses least and raise its priority where it
     may; an empty Placement (nothing said) for a server on another host."""
@@ -94,10 +75,7 @@ def place_beside_server(url: str, server_pid: int = 0) -> Placement:
             "expect it to deliver less load; run loadlab on another host for a clean sweep"
         )
         return placement
-    use = core_use(processes, cores)
-    # A quarter of the cores for the load generator, at least one: the server keeps the rest.
-    take = max(1, len(cores) // 4)
-    placement.client_cores = sorted(sorted(cores, key=lambda c: (use[c], -c))[:take])
+    placement.client_cores = least_used_cores(processes, cores)
     os.sched_setaffinity(0, placement.client_cores)
     placement.nice = _raise_priority()
     server_cores = [c for c in cores if c not in placement.client_cores]

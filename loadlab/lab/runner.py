@@ -20,7 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from loadlab.analyze.analysis import Analysis, read_analysis
+from loadlab.collect.host import least_used_cores
 from loadlab.lab.engines import VLLM, Engine, reference_engine
 from loadlab.lab.processes import (
     NotReady,
@@ -193,6 +196,8 @@ def _load(
     if device == "cpu":
         load_args.append("--no-gpu")
     client_cpus = placed(scenario.client_cpus, server.order)
+    if scenario.client_beside:
+        client_cpus = _beside(server.pid)
     with open(folder / "run.log", "wb") as log:  # niced on purpose only once its steps begin (below)
         client = start_child(load_args, log, min(scenario.client_nice, 0), client_cpus)
     result.server_cores, result.client_cores = server.cores, cores(client.pid)
@@ -261,6 +266,16 @@ def _judge(result: Result, analysis: Analysis, scenario: Scenario) -> None:
         result.status = MATCH if saturation_ok and result.constraint != INSUFFICIENT_DATA else MISMATCH
     else:
         result.status = MATCH if result.constraint == scenario.expect and saturation_ok else MISMATCH
+
+
+def _beside(pid: int) -> tuple[int, ...]:
+    """The cores the server `pid` (and its children) used least: where diagnose puts its load generator."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return ()
+    return tuple(least_used_cores(tree, sorted(os.sched_getaffinity(0))))
 
 
 def skipped(scenario: Scenario, reason: str) -> Result:

@@ -61,6 +61,9 @@ class Scenario:
     # A CPU-bound process on each of `client_cpus` in the load generator's session while the load's
     # steps run (lab/rival.py): with `client_nice` 19 the client runs only in the rival's pauses.
     client_rival: bool = False
+    # The load generator placed as `loadlab diagnose` places itself beside a local server
+    # (conductor/placement.py): on the cores the server's threads used least; the server unpinned.
+    client_beside: bool = False
 
     @property
     def steps(self) -> int:
@@ -354,8 +357,11 @@ def _shared_vllm(
     load: tuple[str, ...],
     expect_saturation: tuple[SaturationState, ...] = (),
 ) -> Scenario:
-    """A vLLM scenario as users run it: neither process pinned nor niced."""
-    return Scenario(name, expect, why, server, load, expect_saturation, server_nice=0, client_nice=0)
+    """A vLLM scenario as users run it: vLLM neither pinned nor niced, the load generator beside it
+    where diagnose would put itself (the cores vLLM's threads used least, a raised priority)."""
+    return Scenario(
+        name, expect, why, server, load, expect_saturation, server_nice=0, client_nice=-5, client_beside=True
+    )
 
 
 VLLM_SHARED_SCENARIOS: tuple[Scenario, ...] = (
