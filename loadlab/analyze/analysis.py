@@ -408,7 +408,10 @@ def _verdict(
         eligible = [s for s in eligible if s.constraint == SCHEDULING] or eligible
     elif held_by_kv(d.derived):  # a queue before a full KV pool: what binds is its capacity
         eligible = [s for s in eligible if s.constraint == KV_CAPACITY] or eligible
-    if client.limited and client.untrusted:
+    # The server's own gauges saying it was saturated at the load delivered (a queue before a full
+    # KV pool or at its cap) need no client timing: that verdict stands even where the client's
+    # figures are too far off to judge anything else.
+    if client.limited and client.untrusted and not (saturated and eligible):
         limited = verdict(
             CLIENT,
             f"the load generator could not deliver this step ({'; '.join(client.reasons + client.untrusted)}): "
