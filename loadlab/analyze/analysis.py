@@ -617,11 +617,23 @@ def _overall(steps: list[StepVerdict], knee: int | None, kind: str, fit: StepTim
         )
     by_index = {s.index: s for s in judged}
     saturated = [s for s in judged if s.saturation in (PAST_KNEE, OVERLOADED)]
+    unjudged_knee = next((s for s in steps if s.index == knee and s.constraint == INSUFFICIENT_DATA), None)
+    beyond = [s for s in judged if unjudged_knee is not None and s.index > unjudged_knee.index]
     focus = by_index.get(knee) if knee is not None else None
-    focus = focus or (saturated[0] if saturated else judged[-1])
+    focus = focus or (beyond[0] if beyond else None) or (saturated[0] if saturated else judged[-1])
     last = judged[-1]
     name = _likely(focus) + NAMES[focus.constraint]
-    if focus.saturation == UNDER_LOADED:
+    # A knee whose own step no class explains is said so: neither the steps beside it nor the
+    # headline's "under-loaded" may hide that the load stopped paying there.
+    unexplained = (
+        f"{unjudged_knee.label}, where no class's evidence is strong enough to name what binds" if unjudged_knee else ""
+    )
+    if beyond:
+        headline = f"{name} binds at {focus.label} ({focus.saturation.replace('_', ' ')}); the knee at {unexplained}"
+    elif unjudged_knee is not None:
+        headline = f"the knee at {unexplained}; below it, up to {last.label}: {name} sets per-token latency"
+        last = [s for s in steps if s.constraint != CLIENT][-1]  # the saturation the sweep reached
+    elif focus.saturation == UNDER_LOADED:
         headline = f"under-loaded up to {last.label}: {name} sets per-token latency; headroom left"
     elif knee is not None and focus.index == knee:
         headline = f"{name} binds at {focus.label} (the knee)"

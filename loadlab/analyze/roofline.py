@@ -309,8 +309,8 @@ def _estimated_work(samples: SampleIndex, bins: Bins) -> tuple[float, float, str
     flops = _per_series_increase(samples, sig.ESTIMATED_FLOPS, bins)
     read = _per_series_increase(samples, sig.ESTIMATED_READ_BYTES, bins)
     write = _per_series_increase(samples, sig.ESTIMATED_WRITE_BYTES, bins)
-    if math.isnan(flops) or math.isnan(read):
-        return None
+    if math.isnan(flops) or math.isnan(read) or not (flops > 0 or read > 0):
+        return None  # vLLM exports the counters at 0 without --enable-mfu-metrics: nothing measured
     return flops, read + (0.0 if math.isnan(write) else write), "the engine's own estimates"
 
 
@@ -357,8 +357,12 @@ def counts_steps(samples: SampleIndex) -> bool:
 
 
 def has_work_estimates(samples: SampleIndex) -> bool:
-    """Whether the engine exported its FLOP and byte estimates (vLLM's --enable-mfu-metrics)."""
-    return samples.has(sig.ESTIMATED_FLOPS) and samples.has(sig.ESTIMATED_READ_BYTES)
+    """Whether the engine estimated its FLOPs and bytes (vLLM's --enable-mfu-metrics): counters
+    that never left 0 are exported, not estimates (vLLM without the flag)."""
+    return all(
+        samples.has(name) and bool((samples.of(name)["value"] > 0).any())
+        for name in (sig.ESTIMATED_FLOPS, sig.ESTIMATED_READ_BYTES)
+    )
 
 
 def _has_gpu(samples: SampleIndex) -> bool:

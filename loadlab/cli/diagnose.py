@@ -93,6 +93,8 @@ def _diagnose(
     placement = place_beside_server(url, collectors.server_pid or 0)
     for line in placement.lines:
         print(line, flush=True)
+    if placement.server_pids and not collectors.server_pid:  # found on this host: its CPU is sampled too
+        collectors = replace(collectors, server_pid=placement.server_pids[0])
     outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
     folder = outcome.folder
     print_final_summary(folder)

@@ -109,13 +109,14 @@ def _verdict_panel(analysis: Analysis) -> Panel:
 
 
 def _focus_step(analysis: Analysis) -> StepVerdict | None:
-    """The step the overall verdict speaks of: the knee, else the last step with the same verdict."""
-    overall = analysis.overall
-    for s in analysis.steps:
-        if s.index == overall.knee_step:
-            return s
-    same = [s for s in analysis.steps if s.constraint == overall.constraint]
-    return same[-1] if same else (analysis.steps[-1] if analysis.steps else None)
+    """The step the overall verdict speaks of: of the steps with its verdict, the knee, else the
+    first beyond the knee (the knee's own step may name nothing), else the last."""
+    knee = analysis.overall.knee_step
+    same = [s for s in analysis.steps if s.constraint == analysis.overall.constraint]
+    at_knee = [s for s in same if s.index == knee]
+    beyond = [s for s in same if knee is not None and s.index > knee]
+    found = at_knee or beyond or same[-1:] or analysis.steps[-1:]
+    return found[0] if found else None
 
 
 # The live line's figures: the chosen class's evidence, in the rule table's order, each short.

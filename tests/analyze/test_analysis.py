@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from loadlab.analyze.analysis import CONFIDENT, Analysis, analyze_run, read_analysis, write_analysis
+from loadlab.analyze.analysis import (
+    CONFIDENT,
+    Analysis,
+    StepVerdict,
+    _overall,
+    analyze_run,
+    read_analysis,
+    write_analysis,
+)
 from loadlab.analyze.curve import curve_points
 from loadlab.analyze.derive import Derived
 from loadlab.analyze.measures import measure
@@ -24,6 +32,7 @@ from loadlab.analyze.window import Window
 from loadlab.collect.signals import canonical_name
 from loadlab.gate.checks import INVALID, PASS, gate_run
 from loadlab.metrics.slo import parse_slo
+from loadlab.metrics.verdicts import AT_KNEE, ENGINE_OVERHEAD, INSUFFICIENT_DATA, UNDER_LOADED
 from loadlab.numbers import format_number
 from loadlab.report.console import print_summary
 from loadlab.report.html.data import build_report_data
@@ -645,3 +654,35 @@ def test_a_steps_mbu_and_mfu_show_with_their_source_in_the_panel_and_the_live_li
     text = out.getvalue()
     assert "roofline (" in text and "MBU 9" in text and "the engine's own estimates" in text
     assert "peaks: given: 0.1 TFLOP/s, 10 GB/s" in text
+
+
+def step_verdict(index: int, saturation: str, constraint: str, confidence: float = 0.9) -> StepVerdict:
+    """A judged step of a closed-loop sweep at 2**index users, as analyze_run hands it on."""
+    users = 2**index
+    return StepVerdict(
+        index, f"concurrency={users}", "closed", users, Window(T, T + 20, 20, "w"), saturation, "", constraint,
+        confidence, confidence, None, "", [], ["try this"] if constraint != INSUFFICIENT_DATA else [], [], {},
+    )  # fmt: skip
+
+
+def test_a_knee_whose_cause_no_class_names_is_said_not_hidden_behind_the_steps_below_it():
+    # As a CPU vLLM beside its load generator was seen (2026-12-05): 1-8 users engine overhead with
+    # headroom, then throughput +49 %, +50 %, +5 % for each doubling with an empty queue, no class named.
+    steps = [step_verdict(i, UNDER_LOADED, ENGINE_OVERHEAD, 0.64) for i in range(4)]
+    steps += [step_verdict(i, AT_KNEE, INSUFFICIENT_DATA, 0.0) for i in range(4, 7)]
+    overall = _overall(steps, 4, "vLLM", None)
+    assert overall.knee_step == 4 and overall.saturation == AT_KNEE
+    assert overall.headline == (
+        "the knee at concurrency=16, where no class's evidence is strong enough to name what binds; "
+        "below it, up to concurrency=8: engine overhead sets per-token latency"
+    )
+    # a class named beyond the knee is the verdict, the unexplained knee beside it
+    steps[5:] = [step_verdict(i, AT_KNEE, "compute", 0.64) for i in (5, 6)]
+    overall = _overall(steps, 4, "vLLM", None)
+    assert overall.constraint == "compute" and overall.saturation == AT_KNEE
+    assert overall.headline == (
+        "compute binds at concurrency=32 (at knee); the knee at concurrency=16, where no class's evidence "
+        "is strong enough to name what binds"
+    )
+    # without a knee, the steps below say what they did
+    assert _overall(steps[:4], None, "vLLM", None).headline.startswith("under-loaded up to concurrency=8: engine ")

@@ -9,7 +9,14 @@ import pytest
 
 from loadlab.analyze.histograms import SampleIndex
 from loadlab.analyze.peaks import calibrate, given
-from loadlab.analyze.roofline import ModelSize, fit_step_time, model_size, recorded_model_size, work_rates
+from loadlab.analyze.roofline import (
+    ModelSize,
+    fit_step_time,
+    has_work_estimates,
+    model_size,
+    recorded_model_size,
+    work_rates,
+)
 from loadlab.analyze.window import Window
 from loadlab.store.schema import Sample
 from loadlab.store.tables import samples_table
@@ -171,6 +178,20 @@ def test_without_gpu_samples_the_intensity_has_no_ridge_to_compare_with():
 
 def test_without_estimates_there_are_no_work_rates():
     assert work_rates(index_of([Sample(T, "server", "kv_usage", 0.1, {})]), Window(T, T + 10, 10, "w")) is None
+
+
+def test_estimate_counters_that_never_moved_are_not_a_measured_zero():
+    # vLLM 0.32 exports its estimate counters without --enable-mfu-metrics, and leaves them at 0:
+    # "MBU 0 %" would be a zero shown as measured.
+    samples = [
+        Sample(T + t, "server", name, 0.0, {})
+        for t in range(11)
+        for name in ("estimated_flops", "estimated_read_bytes", "estimated_write_bytes")
+    ]
+    samples += [Sample(T + t, "server", "generation_tokens", 100.0 * t, {}) for t in range(11)]
+    assert not has_work_estimates(index_of(samples))
+    assert work_rates(index_of(samples), Window(T, T + 10, 10, "w"), given(0.1, 10)) is None
+    assert has_work_estimates(index_of(estimates(10, 5e9, 1e9, 0.5)))
 
 
 WINDOWS = [Window(T, T + 20, 20, "a"), Window(T + 30, T + 50, 20, "b")]

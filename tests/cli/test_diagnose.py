@@ -153,6 +153,10 @@ def test_without_a_url_it_finds_the_local_server_and_ends_with_the_answer(tmp_pa
         "(from /v1/models owned_by loadlab)\n"
     )
     analysis, summary = read(out, "analysis.json"), read(out, "summary.json")
+    # the server found on this host: the load generator placed beside it, the server's CPU sampled
+    assert re.search(r"^the server \(.+, PID \d+\) (is on this host|shares this host's only core)", result.stdout, re.M)
+    coverage = {c["source"]: c for c in read(out, "run.json")["coverage"]}
+    assert coverage["host"]["ok_samples"] > 0, coverage
     lines = result.stdout.splitlines()
     start = lines.index(f"the answer (SLO {DEFAULT_SLO.replace(',', ', ')}, client_limited=any: loadlab's default "
                         "objectives; --slo sets yours)")  # fmt: skip
