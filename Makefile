@@ -31,8 +31,8 @@ vllm: $(VLLM_VENV)/installed
 # A real llama.cpp server for the tests about llama.cpp (tests/engines/test_llamacpp.py, `loadlab lab
 # --engine llamacpp`): llama-server compiled from the llama.cpp tree that the PyPI source distribution
 # of llama-cpp-python carries (nothing else is fetched), CPU only. The build takes 8 min on 2 quiet
-# cores (an hour on busy ones), so it is made once per machine in a cache outside the clone, keyed by the version, and a
-# fresh clone only links it. Static libraries: the binary stands alone. Portable code (no -march=native)
+# cores (an hour on busy ones), so it is made once per machine in a cache outside the clone, keyed
+# by the version, and a fresh clone only links it. Static libraries: the binary stands alone. Portable code (no -march=native)
 # so that a cache shared between machines of one kind stays valid.
 LLAMACPP_VERSION := 0.3.36
 LLAMACPP_CACHE ?= $(HOME)/.cache/loadlab/llamacpp-$(LLAMACPP_VERSION)
