@@ -25,7 +25,8 @@ CPU_PHYSICS = {
     "shared host that takes the server's cores stretches its steps with waiting, and MBU over that time reads "
     "low: at a load average of 8-14 on 2 cores it read 0.1-0.3, and a fixed share of 0.3-0.6 (a CPU's ridge is "
     "~11 tokens of this model: an 8-token prefill costs more than a decode step); too few requests to judge, or "
-    "no class, in 4 of 4 runs",
+    "no class, in 4 of 4 runs; beside one busy core, memory bandwidth at 1 user (MBU 48 %), then engine overhead "
+    "at 2 (MBU 27 %, fixed share 66 %) in 3 of 3 runs (bench/results/lab.md)",
 }
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
