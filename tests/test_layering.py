@@ -33,6 +33,7 @@ PARTS = {
     "loadlab.errors": "helpers",
     "loadlab.config": "helpers",
     "loadlab.urls": "helpers",
+    "loadlab.priority": "helpers",
     "loadlab.offload": "helpers",
     "loadlab.terminal": "helpers",
     "loadlab.numbers": "helpers",

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from loadlab.collect.host import least_used_cores
+from loadlab.priority import raise_priority
 from loadlab.urls import is_loopback
 
 RAISED_NICE = -5  # the load generator's priority when it may raise it: above a server at 0 (judgement)
@@ -77,7 +78,7 @@ def place_beside_server(url: str, server_pid: int = 0) -> Placement:
         return placement
     placement.client_cores = least_used_cores(processes, cores)
     os.sched_setaffinity(0, placement.client_cores)
-    placement.nice = _raise_priority()
+    placement.nice = raise_priority(RAISED_NICE)
     server_cores = [c for c in cores if c not in placement.client_cores]
     given = ",".join(map(str, placement.client_cores))
     rest = ",".join(map(str, server_cores))
@@ -89,16 +90,6 @@ def place_beside_server(url: str, server_pid: int = 0) -> Placement:
         f"(vLLM on CPU: VLLM_CPU_OMP_THREADS_BIND={rest}), loadlab under `taskset -c {given}`",
     ]
     return placement
-
-
-def _raise_priority() -> int | None:
-    """Raise this process's priority to RAISED_NICE where it may (root); its nice, or None."""
-    try:
-        if os.getpriority(os.PRIO_PROCESS, 0) > RAISED_NICE:
-            os.setpriority(os.PRIO_PROCESS, 0, RAISED_NICE)
-        return os.getpriority(os.PRIO_PROCESS, 0)
-    except OSError:  # not allowed: it runs at the priority it has
-        return None
 
 
 def _name(process: psutil.Process) -> str:

@@ -12,6 +12,7 @@ import urllib.request
 from typing import IO
 
 from loadlab.numbers import format_value
+from loadlab.priority import raise_priority
 
 STOP_GRACE = 20.0  # SIGTERM to SIGKILL
 
@@ -38,17 +39,19 @@ def start_child(
     """Start a child with its output in `log` (else inherited), niced by `nice` (a raised priority
     only where privileges allow), pinned to those of `cpus` this process may use when given (where
     it may use none of them, not pinned: `cores` reads back where it runs), with `env` added to
-    this process's environment. `own_group`: the child leads a process group of its own, so that `end_child`'s
-    SIGKILL also reaches the processes it started (vLLM's engine core) if it cannot end them itself."""
+    this process's environment. `own_group` (and a raised priority, `nice` below 0): the child leads a
+    session and process group of its own, so that `end_child`'s SIGKILL also reaches the processes it
+    started (vLLM's engine core) if it cannot end them itself, and a raised priority weighs against
+    other sessions' processes too."""
 
     pinned = usable(cpus)
+    raised = nice < 0  # in a session of its own, whose autogroup it raises too (loadlab/priority.py)
 
     def limit() -> None:  # runs in the child before exec
-        if nice:
-            try:
-                os.nice(nice)
-            except PermissionError:  # a raised priority needs privileges: run at the default one
-                pass
+        if raised:
+            raise_priority(nice)  # where privileges allow; else it runs at the default priority
+        elif nice:
+            os.nice(nice)
         if pinned:
             os.sched_setaffinity(0, pinned)
 
@@ -57,7 +60,7 @@ def start_child(
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         preexec_fn=limit if nice or pinned else None,
-        start_new_session=own_group,
+        start_new_session=own_group or raised,
         stdout=log,
         stderr=subprocess.STDOUT if log is not None else None,
     )

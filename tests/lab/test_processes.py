@@ -19,6 +19,7 @@ from loadlab.lab.processes import (
     usable,
     wait_healthy,
 )
+from loadlab.priority import autogroup_nice
 from tests.support.procs import CpuHogs
 
 
@@ -33,6 +34,20 @@ def test_a_child_is_niced_and_pinned_as_asked(tmp_path):
         )
     assert child.wait(60) == 0
     assert log.read_text().split() == [str(os.nice(0) + 7), "[0]"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or autogroup_nice() is None, reason="raising a priority needs root and autogroups"
+)
+def test_a_child_whose_priority_is_raised_leads_its_own_session_and_raises_its_autogroup(tmp_path):
+    # Against a server started from another terminal (another session), only the autogroup weighs.
+    log = tmp_path / "log"
+    show = "import os; print(os.nice(0), os.getsid(0) == os.getpid(), open('/proc/self/autogroup').read().split()[-1])"
+    with open(log, "wb") as out:
+        child = start_child([sys.executable, "-c", show], out, nice=-5)
+    assert child.wait(60) == 0
+    assert log.read_text().split() == ["-5", "True", "-5"]
+    assert autogroup_nice() == 0  # this session's is left as it was
 
 
 def test_cores_this_process_may_not_use_are_not_pinned_and_where_it_runs_is_read_back():
