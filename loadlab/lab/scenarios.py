@@ -349,7 +349,8 @@ LLAMACPP_SCENARIOS: tuple[Scenario, ...] = (
 # never used. The load generator delivers less load here; each step is judged at what it
 # delivered (docs/diagnosis.md, §3).
 # A cap of 2 under 16 users: 32 users beside an unpinned vLLM on a quiet 2-core host left the load
-# generator 39-45 % of its load, and vLLM's own API server reported nothing running (docs/lab.md).
+# generator 39-45 % of its load, and vLLM's own API server reported nothing running (docs/lab.md),
+# while its nice -5 weighed only within its own session (autogroups; loadlab/priority.py since).
 VLLM_SHARED_CAP = ("--max-model-len", "2048", "--max-num-seqs", "2")
 
 
