@@ -17,6 +17,7 @@ import typer
 
 from loadlab.cli.options import ClientFlags, CollectorFlags, SweepFlags, WorkloadFlags, takes_flags
 from loadlab.conductor.grid import DEFAULT_MAX_CONFIGS
+from loadlab.metrics.verdicts import CONSTRAINTS
 
 
 @takes_flags
@@ -40,6 +41,11 @@ def tune(
         "--verify",
         help="A run folder: turn the knob its verdict names one step, sweep again and say whether the "
         "verdict holds (verified, refuted, undecided).",
+    ),
+    claim: str = typer.Option(
+        "",
+        "--claim",
+        help="With --verify: put this class to the test instead of RUN's verdict (e.g. scheduling), alone.",
     ),
     max_configs: int = typer.Option(
         DEFAULT_MAX_CONFIGS, "--max-configs", help="Refuse a grid of more configurations than this."
@@ -73,6 +79,10 @@ def tune(
         raise UserError("tune needs --serve CMD: the command that starts the server, with {port}")
     if verify is not None and (grid or grid_file):
         raise UserError("--verify turns the verdict's knob itself: leave out --grid and --grid-file")
+    if claim and verify is None:
+        raise UserError("--claim names the class --verify RUN puts to the test: give --verify RUN too")
+    if claim and claim not in CONSTRAINTS:
+        raise UserError(f"--claim {claim!r} is not a class: one of {', '.join(CONSTRAINTS)}")
     if not start_timeout > 0:
         raise UserError(f"--start-timeout must be a number of seconds > 0, got {start_timeout:g}")
     if grid and grid_file:
@@ -99,7 +109,7 @@ def tune(
     if verify is None:
         outcome = tuning.run_tune(serve, configs, folder, sweep_at, resume, start_timeout)
     else:
-        outcome = tuning.verify_run(verify, serve, folder, sweep_at, start_timeout)
+        outcome = tuning.verify_run(verify, serve, folder, sweep_at, start_timeout, claim=claim)
     print_configurations(outcome.results, console)
     print_verifications(outcome.verifications, console)
     try:

@@ -180,16 +180,25 @@ def knob_turn(constraint: str, engine: str, template: str) -> Turn | str:
 
 
 def verify_run(
-    base: Path, template: str, out: Path, run_sweep: Measure, start_timeout: float = STARTUP_TIMEOUT, seed: int = 0
+    base: Path,
+    template: str,
+    out: Path,
+    run_sweep: Measure,
+    start_timeout: float = STARTUP_TIMEOUT,
+    seed: int = 0,
+    claim: str = "",
 ) -> TuneOutcome:
     """Put the verdict of run folder `base` to the test: turn its class's knob one step, sweep
-    again, judge (verify.py); when refuted, the runner-up's knob the same way. UserError before
-    anything starts when the verdict names no knob that can be turned."""
+    again, judge (verify.py); when refuted, the runner-up's knob the same way. `claim`: put that
+    class to the test instead, alone (a rival reading of the run, which a refutation answers).
+    UserError before anything starts when the class names no knob that can be turned."""
     base_values, before = read_figures(base)
     engine = engine_of(template) or before.server
-    first = knob_turn(before.constraint, engine, template)
+    first = knob_turn(claim or before.constraint, engine, template)
     if isinstance(first, str):
-        raise UserError(f"the verdict of {base} is {before.constraint}: {first}")
+        raise UserError(
+            f"{'the claim' if claim else f'the verdict of {base}'} is {claim or before.constraint}: {first}"
+        )
     # The run under test heads the table and the chart: its curve is what the turned knob should move.
     outcome = TuneOutcome([Measured("the verdict's run", {}, str(base), "base", figures=before)])
     turn: Turn | str = first
@@ -217,7 +226,7 @@ def verify_run(
         outcome.verifications.append(verification)
         write_tune_json(out, template, outcome)
         tried = {v.constraint for v in outcome.verifications}
-        if verification.outcome != REFUTED or not before.runner_up or before.runner_up in tried:
+        if verification.outcome != REFUTED or claim or not before.runner_up or before.runner_up in tried:
             break
         turn = knob_turn(before.runner_up, engine, template)
         if isinstance(turn, str):

@@ -42,6 +42,8 @@ def test_the_knob_table_is_printed() -> None:
         (["--grid", "max-num-seqs"], "bad --grid"),
         (["--step-duration", "0"], "--step-duration must be"),
         (["--verify", "runs/x", "--grid", "a=1"], "--verify turns the verdict's knob itself"),
+        (["--claim", "scheduling"], "--claim names the class --verify RUN puts to the test"),
+        (["--verify", "runs/x", "--claim", "slow"], "--claim 'slow' is not a class: one of client, "),
     ],
 )
 def test_bad_input_is_one_line_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:
@@ -137,3 +139,31 @@ def test_verify_confirms_the_class_when_its_knob_is_turned(tmp_path: Path, const
     compared = loadlab("compare", str(tmp_path / "base" / "default"), str(Path(folder).parent), timeout=300)
     assert compared.returncode == 0, compared.stderr
     assert "concurrency=2" in compared.stdout
+
+
+# A prefill-bound twin (1500-token prompts, 2-token answers: prefill far above the ridge, as the lab's
+# compute-twin): each prompt's compute sets the pace, not how many sequences may run at once.
+PREFILL_BOUND = (
+    f"{sys.executable} -m reference_server --preset tiny --device cpu --twin h100:llama-3-8b --max-model-len 2048 "
+    "--max-num-batched-tokens 8192 --max-num-seqs 4 --port {port}"
+)
+PREFILL_LOAD = ("--api", "completions", "--input-len", "1500", "--output-len", "2")
+
+
+@pytest.mark.serial  # the twin keeps its modelled pace only with the host's cores to spare
+def test_on_a_prefill_bound_run_raising_the_admission_cap_is_refuted(tmp_path: Path) -> None:
+    base = loadlab(
+        "tune", "--serve", PREFILL_BOUND, *STEPS, *PREFILL_LOAD, "--out", str(tmp_path / "base"), timeout=600
+    )
+    assert base.returncode == 0, base.stderr[-3000:]
+    measured = json.loads((tmp_path / "base" / "tune.json").read_text())["configurations"][0]
+    assert measured["figures"]["constraint"] == "compute", base.stdout[-3000:]
+
+    out, run = tmp_path / "claim", tmp_path / "base" / "default" / "run"
+    claimed = ("--verify", str(run), "--claim", "scheduling")
+    result = loadlab("tune", *claimed, "--serve", PREFILL_BOUND, *STEPS, *PREFILL_LOAD, "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join(result.stdout.split())  # (the console wraps long lines)
+    assert "refuted: scheduling (--max-num-seqs 4 -> 16): throughput levels off at" in said, result.stdout[-3000:]
+    (verification,) = json.loads((out / "tune.json").read_text())["verifications"]  # the claim alone is tested
+    assert verification["outcome"] == "refuted"

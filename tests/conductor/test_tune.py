@@ -130,6 +130,20 @@ def test_verify_turns_the_verdicts_knob_then_the_runner_ups_when_refuted(tmp_pat
     ]
 
 
+def test_a_claim_is_put_to_the_test_alone_in_place_of_the_verdict(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    write_run(base)  # kv_capacity at concurrency=2: is it the admission cap instead?
+    sweeps = Sweeps()  # nothing moved: the claim is refuted, and neither the verdict nor its runner-up is tried
+    serve = SERVE + " loadlab serve --max-num-seqs 4"
+    outcome = verify_run(base, serve, tmp_path / "out", sweeps, claim="scheduling")
+    tested = [(v.constraint, v.flag, v.before_value, v.after_value, v.outcome) for v in outcome.verifications]
+    assert tested == [("scheduling", "--max-num-seqs", 4, 16, "refuted")]
+    assert len(sweeps.pids) == 1 and all(gone(pid) for pid in sweeps.pids)
+    with pytest.raises(UserError, match="the claim is client: "):
+        verify_run(base, serve, tmp_path / "out2", sweeps, claim="client")
+    assert len(sweeps.pids) == 1  # refused before anything started
+
+
 def test_verify_refuses_before_anything_starts_without_a_value_to_turn(tmp_path: Path) -> None:
     base = tmp_path / "base"
     write_run(base)
