@@ -27,13 +27,9 @@ def raise_priority(nice: int) -> int | None:
         now = os.getpriority(os.PRIO_PROCESS, 0)
     except OSError:  # not allowed: it runs at the priority it has
         return None
-    try:
-        before = int(AUTOGROUP.read_text().split()[-1])
-        if before > nice:
-            AUTOGROUP.write_text(str(nice))
-            atexit.register(_set_autogroup, before)
-    except (OSError, ValueError, IndexError):
-        pass  # a kernel without autogroups, or they are off: the nice value alone weighs
+    before = autogroup_nice()  # None: a kernel without autogroups, where the nice value alone weighs
+    if before is not None and before > nice and _set_autogroup(nice):
+        atexit.register(_set_autogroup, before)
     return now
 
 
@@ -45,8 +41,10 @@ def autogroup_nice() -> int | None:
         return None
 
 
-def _set_autogroup(nice: int) -> None:
+def _set_autogroup(nice: int) -> bool:
+    """Set this session's autogroup nice value; whether it was allowed."""
     try:
         AUTOGROUP.write_text(str(nice))
     except OSError:
-        pass
+        return False
+    return True

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from loadlab.collect.host import least_used_cores
-from loadlab.priority import raise_priority
+from loadlab.priority import autogroup_nice, raise_priority
 from loadlab.urls import is_loopback
 
 RAISED_NICE = -5  # the load generator's priority when it may raise it: above a server at 0 (judgement)
@@ -83,6 +83,8 @@ def place_beside_server(url: str, server_pid: int = 0) -> Placement:
     given = ",".join(map(str, placement.client_cores))
     rest = ",".join(map(str, server_cores))
     priority = f", at nice {placement.nice}" if placement.nice is not None else ""
+    if placement.nice is not None and autogroup_nice() == placement.nice:  # other sessions' processes too
+        priority += " (its session too)"
     placement.lines += [
         f"the server ({name}, PID {processes[0].pid}) is on this host: the load generator runs on core {given} "
         f"(the cores its threads used least){priority}",

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from loadlab.priority import autogroup_nice
 from loadlab.urls import is_loopback
 from tests.support.procs import free_port, wait_http
 
@@ -49,6 +50,8 @@ def test_the_load_generator_takes_the_core_a_local_server_used_least():
         assert cores[0] not in found["client_cores"] and len(found["client_cores"]) == max(1, len(cores) // 4)
         if os.geteuid() == 0:
             assert found["nice"] == -5
+            # with autogroups, its session's too: a nice value alone weighs only within a session
+            assert ("at nice -5 (its session too)" in found["lines"][0]) == (autogroup_nice() is not None)
         assert f"PID {server.pid}) is on this host: the load generator runs on core" in found["lines"][0]
         assert f"the server under `taskset -c {cores[0]}" in found["lines"][1]
         # --server-pid names it as well as the port does.
