@@ -280,8 +280,9 @@ class SendClock:
         take = pool.get_socket
 
         def timed_take() -> Any:
-            self._at[gevent.getcurrent()] = time.perf_counter()
-            self._kept[gevent.getcurrent()] = not pool._socket_queue.empty()
+            greenlet = gevent.getcurrent()
+            self._at[greenlet] = time.perf_counter()
+            self._kept[greenlet] = not pool._socket_queue.empty()
             return take()
 
         pool.get_socket = timed_take  # type: ignore[method-assign]
@@ -340,7 +341,7 @@ class _EventReader:
         self.logprob_times: list[float] = []  # one per token a chunk's logprobs named (sse.Event.logprobs)
         self.timed_times: list[float] = []  # one per token by the growth of the chunks' timings (sse.Timings)
         self.generated = 0  # the server's count of tokens generated, as the last chunk's timings said
-        self.untimed = 0  # token events that carried no timings
+        self.timed_events = 0  # token events that carried timings (never the common, plain token event)
         self.content_lines: list[bytes] = []
         self.keep_text = keep_text
         self.shape = TokenShape()  # how this stream's token events are written (sse.py)
@@ -368,14 +369,13 @@ class _EventReader:
                 except StreamErrorEvent as e:
                     raise _Failure(ErrorCategory.STREAM_ERROR, str(e)) from None
                 if event is _TOKEN_EVENT:  # the common case: a token with text, nothing else
-                    self.untimed += 1
                     times.append(t)
                     if self.keep_text:
                         self.content_lines.append(line)
                     continue
                 if event.token:
-                    if event.timings.generated < 0:
-                        self.untimed += 1
+                    if event.timings.generated >= 0:
+                        self.timed_events += 1
                     if event.empty:
                         self.empty_at.append(len(times))
                     elif self.keep_text:
@@ -446,7 +446,8 @@ class _EventReader:
         the role with the first token); only the events with text where usage equals their
         number (the empty chunks were no tokens)."""
         rec, times, empty, roles = self.rec, self.perf_times, self.empty_at, self.role_at
-        if self.timed_times and not self.untimed:  # the server said how many tokens each chunk carried
+        # the server said how many tokens each chunk carried, in every token event
+        if self.timed_times and self.timed_events == len(times):
             rec.empty_chunks = len(empty)
             rec.token_events = TOKEN_EVENTS_TIMINGS
             return self.timed_times
