@@ -274,27 +274,24 @@ class SendClock:
     connection is timed from its retry, the send that counted."""
 
     def __init__(self, http: HTTPClient) -> None:
-        self._at: dict[object, float] = {}
-        self._kept: dict[object, bool] = {}  # the greenlet's last connection came from the pool's idle ones
+        # per greenlet: its last send, and whether its connection was a kept-alive one from the pool
+        self._at: dict[object, tuple[float, bool]] = {}
         pool = http._connection_pool  # (geventhttpclient names no hook before the send)
         take = pool.get_socket
 
         def timed_take() -> Any:
-            greenlet = gevent.getcurrent()
-            self._at[greenlet] = time.perf_counter()
-            self._kept[greenlet] = not pool._socket_queue.empty()
+            self._at[gevent.getcurrent()] = (time.perf_counter(), not pool._socket_queue.empty())
             return take()
 
         pool.get_socket = timed_take  # type: ignore[method-assign]
 
     def pop(self, default: float) -> float:
         """The calling greenlet's last send, `default` when it asked for no connection."""
-        self._kept.pop(gevent.getcurrent(), None)
-        return self._at.pop(gevent.getcurrent(), default)
+        return self._at.pop(gevent.getcurrent(), (default, False))[0]
 
     def reused(self) -> bool:
         """Whether the calling greenlet's last connection was a kept-alive one from the pool."""
-        return self._kept.get(gevent.getcurrent(), False)
+        return self._at.get(gevent.getcurrent(), (0.0, False))[1]
 
 
 def send_clock(http: HTTPClient) -> SendClock:
