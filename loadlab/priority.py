@@ -5,7 +5,7 @@ distributions), the CPU is shared between sessions (a terminal, a service) first
 value weighs only against processes of its own session. A load generator at nice -5 beside a
 server started from another terminal then gets an even share, no more: measured on the project's
 2-core host, a busy process at nice -5 got 50 % of its core against two busy processes of another
-session, and 75 % once its session's autogroup was at -5 too.
+session, and 75 % once its session's autogroup was at -5 too (bench/autogroup_share.py).
 """
 
 from __future__ import annotations

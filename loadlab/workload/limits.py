@@ -238,7 +238,8 @@ def _sizes(cfg: RunConfig) -> str:
 
 
 def _number(value: float) -> str:
-    if isinstance(value, float) and not value.is_integer() or not math.isfinite(value):
+    # a fraction, or a number of over 40 digits (1e300 would print 301), as `g` writes it
+    if isinstance(value, float) and not value.is_integer() or not math.isfinite(value) or abs(value) >= 1e40:
         return f"{value:g}"
     return f"{int(value):,}"
 

@@ -38,6 +38,7 @@ def configured(**flags) -> RunConfig:
         ({"kind": "multiturn", "turns": 100_000}, "--turns 100,000 is more than the bound of 1,000"),
         ({"concurrency": [1], "duration": 1e9}, "--duration 1,000,000,000 is more than the bound of 604,800 seconds"),
         ({"concurrency": [1], "think_time": "uniform:0:1e7"}, "--think-time 10,000,000 is more than"),
+        ({"concurrency": [1], "think_time": "1e300"}, "--think-time 1e+300 is more than"),  # not 301 digits
         ({"requests": 10**12}, "--requests 1,000,000,000,000 is more than the bound of 100,000,000"),
         ({"timeout": 1e12}, "--timeout 1,000,000,000,000 is more than the bound"),
         ({"concurrency": list(range(1, 1002))}, "--concurrency: 1,001 steps is more than the bound of 1,000 steps"),
