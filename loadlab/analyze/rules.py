@@ -49,7 +49,7 @@ MIN_COVERAGE = 0.15  # ... with at least this share of its evidence measured
 # The line between memory bandwidth and engine overhead, in MBU (and MFU, for compute). A step's
 # time is the device's work plus the engine's own (scheduling, sampling, detokenising, launches,
 # the API server). Kernels reach about 0.75-0.8 of a device's peak bandwidth (notes/gpu-twin.md);
-# a CPU's calibrated copy bandwidth is a peak GEMV reaches too (measured: 15 GB/s against 14.5).
+# a CPU's calibrated copy bandwidth is one a GEMV nears (one core: 24-27 GB/s against 25-33).
 # At MBU 0.4, about half of that: the step spends as long outside its weight reads as in them.
 # Below, the engine's own work is the larger part of the step, and bandwidth fixes (quantization,
 # speculative decoding) shorten the smaller part; above, they shorten the larger (judgement).
