@@ -29,7 +29,7 @@ from reference_server.config import EngineConfig
 from reference_server.engine.sampler import Sampler
 from reference_server.engine.scheduler import ScheduledChunk
 from reference_server.engine.sequence import Sequence
-from reference_server.model import load_model
+from reference_server.model import load_model, pack_for_cpu
 from reference_server.parallel import TensorParallel
 from reference_server.shapes import PRESETS
 from reference_server.tokenizer import ByteTokenizer
@@ -204,6 +204,8 @@ class Worker:
         dtype = DTYPES[config.dtype]
         self.tp = tp
         self.model = load_model(shape, tp, dtype, self.device, seed=config.seed, weights=config.weights)
+        if self.device.type == "cpu":
+            pack_for_cpu(self.model)
         kv_heads = tp.shard(shape.num_kv_heads, "num_kv_heads")
         self.cache = KVCache(
             shape.num_layers,

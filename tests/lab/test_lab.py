@@ -20,14 +20,7 @@ from loadlab.metrics.verdicts import CLIENT
 pytestmark = pytest.mark.serial
 
 # Where this machine's physics differ from a GPU's (docs/lab.md): measured, reported, not bent.
-CPU_PHYSICS = {
-    "memory_bandwidth": "the wide preset's decode step reads 0.5 GB of weights (~35 ms alone on this host), but a "
-    "shared host that takes the server's cores stretches its steps with waiting, and MBU over that time reads "
-    "low: at a load average of 8-14 on 2 cores it read 0.1-0.3, and a fixed share of 0.3-0.6 (a CPU's ridge is "
-    "~11 tokens of this model: an 8-token prefill costs more than a decode step); too few requests to judge, or "
-    "no class, in 4 of 4 runs; beside one busy core, memory bandwidth at 1 user (MBU 48 %), then engine overhead "
-    "at 2 (MBU 27 %, fixed share 66 %) in 3 of 3 runs (bench/results/lab.md)",
-}
+CPU_PHYSICS: dict[str, str] = {}
 # Where the analyzer's rules miss a provoked class (reported to its author, with the evidence).
 RULE_GAPS: dict[str, str] = {}
 # The twin's step times are modelled, not this host's: 5 s steps judge it as surely as 12 (measured:

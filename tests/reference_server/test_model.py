@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import save_file
 
 from reference_server.attention import AttentionMetadata, KVCache, PrefillChunk
-from reference_server.model import load_model
+from reference_server.model import load_model, pack_for_cpu
 from reference_server.parallel import TensorParallel
 from reference_server.shapes import PRESETS
 
@@ -118,3 +118,12 @@ def test_checkpoint_with_a_missing_or_misshapen_tensor_is_refused(tmp_path) -> N
 def test_tensor_parallel_shards_must_divide_heads() -> None:
     with pytest.raises(ValueError, match="does not divide num_kv_heads"):
         load_model(TINY, TensorParallel(0, 4), torch.float32, CPU)
+
+
+def test_weights_packed_for_the_cpu_give_the_same_logits_and_no_second_copy() -> None:
+    plain, packed = tiny_model(seed=3), tiny_model(seed=3)
+    pack_for_cpu(packed)
+    ids = list(b"packed weights")
+    torch.testing.assert_close(prefill_logits(packed, ids, [0]), prefill_logits(plain, ids, [0]), atol=1e-4, rtol=1e-4)
+    layer = packed.model.layers[0].mlp.up_proj
+    assert layer.packed is not None and layer.weight is None  # the plain copy is dropped
