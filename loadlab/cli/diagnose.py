@@ -83,19 +83,19 @@ def _diagnose(
     from loadlab.analyze.answer import build_answer
     from loadlab.cli.running import analyze_folder, print_final_summary
     from loadlab.cli.sweeping import print_sweep, start_sweep
-    from loadlab.conductor.placement import place_beside_server
+    from loadlab.conductor.placement import beside_server
     from loadlab.report.answer import print_answer
     from loadlab.report.console import table_console
     from loadlab.report.html import DEFAULT_FOLDER
     from loadlab.report.verdict import print_analysis
     from loadlab.store.reader import load_run
 
-    placement = place_beside_server(url, collectors.server_pid or 0)
-    for line in placement.lines:
-        print(line, flush=True)
-    if placement.server_pids and not collectors.server_pid:  # found on this host: its CPU is sampled too
-        collectors = replace(collectors, server_pid=placement.server_pids[0])
-    outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
+    with beside_server(url, collectors.server_pid or 0) as placement:
+        for line in placement.lines:
+            print(line, flush=True)
+        if placement.server_pids and not collectors.server_pid:  # found on this host: its CPU is sampled too
+            collectors = replace(collectors, server_pid=placement.server_pids[0])
+        outcome = start_sweep(url, "closed", 1.0, limits, out, "diagnose", workload, client, collectors)
     folder = outcome.folder
     print_final_summary(folder)
     analysis = analyze_folder(folder)

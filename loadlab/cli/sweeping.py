@@ -39,13 +39,18 @@ def sweep_on_server(
     flags: SweepFlags, command: str, workload: ConfigFlags, client: ConfigFlags, collectors: CollectorFlags
 ) -> Callable[[str, Path, int], SweepOutcome]:
     """What `loadlab tune` runs against each server it starts (URL, run folder, the server's PID,
-    whose CPU is sampled unless --server-pid names another): the sweep, its table and analysis.json."""
+    whose CPU is sampled unless --server-pid names another): the sweep, the load generator placed
+    beside the server as `diagnose` places it, its table and analysis.json."""
 
     def sweep_at(url: str, run: Path, pid: int) -> SweepOutcome:
         from loadlab.cli.running import analyze_folder
+        from loadlab.conductor.placement import beside_server
 
         own = replace(collectors, server_pid=collectors.server_pid or pid)
-        outcome = start_sweep(url, "closed", 1.0, flags, run, command, workload, client, own)
+        with beside_server(url, own.server_pid or 0) as placement:
+            for line in placement.lines:
+                print(line, flush=True)
+            outcome = start_sweep(url, "closed", 1.0, flags, run, command, workload, client, own)
         print_sweep(outcome)
         analyze_folder(run)
         return outcome

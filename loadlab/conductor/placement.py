@@ -6,12 +6,16 @@ load. Before a sweep of a local server (a loopback URL, or --server-pid), `place
 finds the server's processes, reads which cores their threads have used and may use, moves this
 process (and the load-generator processes it starts later, which inherit it) to the cores the
 server uses least, and raises its priority where it may (root). It says what it did and how to
-pin the server for a cleaner run. Nothing here changes the server.
+pin the server for a cleaner run. Nothing here changes the server. `beside_server` undoes the move
+after the sweep, so that a server loadlab starts next (`tune`, `diagnose --verify`) is started
+as a user would start it, not on the load generator's cores at its priority.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -52,6 +56,19 @@ def server_processes(url: str, pid: int = 0) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except (psutil.Error, OSError):
         return []
+
+
+@contextmanager
+def beside_server(url: str, server_pid: int = 0) -> Iterator[Placement]:
+    """`place_beside_server` for the block, then this process back on the cores and at the nice
+    value it had (lowering a raised priority is always allowed; its session's autogroup, which
+    weighs only against other sessions, stays raised until exit)."""
+    cores, nice = os.sched_getaffinity(0), os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        yield place_beside_server(url, server_pid)
+    finally:
+        os.sched_setaffinity(0, cores)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 def place_beside_server(url: str, server_pid: int = 0) -> Placement:

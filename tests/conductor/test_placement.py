@@ -61,6 +61,33 @@ def test_the_load_generator_takes_the_core_a_local_server_used_least():
         server.wait()
 
 
+# Inside the block and after it: this process's cores and nice value.
+BESIDE = "import json, os, sys; from loadlab.conductor.placement import beside_server\n"
+BESIDE += "seen = lambda: [sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0)]\n"
+BESIDE += "with beside_server(sys.argv[1], int(sys.argv[2])):\n    inside = seen()\n"
+BESIDE += "print(json.dumps([inside, seen()]))"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to move between")
+def test_after_the_sweep_the_load_generator_is_back_where_it_was():
+    # tune starts its next server from this process: not on the load generator's cores, at its priority.
+    cores = sorted(os.sched_getaffinity(0))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(cores[0])])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc=server)
+        args = [sys.executable, "-c", BESIDE, f"http://127.0.0.1:{port}/v1", str(server.pid)]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        inside, after = json.loads(done.stdout)
+        assert inside[0] != cores and after == [cores, os.getpriority(os.PRIO_PROCESS, 0)]
+        if os.geteuid() == 0:
+            assert inside[1] == -5
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_a_server_on_another_host_is_left_alone_and_an_unfound_one_is_said():
     assert place("http://10.1.2.3:8000") == {"server_pids": [], "client_cores": [], "nice": None, "lines": []}
     unfound = place(f"http://127.0.0.1:{free_port()}")
