@@ -8,7 +8,10 @@ less than the load by the saturation rule, which on a busy host can fall anywher
 plateau (each step within the rule's thresholds of the one below); where the plateau begins is
 what a raised cap moves. Both are in the figures and the tune table.
 
-- verified: the throughput levels off at a higher load and the peak improved beyond the noise;
+- verified: the throughput levels off at a higher load, or the analyzer's knee moved up (on a
+  coarse grid of loads a doubled capacity can level off at the same step as before: seen on vLLM,
+  a KV pool of 2 requests against 4, both at 4 users, 486 -> 948 tok/s, the knee 4 -> 6), and the
+  peak improved beyond the noise;
 - refuted: the peak neither improved beyond the noise nor gained MIN_GAIN as measured (or it
   fell), wherever the throughput levels off: a plateau of the same height reached at a higher
   load is the same ceiling (on a curve that flattens gently, where it "levels off" moves with
@@ -157,15 +160,18 @@ def verify(
     level_b, level_n = base.levels_off(), new.levels_off()
     up = bool(level_b and level_n and level_n.load > level_b.load * MOVED)
     down = bool(level_b and level_n and level_n.load * MOVED < level_b.load)
+    knee_up = new.knee_load > base.knee_load * MOVED  # (without a knee: the highest load, a lower bound)
     call = change.call if change else ""
     small = change is not None and math.isfinite(change.change) and change.change < MIN_GAIN
-    if up and call == IMPROVEMENT:
+    if (up or knee_up) and call == IMPROVEMENT:
         outcome = VERIFIED
     elif call == REGRESSION or (call == NO_CHANGE and small):
         outcome = REFUTED
     else:
         outcome = UNDECIDED
     moved = " (moved up)" if up else " (moved down)" if down else " (did not move up)"
+    if knee_up and not up:
+        moved += ", the knee did"
     level = f"throughput levels off at {base.levels_text()} -> {new.levels_text()} users{moved}"
     if change is None:
         tps = "no peak throughput to compare"

@@ -80,6 +80,20 @@ def test_a_plateau_reached_later_without_more_throughput_refutes_the_class() -> 
     assert "levels off at 2 -> >= 8 users (moved up)" in v.reason and "knee 2 -> none (>= 8)" in v.reason
 
 
+def test_more_throughput_and_a_knee_that_moved_up_verify_where_the_plateau_starts_at_the_same_step() -> None:
+    # On a coarse grid of loads a doubled capacity can level off at the same step as before.
+    before, after = sweep_peak(2), sweep_peak(2, e2e=0.5)  # twice the requests at the same load
+    v = verify(
+        "kv_capacity",
+        "--num-gpu-blocks-override",
+        (5, 10),
+        (before, figures(4, "concurrency=2", {1: 10.0, 2: 17.0, 4: 19.0, 8: 20.0})),
+        (after, figures(6, "concurrency=2", {1: 10.0, 2: 20.0, 4: 38.0, 6: 40.0, 8: 40.0})),
+    )
+    assert v.outcome == VERIFIED, v.reason
+    assert "levels off at 4 -> 4 users (did not move up), the knee did" in v.reason and "knee 4 -> 6" in v.reason
+
+
 def test_more_throughput_where_the_plateau_did_not_move_is_undecided() -> None:
     before, after = sweep_peak(2), sweep_peak(2, e2e=0.5)  # twice the requests at the same load
     v = verify(
