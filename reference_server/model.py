@@ -241,10 +241,11 @@ def pack_for_cpu(model: CausalLM) -> None:
     """Keep each layer's weight in oneDNN's blocked layout, as CPU engines do (vLLM's CPU backend
     prepacks its linear weights with oneDNN), and drop the plain copy.
 
-    torch's plain CPU matmul of 2-16 rows runs at 5-9 GB/s of weights against 19 GB/s for one row
-    (measured on this project's 2-core hosts), so a step of a small batch would cost 2-3x a step of
-    one and no longer be its weight reads; the packed layout keeps it flat (0.5 GB of weights: 22 ms at
-    1 row, 18-27 ms at 2-16). Float32 and bfloat16 only: oneDNN's float16 needs CPU support.
+    torch's plain CPU matmul of 2-8 rows takes twice as long as of one row, so a step of a small
+    batch would cost twice a step of one and no longer be its weight reads; packed, the `wide`
+    preset's decode step is flat (one thread: 25 ms at 1, 2 and 4 sequences, 36 at 8, against
+    25, 53, 61 and 73 plain: bench/packed_weights.py). Float32 and bfloat16 only: oneDNN's
+    float16 needs CPU support.
     """
     dtype = model.model.norm.weight.dtype
     if not torch.backends.mkldnn.is_available() or dtype not in (torch.float32, torch.bfloat16):
