@@ -72,7 +72,7 @@ def _measure() -> tuple[float, float]:
     dst = np.empty_like(src)
     # The copy runs on this thread alone, timed on its clock: the BLAS threads still spinning after
     # the product would count in the process's CPU time and halve the figure (seen: 14-17 GB/s
-    # against 28-35 in the same host's other runs).
+    # against 25-35 in the same host's other runs).
     return per_core, 2 * COPY_BYTES / _best(lambda: np.copyto(dst, src), time.thread_time)  # read once, written once
 
 
