@@ -1,8 +1,8 @@
 """The one knob per engine that a verdict's advice names, and which way one step turns it: what
 `loadlab tune --verify` changes to put a verdict to the test, and `loadlab tune --knobs` prints.
 
-Each class predicts the same thing of its knob turned one step: the knee moves to a higher load
-and the throughput there grows (loadlab/analyze/verify.py judges it). The advice lines themselves
+Each class predicts the same thing of its knob turned one step: the throughput saturates at a
+higher load and its peak grows (loadlab/analyze/verify.py judges it). The advice lines themselves
 (advice.py) stay the longer list; here is only the knob a test turns first.
 """
 

@@ -1,23 +1,22 @@
 """A verdict put to the test: the run before and after its knob was turned (knobs.py), read for
-the two figures every class predicts will grow: where the throughput levels off (the lowest load
-that reaches LEVEL of the run's peak output tokens/s) and that peak (with an interval:
-compare.py's bootstrap).
+the two figures every class predicts will grow: the load where the throughput saturates and the
+peak output tokens/s (with an interval: compare.py's bootstrap).
 
-Where the throughput levels off, not the analyzer's knee: the knee is the first step that scales
-less than the load by the saturation rule, which on a busy host can fall anywhere along a flat
-plateau (each step within the rule's thresholds of the one below); where the plateau begins is
-what a raised cap moves. Both are in the figures and the tune table.
+Where it saturates is Kleinrock's N*: the peak divided by the throughput one unit of load gets
+where nothing waits (the lowest step's tokens/s per user, or per request/s on an open loop). A
+cap or a pool moves the ceiling and leaves one user's rate alone, so N* moves with it; a knob that
+speeds up every step raises both and N* stays. Both figures it reads are measured well (the
+uncongested step and the highest one), where the first step to reach 90 % of the peak, or the
+analyzer's knee, falls wherever a gently rising curve's noise puts it: seen on vLLM, a KV pool of
+5 -> 10 blocks, the peak +96 % and that first step 6 -> 4 users. The knee is in the figures and
+the tune table too.
 
-- verified: the throughput levels off at a higher load, or the analyzer's knee moved up (on a
-  coarse grid of loads a doubled capacity can level off at the same step as before: seen on vLLM,
-  a KV pool of 2 requests against 4, both at 4 users, 486 -> 948 tok/s, the knee 4 -> 6), and the
-  peak improved beyond the noise;
+- verified: the throughput saturates at a higher load, and the peak improved beyond the noise;
 - refuted: the peak neither improved beyond the noise nor gained MIN_GAIN as measured (or it
-  fell), wherever the throughput levels off: a plateau of the same height reached at a higher
-  load is the same ceiling (on a curve that flattens gently, where it "levels off" moves with
-  the noise: seen on vLLM, prefill-bound, 1 -> 2 and 4 -> >= 8 users at +7-9 %);
+  fell), wherever it saturates: a plateau of the same height reached at a higher load is the same
+  ceiling (seen on vLLM, prefill-bound, a curve that flattens gently at +7-9 %);
 - undecided: anything between: the peak gained as measured but not beyond its interval, or
-  improved without the plateau moving up.
+  improved without the saturation load moving up (every load sped up: not the class's capacity).
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ VERIFIED: Outcome = "verified"
 REFUTED: Outcome = "refuted"
 UNDECIDED: Outcome = "undecided"
 MIN_GAIN = 0.10  # below this much more throughput, as measured, the knob bought nothing
-LEVEL = 0.9  # the throughput has levelled off at the first load reaching this share of the peak
-MOVED = 1.2  # it "moved" when that load grew beyond a bisection's resolution (10 %)
+RISING = 0.9  # the top step is still rising when the one below it reached less than this share of it
+MOVED = 1.2  # the saturation load "moved" when it grew beyond a bisection's resolution (10 %)
 
 
 @dataclass(frozen=True)
@@ -65,18 +64,20 @@ class Figures:
     headline: str
     points: tuple[Point, ...] = ()  # every step, in load order
 
-    def levels_off(self) -> Point | None:
-        """The first step, in load order, whose output tokens/s reaches LEVEL of the peak."""
-        return next((p for p in self.points if p.output_tps >= LEVEL * self.peak_tps), None)
+    def saturation(self) -> float:
+        """Where the throughput saturates (the module's N*): the load at which the lowest step's
+        tokens/s per unit of load, kept up, would reach the peak. NaN without a rated lowest step."""
+        low = self.points[0] if self.points else None
+        if low is None or not low.output_tps > 0 or not math.isfinite(self.peak_tps):
+            return math.nan
+        return self.peak_tps * low.load / low.output_tps
 
-    def levels_text(self) -> str:
-        """Where the throughput levels off, in users; ">= N" when only the top load reaches it
-        (it may still grow beyond)."""
-        point = self.levels_off()
-        if point is None:
-            return "–"
-        top = point is self.points[-1] and len(self.points) > 1
-        return (">= " if top else "") + format_number(point.load)
+    def saturation_text(self) -> str:
+        """The saturation load, in users; ">= N" when the throughput was still rising at the top
+        load measured (the ceiling may be higher still)."""
+        top = self.points[-2:]
+        rising = len(top) == 2 and top[1].output_tps >= self.peak_tps and top[0].output_tps < RISING * top[1].output_tps
+        return (">= " if rising else "") + format_number(self.saturation(), 2)
 
     def knee_text(self) -> str:
         """The knee as the table prints it: its load, or "none (>= N)"."""
@@ -157,22 +158,18 @@ def verify(
     (base_values, base), (new_values, new) = before, after
     b, n = _step(base_values, base.peak), _step(new_values, new.peak)
     change = step_change(b, n, "output_tps", seed=seed) if b and n else None
-    level_b, level_n = base.levels_off(), new.levels_off()
-    up = bool(level_b and level_n and level_n.load > level_b.load * MOVED)
-    down = bool(level_b and level_n and level_n.load * MOVED < level_b.load)
-    knee_up = new.knee_load > base.knee_load * MOVED  # (without a knee: the highest load, a lower bound)
+    ratio = new.saturation() / base.saturation()
+    up, down = ratio > MOVED, ratio * MOVED < 1  # (False when either is unknown: NaN)
     call = change.call if change else ""
     small = change is not None and math.isfinite(change.change) and change.change < MIN_GAIN
-    if (up or knee_up) and call == IMPROVEMENT:
+    if up and call == IMPROVEMENT:
         outcome = VERIFIED
     elif call == REGRESSION or (call == NO_CHANGE and small):
         outcome = REFUTED
     else:
         outcome = UNDECIDED
     moved = " (moved up)" if up else " (moved down)" if down else " (did not move up)"
-    if knee_up and not up:
-        moved += ", the knee did"
-    level = f"throughput levels off at {base.levels_text()} -> {new.levels_text()} users{moved}"
+    level = f"throughput saturates at {base.saturation_text()} -> {new.saturation_text()} users{moved}"
     if change is None:
         tps = "no peak throughput to compare"
     else:

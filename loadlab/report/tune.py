@@ -1,5 +1,5 @@
 """`loadlab tune` in the terminal: a row per configuration (the analyzer's knee, where the
-throughput levels off, peak and per-user tokens/s, goodput, the verdict), each verification's
+throughput saturates (N*), peak and per-user tokens/s, goodput, the verdict), each verification's
 outcome with its figures, and the knob table."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from loadlab.numbers import format_number
 def print_configurations(results: list[Measured], console: Console) -> None:
     """The tune table: one row per configuration, in the order run."""
     table = Table(title="tune", title_justify="left")
-    columns = ("knee (users)", "levels off (users)", "peak tok/s", "user tok/s p50 at peak", "goodput req/s")
+    columns = ("knee (users)", "saturates at (users)", "peak tok/s", "user tok/s p50 at peak", "goodput req/s")
     for name in ("configuration", "status", *columns):
         table.add_column(name, justify="left" if name in ("configuration", "status") else "right")
     table.add_column("verdict", justify="left")
@@ -31,7 +31,7 @@ def print_configurations(results: list[Measured], console: Console) -> None:
             r.name,
             r.status,
             f.knee_text(),
-            f.levels_text(),
+            f.saturation_text(),
             format_number(f.peak_tps),
             format_number(peak.user_tps) if peak else "–",
             format_number(f.goodput) if math.isfinite(f.goodput) else "–",

@@ -1,5 +1,6 @@
-"""A turned knob judged: verified when the throughput levels off at a higher load and the peak
-grew beyond its interval and the noise; refuted when the peak did not grow; undecided between."""
+"""A turned knob judged: verified when the throughput saturates at a higher load (the peak over
+one user's rate) and the peak grew beyond its interval and the noise; refuted when the peak did not
+grow; undecided between."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def figures(knee: float | None, peak: str, curve: dict[float, float]) -> Figures
     )
 
 
-CAPPED = {1: 10.0, 2: 20.0, 4: 20.0}  # levels off at 2
+CAPPED = {1: 10.0, 2: 20.0, 4: 20.0}  # saturates at 2 users (20 tok/s over 10 per user)
 RAISED = {2: 20.0, 4: 40.0, 8: 80.0, 16: 80.0}  # at 8
 
 
@@ -49,7 +50,7 @@ def test_a_higher_plateau_and_more_throughput_verify_the_class() -> None:
     )
     assert v.outcome == VERIFIED, v.reason
     assert v.throughput and v.throughput.low > 0
-    assert "levels off at 2 -> 8 users (moved up)" in v.reason and "95 % interval" in v.reason
+    assert "saturates at 2 -> 8 users (moved up)" in v.reason and "95 % interval" in v.reason
 
 
 def test_nothing_moved_refutes_the_class() -> None:
@@ -77,21 +78,22 @@ def test_a_plateau_reached_later_without_more_throughput_refutes_the_class() -> 
         (after, figures(None, "concurrency=2", {2: 15.0, 4: 17.0, 8: 20.0})),  # still rising at 8
     )
     assert v.outcome == REFUTED, v.reason
-    assert "levels off at 2 -> >= 8 users (moved up)" in v.reason and "knee 2 -> none (>= 8)" in v.reason
+    assert "saturates at 2 -> >= 2.7 users (moved up)" in v.reason and "knee 2 -> none (>= 8)" in v.reason
 
 
-def test_more_throughput_and_a_knee_that_moved_up_verify_where_the_plateau_starts_at_the_same_step() -> None:
-    # On a coarse grid of loads a doubled capacity can level off at the same step as before.
+def test_a_doubled_capacity_verifies_wherever_the_first_step_near_the_peak_falls() -> None:
+    # A gently rising curve: the first step within 90 % of the peak is 6 users before and 4 after
+    # (seen on vLLM, a KV pool of 5 -> 10 blocks), while one user's rate stayed and the peak doubled.
     before, after = sweep_peak(2), sweep_peak(2, e2e=0.5)  # twice the requests at the same load
     v = verify(
         "kv_capacity",
         "--num-gpu-blocks-override",
         (5, 10),
-        (before, figures(4, "concurrency=2", {1: 10.0, 2: 17.0, 4: 19.0, 8: 20.0})),
-        (after, figures(6, "concurrency=2", {1: 10.0, 2: 20.0, 4: 38.0, 6: 40.0, 8: 40.0})),
+        (before, figures(6, "concurrency=2", {1: 250.0, 2: 400.0, 4: 410.0, 6: 460.0, 8: 450.0})),
+        (after, figures(4, "concurrency=2", {1: 250.0, 2: 470.0, 4: 870.0, 6: 780.0, 8: 900.0})),
     )
     assert v.outcome == VERIFIED, v.reason
-    assert "levels off at 4 -> 4 users (did not move up), the knee did" in v.reason and "knee 4 -> 6" in v.reason
+    assert "saturates at 1.8 -> >= 3.6 users (moved up)" in v.reason and "knee 6 -> 4" in v.reason
 
 
 def test_more_throughput_where_the_plateau_did_not_move_is_undecided() -> None:

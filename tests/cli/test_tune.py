@@ -127,7 +127,7 @@ def test_verify_confirms_the_class_when_its_knob_is_turned(tmp_path: Path, const
     result = loadlab("tune", "--verify", str(run), "--serve", serve, *STEPS, *workload, "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     said = " ".join(result.stdout.split())  # (the console wraps long lines)
-    assert f"verified: {expected} ({turned}): throughput levels off at" in said, result.stdout[-3000:]
+    assert f"verified: {expected} ({turned}): throughput saturates at" in said, result.stdout[-3000:]
     summary = json.loads((out / "tune.json").read_text())
     (verification,) = summary["verifications"]
     assert verification["outcome"] == "verified"
@@ -164,6 +164,6 @@ def test_on_a_prefill_bound_run_raising_the_admission_cap_is_refuted(tmp_path: P
     result = loadlab("tune", *claimed, "--serve", PREFILL_BOUND, *STEPS, *PREFILL_LOAD, "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     said = " ".join(result.stdout.split())  # (the console wraps long lines)
-    assert "refuted: scheduling (--max-num-seqs 4 -> 16): throughput levels off at" in said, result.stdout[-3000:]
+    assert "refuted: scheduling (--max-num-seqs 4 -> 16): throughput saturates at" in said, result.stdout[-3000:]
     (verification,) = json.loads((out / "tune.json").read_text())["verifications"]  # the claim alone is tested
     assert verification["outcome"] == "refuted"

@@ -63,7 +63,7 @@ def test_a_cap_of_two_is_verified_by_a_cap_of_eight(tmp_path: Path) -> None:
     verdict = figures["constraint"]
     assert verdict in ("scheduling", "memory_bandwidth"), figures
     said, verification = verify(tmp_path, command, env, DECODE)
-    assert f"verified: {verdict} (--max-num-seqs 2 -> 8): throughput levels off at" in said, said
+    assert f"verified: {verdict} (--max-num-seqs 2 -> 8): throughput saturates at" in said, said
     assert verification["outcome"] == "verified"
     assert verification["throughput"]["low"] > verification["throughput"]["noise"]  # beyond the noise
 
@@ -79,7 +79,7 @@ def test_a_small_kv_pool_is_verified_by_a_pool_twice_as_large(tmp_path: Path) ->
     figures = base_run(tmp_path, command, env, KV_LOAD)
     assert figures["constraint"] == "kv_capacity", figures
     said, verification = verify(tmp_path, command, env, KV_LOAD)
-    assert "verified: kv_capacity (--num-gpu-blocks-override 5 -> 10): throughput levels off at" in said, said
+    assert "verified: kv_capacity (--num-gpu-blocks-override 5 -> 10): throughput saturates at" in said, said
     assert verification["outcome"] == "verified"
 
 
@@ -92,5 +92,5 @@ def test_on_a_prefill_bound_run_raising_the_cap_is_refuted(tmp_path: Path) -> No
     figures = base_run(tmp_path, command, env, PREFILL_LOAD)
     assert figures["constraint"] == "compute", figures
     said, verification = verify(tmp_path, command, env, PREFILL_LOAD, "--claim", "scheduling")
-    assert "refuted: scheduling (--max-num-seqs 4 -> 16): throughput levels off at" in said, said
+    assert "refuted: scheduling (--max-num-seqs 4 -> 16): throughput saturates at" in said, said
     assert verification["outcome"] == "refuted"
