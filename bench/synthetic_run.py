@@ -11,6 +11,7 @@ Usage: .venv/bin/python bench/synthetic_run.py FOLDER [requests] [tokens_per_req
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,13 +25,15 @@ from loadlab.clock import ClockAnchor
 from loadlab.config import RunConfig
 from loadlab.store.meta import FINISHED, RunMeta, write_json_atomic
 from loadlab.store.reader import REQUESTS_DIR, RUN_JSON, SAMPLES_DIR, load_run
-from loadlab.store.schema import Coverage, StepInfo
+from loadlab.store.schema import TOKEN_EVENTS_CHUNKS, Coverage, RequestRecord, StepInfo
 from loadlab.store.tables import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 CONCURRENCY = [32, 64, 128, 256, 512]
 T0 = 1_764_000_000.0
 GPUS = 8
 ERRORS = {"timeout": 0.002, "http_5xx": 0.002, "http_429": 0.001}
+# What a synthetic request leaves as a RequestRecord would (the server's own timings, images, ...).
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(RequestRecord) if f.default is not dataclasses.MISSING}
 
 
 def write_synthetic_run(folder: Path, requests: int = 1_000_000, tokens: int = 64, seed: int = 0) -> None:
@@ -105,6 +108,7 @@ def _requests(
         "prompt_tokens": pa.array(np.full(n, 256)),
         "completion_tokens": pa.array(counts),
         "client_tokens": pa.array(counts),
+        "token_events": pa.array(np.where(ok, TOKEN_EVENTS_CHUNKS, "")),
         "input_tokens": pa.array(np.full(n, 256)),
         "max_tokens": pa.array(np.full(n, tokens)),
         "finish_reason": pa.array(np.where(ok, "length", "")),
@@ -114,6 +118,9 @@ def _requests(
         "conversation": pa.array([""] * n),
         "turn": pa.array(np.full(n, -1)),
     }
+    for f in REQUEST_SCHEMA:
+        if f.name not in columns:
+            columns[f.name] = pa.array([DEFAULTS[f.name]] * n, type=f.type)
     return pa.Table.from_pydict(columns, schema=REQUEST_SCHEMA)
 
 
