@@ -34,9 +34,11 @@ class LiveStatus:
 
 def format_status(stats: LiveStatus) -> str:
     """One line of text for `stats`, and the live verdict on a second line when there is one."""
+    # A request's tokens count when it ends: before the first has ended the rate is not known yet.
+    rate = format_number(stats.tokens_per_s) if stats.done else "–"
     line = (
         f"{stats.elapsed:7.1f}s  {stats.step_label}  in flight {stats.in_flight}  done {stats.done}  "
-        f"errors {stats.errors}  out tokens {stats.output_tokens}  {format_number(stats.tokens_per_s)} tok/s"
+        f"errors {stats.errors}  out tokens {stats.output_tokens}  {rate} tok/s"
     )
     line += f"  ! {stats.warning}" if stats.warning else ""
     return line + (f"\n          {stats.verdict}" if stats.verdict else "")

@@ -37,6 +37,10 @@ def test_the_line_shows_every_figure_and_the_warning() -> None:
         assert part in line
 
 
+def test_before_any_request_has_ended_the_rate_is_a_dash_not_zero() -> None:
+    assert "out tokens 4000  – tok/s" in format_status(stats(0))
+
+
 def test_not_a_terminal_prints_plain_lines_at_most_every_5_seconds() -> None:
     clock = iter([100.0, 101.0, 104.9, 105.1])
     out = io.StringIO()
