@@ -158,7 +158,8 @@ def verify(
     (base_values, base), (new_values, new) = before, after
     b, n = _step(base_values, base.peak), _step(new_values, new.peak)
     change = step_change(b, n, "output_tps", seed=seed) if b and n else None
-    ratio = new.saturation() / base.saturation()
+    before_n, after_n = base.saturation(), new.saturation()
+    ratio = after_n / before_n if before_n > 0 else math.nan
     up, down = ratio > MOVED, ratio * MOVED < 1  # (False when either is unknown: NaN)
     call = change.call if change else ""
     small = change is not None and math.isfinite(change.change) and change.change < MIN_GAIN
