@@ -1,6 +1,7 @@
 """`loadlab tune --verify` on a real vLLM (the CPU build), started by tune itself as users start
-it (not pinned, beside the load generator): the verdict's knob turned one step moves the knee the
-way its class predicts, and a rival claim is refuted when its knob moves nothing."""
+it (not pinned, beside the load generator): the verdict's knob turned one step moves where the
+throughput saturates, and its peak, the way its class predicts; a rival claim is refuted when its
+knob buys no throughput."""
 
 from __future__ import annotations
 
